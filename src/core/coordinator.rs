@@ -1,0 +1,347 @@
+//! Coordinator discovery: the FindCoordinator sub-machine.
+//!
+//! Per key (a group id): `Unknown -> Looking -> Known(broker)`, with `Backoff` between failed
+//! attempts and `Failed` for terminal errors. Unknown keys are looked up together in one
+//! FindCoordinator v4+ request (KIP-699); when the broker only speaks v0-3, which carry a single key,
+//! the machine falls back to one request per key for good (what apache/kafka's admin
+//! `CoordinatorStrategy` does on `UnsupportedBatchLookupException`).
+//!
+//! Error handling follows `AbstractCoordinator.ensureCoordinatorReady` and
+//! `CoordinatorRequestManager`: retriable errors (COORDINATOR_NOT_AVAILABLE while the offsets topic
+//! is being created, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, transport failures) are retried
+//! after the KIP-580 backoff; GROUP_AUTHORIZATION_FAILED and other non-retriable codes are terminal.
+//! A requester that gets NOT_COORDINATOR from the coordinator calls [`CoordinatorLookup::rediscover`].
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{ApiKey, FindCoordinatorResponse, ResponseKind};
+
+use super::backoff::{ExponentialBackoff, JitterRng};
+use super::io::{Broker, CoordinatorKeyType, Outbound, Request, RequestId, RequestIds, Response, Target};
+use super::timer::{Timer, TimerTable};
+use crate::error::{ErrorAction, GroupError, TransportError, classify};
+
+/// Settings of a [`CoordinatorLookup`].
+#[derive(Debug, Clone)]
+pub struct LookupConfig {
+    /// KIP-580 backoff between failed attempts (`retry.backoff.ms`, `retry.backoff.max.ms`).
+    pub backoff: ExponentialBackoff,
+    /// `request.timeout.ms` for each FindCoordinator.
+    pub request_timeout: Duration,
+    /// Seed of the backoff jitter.
+    pub seed: u64,
+}
+
+/// Where the lookup of one key stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyState {
+    /// Not known; a request will be sent at the next poll.
+    Unknown {
+        /// Failed attempts so far.
+        failures: u32,
+    },
+    /// A request is in flight.
+    Looking {
+        /// The request.
+        request: RequestId,
+        /// Failed attempts before this one.
+        failures: u32,
+    },
+    /// Waiting out the backoff after a failure.
+    Backoff {
+        /// When to try again.
+        until: Instant,
+        /// Failed attempts so far.
+        failures: u32,
+    },
+    /// The coordinator is known.
+    Known(Broker),
+    /// The lookup failed for good.
+    Failed(GroupError),
+}
+
+/// Something the lookup reports to its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LookupEvent {
+    /// The coordinator of `key` was found (or changed).
+    Found {
+        /// The key.
+        key: String,
+        /// The coordinator.
+        coordinator: Broker,
+    },
+    /// The lookup of `key` failed for good.
+    Failed {
+        /// The key.
+        key: String,
+        /// Why.
+        error: GroupError,
+    },
+}
+
+/// The FindCoordinator sub-machine for a set of keys of one type.
+#[derive(Debug)]
+pub struct CoordinatorLookup {
+    key_type: CoordinatorKeyType,
+    keys: BTreeMap<String, KeyState>,
+    /// False once the broker showed it has no FindCoordinator v4+.
+    batching: bool,
+    config: LookupConfig,
+    rng: JitterRng,
+    ids: RequestIds,
+    timers: TimerTable,
+    events: std::collections::VecDeque<LookupEvent>,
+    /// The keys each in-flight request asked for.
+    in_flight: BTreeMap<RequestId, Vec<String>>,
+}
+
+impl CoordinatorLookup {
+    /// A lookup of the group coordinators of `groups`; nothing is sent before the first poll.
+    pub fn new(groups: impl IntoIterator<Item = String>, config: LookupConfig) -> Self {
+        let rng = JitterRng::from_seed(config.seed);
+        Self {
+            key_type: CoordinatorKeyType::Group,
+            keys: groups.into_iter().map(|g| (g, KeyState::Unknown { failures: 0 })).collect(),
+            batching: true,
+            config,
+            rng,
+            ids: RequestIds::default(),
+            timers: TimerTable::default(),
+            events: Default::default(),
+            in_flight: BTreeMap::new(),
+        }
+    }
+
+    /// The state of `key`'s lookup, `None` for a key this lookup does not track.
+    pub fn state(&self, key: &str) -> Option<&KeyState> {
+        self.keys.get(key)
+    }
+
+    /// The coordinator of `key`, when known.
+    pub fn coordinator(&self, key: &str) -> Option<&Broker> {
+        match self.keys.get(key) {
+            Some(KeyState::Known(b)) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Forgets `key`'s coordinator (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a lost
+    /// connection from the coordinator) and looks it up again. A lookup already under way or
+    /// backing off is left alone; a terminal failure stays terminal.
+    pub fn rediscover(&mut self, key: &str) {
+        if let Some(state) = self.keys.get_mut(key)
+            && matches!(state, KeyState::Known(_))
+        {
+            tracing::debug!(key, "coordinator unknown, looking it up again");
+            *state = KeyState::Unknown { failures: 0 };
+        }
+    }
+
+    /// The next request to send.
+    pub fn poll_request(&mut self) -> Option<Outbound> {
+        let unknown: Vec<String> = self
+            .keys
+            .iter()
+            .filter(|(_, s)| matches!(s, KeyState::Unknown { .. }))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let batch = match (unknown.len(), self.batching) {
+            (0, _) => return None,
+            (_, true) => unknown,
+            (_, false) => vec![unknown[0].clone()],
+        };
+        let id = self.ids.next();
+        for key in &batch {
+            let state = self.keys.get_mut(key).expect("key is tracked");
+            if let KeyState::Unknown { failures } = *state {
+                *state = KeyState::Looking { request: id, failures };
+            }
+        }
+        self.in_flight.insert(id, batch.clone());
+        Some(Outbound {
+            id,
+            target: Target::Bootstrap,
+            request: Request::FindCoordinator {
+                key_type: self.key_type,
+                keys: batch,
+            },
+            timeout: self.config.request_timeout,
+        })
+    }
+
+    /// The next event for the owner.
+    pub fn poll_event(&mut self) -> Option<LookupEvent> {
+        self.events.pop_front()
+    }
+
+    /// The earliest deadline, and which timer it is.
+    pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        self.timers.next()
+    }
+
+    /// Moves keys whose backoff has passed back to `Unknown`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !self.timers.expire(Timer::CoordinatorRetry, now) {
+            return;
+        }
+        for state in self.keys.values_mut() {
+            if let KeyState::Backoff { until, failures } = *state
+                && until <= now
+            {
+                *state = KeyState::Unknown { failures };
+            }
+        }
+        self.arm_retry_timer();
+    }
+
+    /// Feeds the outcome of a request this lookup emitted. Answers to requests it did not emit,
+    /// or already answered, are ignored.
+    pub fn handle_response(&mut self, id: RequestId, result: Result<Response, TransportError>, now: Instant) {
+        let Some(keys) = self.in_flight.remove(&id) else {
+            tracing::debug!(%id, "ignoring answer to an unknown FindCoordinator request");
+            return;
+        };
+        match result {
+            Ok(Response {
+                version,
+                body: ResponseKind::FindCoordinator(r),
+            }) => {
+                for (key, outcome) in Self::outcomes(&keys, version, &r) {
+                    self.apply(&key, id, outcome, now);
+                }
+            }
+            Ok(_) => {
+                let err = GroupError::InvalidResponse {
+                    api: ApiKey::FindCoordinator,
+                    reason: "the answer is not a FindCoordinator response".into(),
+                };
+                for key in &keys {
+                    self.apply(key, id, Outcome::Retry(err.to_string()), now);
+                }
+            }
+            // The broker has no FindCoordinator v4+: stop batching and ask again key by key.
+            Err(TransportError::UnsupportedApi { broker: Some(_), .. }) if keys.len() > 1 => {
+                tracing::info!("broker has no batched FindCoordinator (v4+); looking up keys one by one");
+                self.batching = false;
+                for key in &keys {
+                    self.apply(key, id, Outcome::Immediate, now);
+                }
+            }
+            Err(e @ TransportError::UnsupportedApi { .. }) => {
+                for key in &keys {
+                    self.apply(key, id, Outcome::Fatal(GroupError::Transport(e.clone())), now);
+                }
+            }
+            Err(e) => {
+                for key in &keys {
+                    self.apply(key, id, Outcome::Retry(e.to_string()), now);
+                }
+            }
+        }
+    }
+
+    /// What the response says about each key asked for.
+    fn outcomes(keys: &[String], version: i16, r: &FindCoordinatorResponse) -> Vec<(String, Outcome)> {
+        if version < 4 {
+            let outcome = Self::outcome(&keys[0], r.error_code, r.node_id.0, &r.host, r.port);
+            return vec![(keys[0].clone(), outcome)];
+        }
+        keys.iter()
+            .map(|key| {
+                let outcome = match r.coordinators.iter().find(|c| c.key.as_str() == key) {
+                    Some(c) => Self::outcome(key, c.error_code, c.node_id.0, &c.host, c.port),
+                    // A key missing from the answer is asked again (it is not an error code).
+                    None => Outcome::Retry(format!("FindCoordinator answer has no entry for {key:?}")),
+                };
+                (key.clone(), outcome)
+            })
+            .collect()
+    }
+
+    fn outcome(key: &str, code: i16, node_id: i32, host: &str, port: i32) -> Outcome {
+        match classify(ApiKey::FindCoordinator, code, key) {
+            ErrorAction::Proceed => match (u16::try_from(port), node_id >= 0, host.is_empty()) {
+                (Ok(port), true, false) if port > 0 => Outcome::Found(Broker {
+                    node_id,
+                    host: host.to_owned(),
+                    port,
+                }),
+                _ => Outcome::Retry(
+                    GroupError::InvalidResponse {
+                        api: ApiKey::FindCoordinator,
+                        reason: format!("coordinator node {node_id} at {host:?}:{port} is not a usable address"),
+                    }
+                    .to_string(),
+                ),
+            },
+            ErrorAction::Fatal(e) => Outcome::Fatal(e),
+            ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
+                Outcome::Retry(format!("error {code} ({})", crate::error::error_name(code)))
+            }
+        }
+    }
+
+    fn apply(&mut self, key: &str, id: RequestId, outcome: Outcome, now: Instant) {
+        let Some(state) = self.keys.get_mut(key) else { return };
+        // Only the request a key is waiting on may change it.
+        let KeyState::Looking { request, failures } = *state else { return };
+        if request != id {
+            return;
+        }
+        match outcome {
+            Outcome::Found(broker) => {
+                tracing::debug!(key, %broker, "coordinator found");
+                *state = KeyState::Known(broker.clone());
+                self.events.push_back(LookupEvent::Found {
+                    key: key.to_owned(),
+                    coordinator: broker,
+                });
+            }
+            Outcome::Immediate => *state = KeyState::Unknown { failures },
+            Outcome::Retry(reason) => {
+                let delay = self.config.backoff.delay(failures, &mut self.rng);
+                tracing::debug!(key, failures, ?delay, %reason, "coordinator lookup failed, retrying");
+                *state = KeyState::Backoff {
+                    until: now + delay,
+                    failures: failures.saturating_add(1),
+                };
+                self.arm_retry_timer();
+            }
+            Outcome::Fatal(error) => {
+                tracing::warn!(key, %error, "coordinator lookup failed for good");
+                *state = KeyState::Failed(error.clone());
+                self.events.push_back(LookupEvent::Failed {
+                    key: key.to_owned(),
+                    error,
+                });
+            }
+        }
+    }
+
+    fn arm_retry_timer(&mut self) {
+        let next = self
+            .keys
+            .values()
+            .filter_map(|s| match s {
+                KeyState::Backoff { until, .. } => Some(*until),
+                _ => None,
+            })
+            .min();
+        match next {
+            Some(at) => self.timers.set(Timer::CoordinatorRetry, at),
+            None => self.timers.stop(Timer::CoordinatorRetry),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Outcome {
+    Found(Broker),
+    /// Ask again at once (no failure counted).
+    Immediate,
+    Retry(String),
+    Fatal(GroupError),
+}

@@ -1,0 +1,82 @@
+//! Named deadlines. A state machine keeps its timers in one table; the driver asks for the
+//! earliest and calls `handle_timeout(now)` when it passes. Spurious wakeups are harmless: a
+//! timer fires only once its deadline is reached.
+
+use std::time::Instant;
+
+/// Why the core wants to be woken up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Timer {
+    /// Retry a failed coordinator lookup (KIP-580 backoff).
+    CoordinatorRetry,
+}
+
+impl Timer {
+    const ALL: [Timer; 1] = [Timer::CoordinatorRetry];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One optional deadline per [`Timer`].
+#[derive(Debug, Clone, Default)]
+pub struct TimerTable {
+    deadlines: [Option<Instant>; Timer::ALL.len()],
+}
+
+impl TimerTable {
+    /// Arms `timer` to fire at `at`, replacing an earlier setting.
+    pub fn set(&mut self, timer: Timer, at: Instant) {
+        self.deadlines[timer.index()] = Some(at);
+    }
+
+    /// Disarms `timer`.
+    pub fn stop(&mut self, timer: Timer) {
+        self.deadlines[timer.index()] = None;
+    }
+
+    /// The deadline of `timer`, if armed.
+    pub fn get(&self, timer: Timer) -> Option<Instant> {
+        self.deadlines[timer.index()]
+    }
+
+    /// The earliest armed deadline and its timer.
+    pub fn next(&self) -> Option<(Instant, Timer)> {
+        Timer::ALL
+            .iter()
+            .filter_map(|&t| self.get(t).map(|at| (at, t)))
+            .min()
+    }
+
+    /// Disarms and returns `timer` if its deadline is at or before `now`.
+    pub fn expire(&mut self, timer: Timer, now: Instant) -> bool {
+        match self.get(timer) {
+            Some(at) if at <= now => {
+                self.stop(timer);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn fires_only_when_due() {
+        let t0 = crate::testutil::epoch();
+        let mut table = TimerTable::default();
+        assert_eq!(table.next(), None);
+        table.set(Timer::CoordinatorRetry, t0 + Duration::from_millis(100));
+        assert_eq!(table.next(), Some((t0 + Duration::from_millis(100), Timer::CoordinatorRetry)));
+        assert!(!table.expire(Timer::CoordinatorRetry, t0 + Duration::from_millis(99)));
+        assert!(table.expire(Timer::CoordinatorRetry, t0 + Duration::from_millis(100)));
+        assert!(!table.expire(Timer::CoordinatorRetry, t0 + Duration::from_millis(200)));
+        assert_eq!(table.next(), None);
+    }
+}

@@ -1,0 +1,44 @@
+//! The pluggable seam between the driver and the network. The sans-IO core never sees a
+//! transport: it emits [`Outbound`](crate::core::io::Outbound) values and is handed
+//! [`Response`]s.
+//!
+//! - [`TcpTransport`]: the Kafka wire protocol over tokio TCP.
+//! - [`MemoryTransport`]: an in-process peer for tests, which still encodes and decodes every
+//!   request and response at the negotiated version.
+
+mod conn;
+mod memory;
+mod tcp;
+pub mod wire;
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use memory::{Handler, MemoryTransport};
+pub use tcp::TcpTransport;
+
+use crate::core::io::{Request, Response, Target};
+use crate::error::TransportError;
+
+/// Sends requests to Kafka brokers.
+pub trait Transport: Send + Sync + 'static {
+    /// Sends `request` to `target` at the highest version both sides speak and resolves to its
+    /// answer, or a typed error within `timeout` (connecting included).
+    fn send(
+        &self,
+        target: Target,
+        request: Request,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Response, TransportError>> + Send;
+}
+
+impl<T: Transport> Transport for std::sync::Arc<T> {
+    fn send(
+        &self,
+        target: Target,
+        request: Request,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Response, TransportError>> + Send {
+        (**self).send(target, request, timeout)
+    }
+}

@@ -1,0 +1,144 @@
+//! Kafka over TCP: one connection per target, ApiVersions at connect, reconnects with backoff.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use tokio::net::TcpStream;
+
+use super::Transport;
+use super::conn::Connection;
+use crate::config::ClientConfig;
+use crate::core::io::{Request, Response, Target};
+use crate::error::TransportError;
+
+/// Connections are keyed by target kind and node id: the coordinator connection is separate from
+/// the data connection to the same broker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Bootstrap,
+    Node(i32),
+    Coordinator(i32),
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
+
+/// The Kafka wire protocol over tokio TCP.
+///
+/// Cheap to clone; clones share connections. Requests to the same target share one connection and
+/// may be in flight together; each connection negotiates API versions once, at connect.
+#[derive(Clone)]
+pub struct TcpTransport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ClientConfig,
+    slots: Mutex<HashMap<Key, Slot>>,
+}
+
+impl std::fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpTransport")
+            .field("bootstrap", &self.inner.config.bootstrap_servers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TcpTransport {
+    /// A transport for the cluster `config` names; connects lazily.
+    pub fn new(config: ClientConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                slots: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The versions the broker behind `target` advertised, connecting first if needed.
+    pub async fn broker_versions(&self, target: &Target) -> Result<super::wire::BrokerVersions, TransportError> {
+        let timeout = self.inner.config.request_timeout;
+        Ok(self.connection(target, timeout).await?.versions().clone())
+    }
+
+    /// Drops every connection (requests in flight fail with a disconnect).
+    pub fn close_all(&self) {
+        self.inner.slots.lock().expect("lock").clear();
+    }
+
+    async fn connection(&self, target: &Target, timeout: Duration) -> Result<Arc<Connection>, TransportError> {
+        let (key, addrs) = match target {
+            Target::Bootstrap => (Key::Bootstrap, self.inner.config.bootstrap_servers.clone()),
+            Target::Node(b) => (Key::Node(b.node_id), vec![format!("{}:{}", b.host, b.port)]),
+            Target::Coordinator(b) => (Key::Coordinator(b.node_id), vec![format!("{}:{}", b.host, b.port)]),
+        };
+        let slot = self.inner.slots.lock().expect("lock").entry(key).or_default().clone();
+        // Holding the slot while connecting makes concurrent senders share one connect.
+        let mut slot = slot.lock().await;
+        if let Some(c) = slot.as_ref()
+            && !c.is_failed()
+            && (target == &Target::Bootstrap || addrs.iter().any(|a| a == c.addr()))
+        {
+            return Ok(c.clone());
+        }
+        *slot = None;
+        let conn = Arc::new(self.connect(&addrs, timeout).await?);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Connects to one of `addrs` (round robin), retrying with `reconnect.backoff.ms` doubling up
+    /// to `reconnect.backoff.max.ms` until `timeout` runs out.
+    async fn connect(&self, addrs: &[String], timeout: Duration) -> Result<Connection, TransportError> {
+        let cfg = &self.inner.config;
+        let attempt = std::sync::atomic::AtomicUsize::new(0);
+        let last = Mutex::new(String::from("no address to connect to"));
+        let once = || async {
+            let i = attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let addr = addrs.get(i % addrs.len().max(1)).cloned().ok_or_else(|| TransportError::Connect {
+                addr: String::new(),
+                reason: "no address to connect to".into(),
+            })?;
+            let stream = TcpStream::connect(&addr).await.map_err(|e| TransportError::Connect {
+                addr: addr.clone(),
+                reason: e.to_string(),
+            })?;
+            let _ = stream.set_nodelay(true);
+            tracing::debug!(%addr, "connected");
+            Connection::establish(stream, addr, cfg.client_id.clone(), cfg.max_response_size, timeout).await
+        };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(cfg.reconnect_backoff)
+            .with_max_delay(cfg.reconnect_backoff_max)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times();
+        let retried = once
+            .retry(backoff)
+            .sleep(tokio::time::sleep)
+            // A broker that answers but shares no ApiVersions version will not change its mind.
+            .when(|e| !matches!(e, TransportError::UnsupportedApi { .. } | TransportError::ApiVersions { .. }))
+            .notify(|e, delay| {
+                tracing::debug!(error = %e, ?delay, "connect failed, retrying");
+                *last.lock().expect("lock") = e.to_string();
+            });
+        match tokio::time::timeout(timeout, retried).await {
+            Ok(result) => result,
+            Err(_) => Err(TransportError::Connect {
+                addr: addrs.join(","),
+                reason: format!("gave up after {timeout:?}: {}", last.lock().expect("lock")),
+            }),
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    async fn send(&self, target: Target, request: Request, timeout: Duration) -> Result<Response, TransportError> {
+        let started = tokio::time::Instant::now();
+        let conn = self.connection(&target, timeout).await?;
+        let left = timeout.saturating_sub(started.elapsed());
+        conn.send(&request, left.max(Duration::from_millis(1))).await
+    }
+}

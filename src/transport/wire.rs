@@ -1,0 +1,293 @@
+//! Kafka framing and version negotiation: `[i32 size][header][body]` frames, header versions per
+//! API's flexible versions, and the highest version both sides speak.
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::core::io::{Request, Response};
+use crate::error::TransportError;
+
+/// The API versions a broker advertised in its ApiVersions answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerVersions(HashMap<i16, RangeInclusive<i16>>);
+
+impl BrokerVersions {
+    /// Reads the advertised ranges of an ApiVersions answer.
+    pub fn from_response(r: &ApiVersionsResponse) -> Self {
+        Self(
+            r.api_keys
+                .iter()
+                .filter(|k| k.min_version <= k.max_version)
+                .map(|k| (k.api_key, k.min_version..=k.max_version))
+                .collect(),
+        )
+    }
+
+    /// Every API at every version kafka-protocol knows (for in-memory peers).
+    pub fn all() -> Self {
+        Self(
+            ApiKey::iter()
+                .map(|k| {
+                    let v = k.valid_versions();
+                    (k as i16, v.min..=v.max)
+                })
+                .collect(),
+        )
+    }
+
+    /// The range the broker serves for `api`.
+    pub fn get(&self, api: ApiKey) -> Option<RangeInclusive<i16>> {
+        self.0.get(&(api as i16)).cloned()
+    }
+
+    /// Restricts `api` to `range` (`None` removes it), e.g. to model an older broker.
+    pub fn set(&mut self, api: ApiKey, range: Option<RangeInclusive<i16>>) {
+        match range {
+            Some(r) => self.0.insert(api as i16, r),
+            None => self.0.remove(&(api as i16)),
+        };
+    }
+
+    /// The highest version of `api` in `ours`, in what kafka-protocol can encode, and in what the
+    /// broker serves; a typed error naming the API when there is none.
+    pub fn negotiate(&self, api: ApiKey, ours: RangeInclusive<i16>) -> Result<i16, TransportError> {
+        let codec = api.valid_versions();
+        let ours = *ours.start().max(&codec.min)..=*ours.end().min(&codec.max);
+        let broker = self.get(api);
+        let Some(theirs) = broker.clone() else {
+            return Err(TransportError::UnsupportedApi { api, ours, broker });
+        };
+        let hi = *ours.end().min(theirs.end());
+        let lo = *ours.start().max(theirs.start());
+        if lo > hi {
+            return Err(TransportError::UnsupportedApi { api, ours, broker });
+        }
+        Ok(hi)
+    }
+}
+
+/// Encodes a whole request frame, size prefix included.
+pub fn encode_request(
+    body: &RequestKind,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    client_id: &str,
+) -> Result<BytesMut, TransportError> {
+    let encode_err = |e: anyhow::Error| TransportError::Encode {
+        api,
+        version,
+        reason: e.to_string(),
+    };
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_string(client_id.to_owned())));
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0); // size, patched below
+    header
+        .encode(&mut buf, api.request_header_version(version))
+        .map_err(encode_err)?;
+    body.encode(&mut buf, version).map_err(encode_err)?;
+    let size = i32::try_from(buf.len() - 4).map_err(|_| TransportError::Encode {
+        api,
+        version,
+        reason: "request larger than 2 GiB".into(),
+    })?;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf)
+}
+
+/// The correlation id at the start of a response frame (after the size prefix).
+pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
+    frame.get(..4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Decodes a response frame (without its size prefix) of `api` sent at `version`.
+pub fn decode_response(mut frame: Bytes, api: ApiKey, version: i16) -> Result<Response, TransportError> {
+    let decode_err = |e: anyhow::Error| TransportError::Decode {
+        api,
+        version,
+        reason: e.to_string(),
+    };
+    ResponseHeader::decode(&mut frame, api.response_header_version(version)).map_err(decode_err)?;
+    // A broker that does not support the ApiVersions version asked for answers UNSUPPORTED_VERSION
+    // in a v0 body carrying its own range (KIP-511). The error code leads the body at every
+    // version, so it tells which layout follows.
+    let version = if api == ApiKey::ApiVersions && frame.get(..2) == Some(&35i16.to_be_bytes()[..]) {
+        0
+    } else {
+        version
+    };
+    let body = ResponseKind::decode(api, &mut frame, version).map_err(|e| TransportError::Decode {
+        api,
+        version,
+        reason: e.to_string(),
+    })?;
+    Ok(Response { version, body })
+}
+
+/// Decodes a request frame (without size prefix) as a broker would: header, then body.
+pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), TransportError> {
+    let err = |e: anyhow::Error| TransportError::Decode {
+        api: ApiKey::ApiVersions,
+        version: -1,
+        reason: format!("request: {e}"),
+    };
+    if frame.remaining() < 4 {
+        return Err(err(anyhow::anyhow!("frame shorter than a request header")));
+    }
+    let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]]))
+        .map_err(|_| err(anyhow::anyhow!("unknown api key")))?;
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let header = RequestHeader::decode(&mut frame, api.request_header_version(version)).map_err(err)?;
+    let body = RequestKind::decode(api, &mut frame, version).map_err(err)?;
+    Ok((header, body))
+}
+
+/// Encodes a response frame (size prefix included) as a broker would.
+pub fn encode_response(
+    body: &ResponseKind,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+) -> Result<BytesMut, TransportError> {
+    let err = |e: anyhow::Error| TransportError::Encode {
+        api,
+        version,
+        reason: e.to_string(),
+    };
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut buf, api.response_header_version(version))
+        .map_err(err)?;
+    body.encode(&mut buf, version).map_err(err)?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf)
+}
+
+/// Builds `request` at the version negotiated with `versions`.
+pub fn build(request: &Request, versions: &BrokerVersions) -> Result<(ApiKey, i16, RequestKind), TransportError> {
+    let api = request.api_key();
+    let version = versions.negotiate(api, request.versions())?;
+    let body = request.build(version).map_err(|e| TransportError::Encode {
+        api,
+        version,
+        reason: e.reason.into(),
+    })?;
+    Ok((api, version, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+
+    fn broker(ranges: &[(ApiKey, i16, i16)]) -> BrokerVersions {
+        BrokerVersions::from_response(
+            &ApiVersionsResponse::default().with_api_keys(
+                ranges
+                    .iter()
+                    .map(|&(k, lo, hi)| {
+                        ApiVersion::default()
+                            .with_api_key(k as i16)
+                            .with_min_version(lo)
+                            .with_max_version(hi)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    #[test]
+    fn negotiation_picks_the_highest_common_version() {
+        let b = broker(&[(ApiKey::JoinGroup, 0, 9), (ApiKey::FindCoordinator, 0, 3)]);
+        assert_eq!(b.negotiate(ApiKey::JoinGroup, 5..=9), Ok(9));
+        assert_eq!(b.negotiate(ApiKey::JoinGroup, 0..=6), Ok(6));
+        assert_eq!(b.negotiate(ApiKey::FindCoordinator, 0..=6), Ok(3));
+        // Our range is clipped to what kafka-protocol can encode.
+        assert_eq!(b.negotiate(ApiKey::JoinGroup, 5..=100), Ok(9));
+    }
+
+    #[test]
+    fn negotiation_without_overlap_is_a_typed_error_naming_the_api() {
+        let b = broker(&[(ApiKey::FindCoordinator, 0, 3), (ApiKey::JoinGroup, 0, 4)]);
+        let e = b.negotiate(ApiKey::FindCoordinator, 4..=6).unwrap_err();
+        assert_eq!(
+            e,
+            TransportError::UnsupportedApi {
+                api: ApiKey::FindCoordinator,
+                ours: 4..=6,
+                broker: Some(0..=3)
+            }
+        );
+        assert!(e.to_string().contains("FindCoordinator"), "{e}");
+        let e = b.negotiate(ApiKey::ConsumerGroupHeartbeat, 0..=1).unwrap_err();
+        assert!(matches!(e, TransportError::UnsupportedApi { broker: None, .. }), "{e:?}");
+        assert!(e.to_string().contains("ConsumerGroupHeartbeat"), "{e}");
+        // Inverted ranges in an answer are ignored rather than trusted.
+        let b = broker(&[(ApiKey::Heartbeat, 4, 0)]);
+        assert!(b.negotiate(ApiKey::Heartbeat, 0..=4).is_err());
+    }
+
+    #[test]
+    fn request_frame_round_trips_through_a_broker_decoder() {
+        let req = Request::FindCoordinator {
+            key_type: crate::core::io::CoordinatorKeyType::Group,
+            keys: vec!["g".into()],
+        };
+        for max in [3, 6] {
+            let b = broker(&[(ApiKey::FindCoordinator, 0, max)]);
+            let (api, version, body) = build(&req, &b).unwrap();
+            let frame = encode_request(&body, api, version, 42, "cid").unwrap();
+            let size = i32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+            assert_eq!(size, frame.len() - 4);
+            let (header, decoded) = decode_request(frame.freeze().slice(4..)).unwrap();
+            assert_eq!(header.correlation_id, 42);
+            assert_eq!(header.request_api_version, max);
+            assert_eq!(header.client_id.as_deref(), Some("cid"));
+            assert_eq!(decoded, body);
+        }
+    }
+
+    #[test]
+    fn response_decoding_errors_are_typed() {
+        let frame = encode_response(
+            &ResponseKind::Heartbeat(Default::default()),
+            ApiKey::Heartbeat,
+            4,
+            7,
+        )
+        .unwrap()
+        .freeze();
+        let ok = decode_response(frame.slice(4..), ApiKey::Heartbeat, 4).unwrap();
+        assert_eq!(ok.version, 4);
+        assert_eq!(peek_correlation_id(&frame[4..]), Some(7));
+        // Cut short: a typed decode error, not a panic.
+        for cut in 4..frame.len() {
+            let r = decode_response(frame.slice(4..cut), ApiKey::Heartbeat, 4);
+            assert!(matches!(r, Err(TransportError::Decode { api: ApiKey::Heartbeat, version: 4, .. })), "cut {cut}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn apiversions_falls_back_to_v0_answers() {
+        // A broker that does not know ApiVersions v3 answers with a v0 body (KIP-511).
+        let mut v0 = ApiVersionsResponse::default().with_error_code(35);
+        v0.api_keys.push(ApiVersion::default().with_api_key(18).with_min_version(0).with_max_version(2));
+        let frame = encode_response(&ResponseKind::ApiVersions(v0), ApiKey::ApiVersions, 0, 1).unwrap().freeze();
+        let r = decode_response(frame.slice(4..), ApiKey::ApiVersions, 3).unwrap();
+        assert_eq!(r.version, 0);
+        let ResponseKind::ApiVersions(r) = r.body else { panic!() };
+        assert_eq!(r.error_code, 35);
+        assert_eq!(r.api_keys[0].max_version, 2);
+    }
+}
