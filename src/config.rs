@@ -60,14 +60,19 @@ impl ClientConfig {
 
     /// Checks every value; the error names the Kafka config key and the rule.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let err = |key, rule: &str| Err(ConfigError { key, rule: rule.into() });
+        let err = |key, rule: &str| {
+            Err(ConfigError {
+                key,
+                rule: rule.into(),
+            })
+        };
         if self.bootstrap_servers.is_empty() {
             return err("bootstrap.servers", "at least one host:port is required");
         }
         for s in &self.bootstrap_servers {
-            let ok = s
-                .rsplit_once(':')
-                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+            let ok = s.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
             if !ok {
                 return Err(ConfigError {
                     key: "bootstrap.servers",
@@ -79,7 +84,10 @@ impl ClientConfig {
             return err("request.timeout.ms", "must be positive");
         }
         if self.reconnect_backoff > self.reconnect_backoff_max {
-            return err("reconnect.backoff.ms", "must not exceed reconnect.backoff.max.ms");
+            return err(
+                "reconnect.backoff.ms",
+                "must not exceed reconnect.backoff.max.ms",
+            );
         }
         if self.max_response_size < 8 {
             return err("max.response.size", "must be at least 8 bytes");
@@ -95,7 +103,9 @@ mod tests {
     #[test]
     fn bootstrap_servers_are_validated() {
         assert_eq!(
-            ClientConfig::new("127.0.0.1:9092, h:1").unwrap().bootstrap_servers,
+            ClientConfig::new("127.0.0.1:9092, h:1")
+                .unwrap()
+                .bootstrap_servers,
             vec!["127.0.0.1:9092", "h:1"]
         );
         for bad in ["", " , ", "host", "host:0", "host:70000", ":9092", "h:x"] {

@@ -16,7 +16,11 @@ use crate::transport::Transport;
 
 /// Drives `machine` until `done` returns `Some`, and returns that value. Requests run
 /// concurrently; answers are handed back in the order they arrive.
-pub async fn run_until<M, T, R>(machine: &mut M, transport: &Arc<T>, mut done: impl FnMut(&mut M) -> Option<R>) -> R
+pub async fn run_until<M, T, R>(
+    machine: &mut M,
+    transport: &Arc<T>,
+    mut done: impl FnMut(&mut M) -> Option<R>,
+) -> R
 where
     M: Machine,
     T: Transport,
@@ -51,7 +55,11 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 /// Finds the coordinator of `group`, retrying retriable errors with the KIP-580 backoff until it
 /// succeeds or fails for good.
-pub async fn find_coordinator<T: Transport>(transport: &Arc<T>, config: &ClientConfig, group: &str) -> Result<Broker, Error> {
+pub async fn find_coordinator<T: Transport>(
+    transport: &Arc<T>,
+    config: &ClientConfig,
+    group: &str,
+) -> Result<Broker, Error> {
     let mut lookup = CoordinatorLookup::new(
         [group.to_owned()],
         LookupConfig {

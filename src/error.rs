@@ -264,22 +264,41 @@ mod tests {
         assert_eq!(f(7), ErrorAction::RetryBackoff); // REQUEST_TIMED_OUT
         assert_eq!(
             f(30),
-            ErrorAction::Fatal(GroupError::GroupAuthorizationFailed { group: "grp".into() })
+            ErrorAction::Fatal(GroupError::GroupAuthorizationFailed {
+                group: "grp".into()
+            })
         );
-        assert_eq!(f(24), ErrorAction::Fatal(GroupError::Fatal { api: ApiKey::FindCoordinator, code: 24 }));
+        assert_eq!(
+            f(24),
+            ErrorAction::Fatal(GroupError::Fatal {
+                api: ApiKey::FindCoordinator,
+                code: 24
+            })
+        );
         assert_eq!(
             f(-1),
-            ErrorAction::Fatal(GroupError::Fatal { api: ApiKey::FindCoordinator, code: -1 })
+            ErrorAction::Fatal(GroupError::Fatal {
+                api: ApiKey::FindCoordinator,
+                code: -1
+            })
         );
         assert_eq!(
             f(9999),
-            ErrorAction::Fatal(GroupError::UnknownErrorCode { api: ApiKey::FindCoordinator, code: 9999 })
+            ErrorAction::Fatal(GroupError::UnknownErrorCode {
+                api: ApiKey::FindCoordinator,
+                code: 9999
+            })
         );
     }
 
     #[test]
     fn coordinator_bound_requests_rediscover_on_coordinator_loss() {
-        for api in [ApiKey::Heartbeat, ApiKey::JoinGroup, ApiKey::ConsumerGroupHeartbeat, ApiKey::OffsetCommit] {
+        for api in [
+            ApiKey::Heartbeat,
+            ApiKey::JoinGroup,
+            ApiKey::ConsumerGroupHeartbeat,
+            ApiKey::OffsetCommit,
+        ] {
             assert_eq!(classify(api, 16, "g"), ErrorAction::Rediscover, "{api:?}");
             assert_eq!(classify(api, 15, "g"), ErrorAction::Rediscover, "{api:?}");
             assert_eq!(classify(api, 14, "g"), ErrorAction::RetryBackoff, "{api:?}");
@@ -288,12 +307,22 @@ mod tests {
 
     #[test]
     fn error_messages_name_the_code() {
-        let e = GroupError::Fatal { api: ApiKey::Heartbeat, code: 82 };
+        let e = GroupError::Fatal {
+            api: ApiKey::Heartbeat,
+            code: 82,
+        };
         assert!(e.to_string().contains("FENCED_INSTANCE_ID"), "{e}");
         assert_eq!(error_name(16), "NOT_COORDINATOR");
         assert_eq!(error_name(-1), "UNKNOWN_SERVER_ERROR");
-        let e = TransportError::UnsupportedApi { api: ApiKey::JoinGroup, ours: 5..=9, broker: Some(0..=4) };
-        assert!(e.to_string().contains("JoinGroup") && e.to_string().contains("0..=4"), "{e}");
+        let e = TransportError::UnsupportedApi {
+            api: ApiKey::JoinGroup,
+            ours: 5..=9,
+            broker: Some(0..=4),
+        };
+        assert!(
+            e.to_string().contains("JoinGroup") && e.to_string().contains("0..=4"),
+            "{e}"
+        );
         assert_eq!(error_name(0), "NONE");
         assert_eq!(error_name(31000), "UNKNOWN_CODE");
     }

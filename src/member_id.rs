@@ -161,7 +161,11 @@ mod tests {
         let u = uuid::Uuid::from_bytes(*id.as_bytes());
         assert_eq!(u.get_version_num(), 4, "{s} is not a version-4 UUID");
         assert_eq!(u.get_variant(), uuid::Variant::RFC4122, "{s}");
-        assert_eq!(MemberId::parse(s).as_ref(), Ok(id), "{s} does not parse back");
+        assert_eq!(
+            MemberId::parse(s).as_ref(),
+            Ok(id),
+            "{s} does not parse back"
+        );
     }
 
     #[test]
@@ -181,7 +185,12 @@ mod tests {
         // 0xfb as the first byte encodes to a leading '-' in URL-safe base64.
         let mut bytes = [0x11u8; 16];
         bytes[0] = 0xfb;
-        assert!(MemberId::from_bytes(bytes).unwrap().as_str().starts_with('-'));
+        assert!(
+            MemberId::from_bytes(bytes)
+                .unwrap()
+                .as_str()
+                .starts_with('-')
+        );
         assert_eq!(MemberId::from_generated_bytes(bytes), None);
         bytes[0] = 0x10;
         assert!(MemberId::from_generated_bytes(bytes).is_some());

@@ -39,8 +39,16 @@ impl ExponentialBackoff {
         let initial_ms = u64::try_from(initial.as_millis())
             .unwrap_or(u64::MAX)
             .min(max_ms);
-        let base = if base.is_finite() && base > 1.0 { base } else { 1.0 };
-        let jitter = if jitter.is_finite() { jitter.clamp(0.0, 1.0) } else { 0.0 };
+        let base = if base.is_finite() && base > 1.0 {
+            base
+        } else {
+            1.0
+        };
+        let jitter = if jitter.is_finite() {
+            jitter.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         let exp_max = if max_ms > initial_ms && base > 1.0 {
             (max_ms as f64 / initial_ms.max(1) as f64).ln() / base.ln()
         } else {
@@ -110,17 +118,33 @@ mod tests {
         let b = ExponentialBackoff::retry(Duration::from_millis(100), Duration::from_millis(1000));
         let mut rng = JitterRng::from_seed(7);
         // (failures, nominal): 100, 200, 400, 800, then capped at 1000.
-        for (n, nominal) in [(0u32, 100f64), (1, 200.), (2, 400.), (3, 800.), (4, 1000.), (9, 1000.)] {
+        for (n, nominal) in [
+            (0u32, 100f64),
+            (1, 200.),
+            (2, 400.),
+            (3, 800.),
+            (4, 1000.),
+            (9, 1000.),
+        ] {
             let (lo, hi) = (0.8 * nominal, (1.2 * nominal).min(1000.0));
             let samples: Vec<u64> = (0..20_000).map(|_| ms(b.delay(n, &mut rng))).collect();
             let min = *samples.iter().min().unwrap() as f64;
             let max = *samples.iter().max().unwrap() as f64;
             let mean = samples.iter().sum::<u64>() as f64 / samples.len() as f64;
-            assert!(min >= lo.floor() && max <= hi, "n={n}: [{min}, {max}] outside [{lo}, {hi}]");
+            assert!(
+                min >= lo.floor() && max <= hi,
+                "n={n}: [{min}, {max}] outside [{lo}, {hi}]"
+            );
             // The jitter really spreads the values over the band (not a constant).
-            assert!(min <= lo + 0.05 * nominal, "n={n}: min {min} never near {lo}");
+            assert!(
+                min <= lo + 0.05 * nominal,
+                "n={n}: min {min} never near {lo}"
+            );
             if nominal < 1000.0 {
-                assert!(max >= hi - 0.05 * nominal, "n={n}: max {max} never near {hi}");
+                assert!(
+                    max >= hi - 0.05 * nominal,
+                    "n={n}: max {max} never near {hi}"
+                );
                 // U(0.8, 1.2) has mean 1.0.
                 assert!((mean / nominal - 1.0).abs() < 0.01, "n={n}: mean {mean}");
             } else {
@@ -138,7 +162,9 @@ mod tests {
         let b = ExponentialBackoff::retry(Duration::from_millis(100), Duration::from_millis(1000));
         let run = |seed| {
             let mut rng = JitterRng::from_seed(seed);
-            (0..50).map(|n| b.delay(n % 6, &mut rng)).collect::<Vec<_>>()
+            (0..50)
+                .map(|n| b.delay(n % 6, &mut rng))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(1), run(1));
         assert_ne!(run(1), run(2));
@@ -157,7 +183,12 @@ mod tests {
         }
         let huge = ExponentialBackoff::new(Duration::MAX, 2.0, Duration::MAX, 0.2);
         let _ = huge.delay(u32::MAX, &mut rng);
-        let weird = ExponentialBackoff::new(Duration::from_millis(10), f64::NAN, Duration::from_secs(1), f64::INFINITY);
+        let weird = ExponentialBackoff::new(
+            Duration::from_millis(10),
+            f64::NAN,
+            Duration::from_secs(1),
+            f64::INFINITY,
+        );
         assert_eq!(weird.delay(5, &mut rng), Duration::from_millis(10));
     }
 
@@ -165,8 +196,14 @@ mod tests {
     fn reconnect_backoff_defaults() {
         // reconnect.backoff.ms 50 -> reconnect.backoff.max.ms 1000, same formula.
         let b = ExponentialBackoff::retry(Duration::from_millis(50), Duration::from_millis(1000));
-        assert_eq!(b.bounds(0), (Duration::from_millis(40), Duration::from_millis(60)));
-        assert_eq!(b.bounds(4), (Duration::from_millis(640), Duration::from_millis(960)));
+        assert_eq!(
+            b.bounds(0),
+            (Duration::from_millis(40), Duration::from_millis(60))
+        );
+        assert_eq!(
+            b.bounds(4),
+            (Duration::from_millis(640), Duration::from_millis(960))
+        );
         assert_eq!(b.bounds(5).1, Duration::from_millis(1000));
     }
 }

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::{ApiKey, FindCoordinatorResponse, ResponseKind};
 
 use super::backoff::{ExponentialBackoff, JitterRng};
-use super::io::{Broker, CoordinatorKeyType, Outbound, Request, RequestId, RequestIds, Response, Target};
+use super::io::{
+    Broker, CoordinatorKeyType, Outbound, Request, RequestId, RequestIds, Response, Target,
+};
 use super::timer::{Timer, TimerTable};
 use crate::error::{ErrorAction, GroupError, TransportError, classify};
 
@@ -104,7 +106,10 @@ impl CoordinatorLookup {
         let rng = JitterRng::from_seed(config.seed);
         Self {
             key_type: CoordinatorKeyType::Group,
-            keys: groups.into_iter().map(|g| (g, KeyState::Unknown { failures: 0 })).collect(),
+            keys: groups
+                .into_iter()
+                .map(|g| (g, KeyState::Unknown { failures: 0 }))
+                .collect(),
             batching: true,
             config,
             rng,
@@ -157,7 +162,10 @@ impl CoordinatorLookup {
         for key in &batch {
             let state = self.keys.get_mut(key).expect("key is tracked");
             if let KeyState::Unknown { failures } = *state {
-                *state = KeyState::Looking { request: id, failures };
+                *state = KeyState::Looking {
+                    request: id,
+                    failures,
+                };
             }
         }
         self.in_flight.insert(id, batch.clone());
@@ -199,7 +207,12 @@ impl CoordinatorLookup {
 
     /// Feeds the outcome of a request this lookup emitted. Answers to requests it did not emit,
     /// or already answered, are ignored.
-    pub fn handle_response(&mut self, id: RequestId, result: Result<Response, TransportError>, now: Instant) {
+    pub fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
         let Some(keys) = self.in_flight.remove(&id) else {
             tracing::debug!(%id, "ignoring answer to an unknown FindCoordinator request");
             return;
@@ -223,8 +236,12 @@ impl CoordinatorLookup {
                 }
             }
             // The broker has no FindCoordinator v4+: stop batching and ask again key by key.
-            Err(TransportError::UnsupportedApi { broker: Some(_), .. }) if keys.len() > 1 => {
-                tracing::info!("broker has no batched FindCoordinator (v4+); looking up keys one by one");
+            Err(TransportError::UnsupportedApi {
+                broker: Some(_), ..
+            }) if keys.len() > 1 => {
+                tracing::info!(
+                    "broker has no batched FindCoordinator (v4+); looking up keys one by one"
+                );
                 self.batching = false;
                 for key in &keys {
                     self.apply(key, id, Outcome::Immediate, now);
@@ -232,7 +249,12 @@ impl CoordinatorLookup {
             }
             Err(e @ TransportError::UnsupportedApi { .. }) => {
                 for key in &keys {
-                    self.apply(key, id, Outcome::Fatal(GroupError::Transport(e.clone())), now);
+                    self.apply(
+                        key,
+                        id,
+                        Outcome::Fatal(GroupError::Transport(e.clone())),
+                        now,
+                    );
                 }
             }
             Err(e) => {
@@ -244,7 +266,11 @@ impl CoordinatorLookup {
     }
 
     /// What the response says about each key asked for.
-    fn outcomes(keys: &[String], version: i16, r: &FindCoordinatorResponse) -> Vec<(String, Outcome)> {
+    fn outcomes(
+        keys: &[String],
+        version: i16,
+        r: &FindCoordinatorResponse,
+    ) -> Vec<(String, Outcome)> {
         if version < 4 {
             let outcome = Self::outcome(&keys[0], r.error_code, r.node_id.0, &r.host, r.port);
             return vec![(keys[0].clone(), outcome)];
@@ -254,7 +280,9 @@ impl CoordinatorLookup {
                 let outcome = match r.coordinators.iter().find(|c| c.key.as_str() == key) {
                     Some(c) => Self::outcome(key, c.error_code, c.node_id.0, &c.host, c.port),
                     // A key missing from the answer is asked again (it is not an error code).
-                    None => Outcome::Retry(format!("FindCoordinator answer has no entry for {key:?}")),
+                    None => {
+                        Outcome::Retry(format!("FindCoordinator answer has no entry for {key:?}"))
+                    }
                 };
                 (key.clone(), outcome)
             })
@@ -272,7 +300,9 @@ impl CoordinatorLookup {
                 _ => Outcome::Retry(
                     GroupError::InvalidResponse {
                         api: ApiKey::FindCoordinator,
-                        reason: format!("coordinator node {node_id} at {host:?}:{port} is not a usable address"),
+                        reason: format!(
+                            "coordinator node {node_id} at {host:?}:{port} is not a usable address"
+                        ),
                     }
                     .to_string(),
                 ),
@@ -285,9 +315,13 @@ impl CoordinatorLookup {
     }
 
     fn apply(&mut self, key: &str, id: RequestId, outcome: Outcome, now: Instant) {
-        let Some(state) = self.keys.get_mut(key) else { return };
+        let Some(state) = self.keys.get_mut(key) else {
+            return;
+        };
         // Only the request a key is waiting on may change it.
-        let KeyState::Looking { request, failures } = *state else { return };
+        let KeyState::Looking { request, failures } = *state else {
+            return;
+        };
         if request != id {
             return;
         }
@@ -344,4 +378,244 @@ enum Outcome {
     Immediate,
     Retry(String),
     Fatal(GroupError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::BrokerId;
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    use kafka_protocol::protocol::StrBytes;
+
+    fn lookup(groups: &[&str]) -> CoordinatorLookup {
+        CoordinatorLookup::new(
+            groups.iter().map(|g| g.to_string()),
+            LookupConfig {
+                backoff: ExponentialBackoff::retry(
+                    Duration::from_millis(100),
+                    Duration::from_millis(1000),
+                ),
+                request_timeout: Duration::from_secs(30),
+                seed: 1,
+            },
+        )
+    }
+
+    fn entry(key: &str, code: i16, node: i32, port: i32) -> Coordinator {
+        Coordinator::default()
+            .with_key(StrBytes::from_string(key.into()))
+            .with_error_code(code)
+            .with_node_id(BrokerId(node))
+            .with_host(StrBytes::from_static_str("127.0.0.1"))
+            .with_port(port)
+    }
+
+    fn v4(entries: Vec<Coordinator>) -> Result<Response, TransportError> {
+        Ok(Response {
+            version: 4,
+            body: ResponseKind::FindCoordinator(
+                FindCoordinatorResponse::default().with_coordinators(entries),
+            ),
+        })
+    }
+
+    fn keys_of(out: &Outbound) -> Vec<String> {
+        match &out.request {
+            Request::FindCoordinator { keys, .. } => keys.clone(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn finds_the_coordinator_after_retriable_errors_with_backoff() {
+        let t0 = crate::testutil::epoch();
+        let mut l = lookup(&["g"]);
+        let mut now = t0;
+        // The offsets topic is being created, then loading: both retried after the backoff.
+        for (attempt, code) in [(0u32, 15), (1, 14), (2, 16)] {
+            let out = l.poll_request().expect("a request");
+            assert_eq!(out.target, Target::Bootstrap);
+            assert!(l.poll_request().is_none(), "one lookup in flight");
+            l.handle_response(out.id, v4(vec![entry("g", code, -1, -1)]), now);
+            let (at, timer) = l.poll_timeout().expect("retry armed");
+            assert_eq!(timer, Timer::CoordinatorRetry);
+            let (lo, hi) =
+                ExponentialBackoff::retry(Duration::from_millis(100), Duration::from_millis(1000))
+                    .bounds(attempt);
+            assert!(
+                at - now >= lo && at - now <= hi,
+                "attempt {attempt}: {:?}",
+                at - now
+            );
+            // Too early: nothing happens.
+            l.handle_timeout(at - Duration::from_millis(1));
+            assert!(l.poll_request().is_none());
+            now = at;
+            l.handle_timeout(now);
+        }
+        let out = l.poll_request().expect("a request after the backoff");
+        l.handle_response(out.id, v4(vec![entry("g", 0, 3, 9092)]), now);
+        let b = l.coordinator("g").expect("known");
+        assert_eq!((b.node_id, b.port), (3, 9092));
+        assert!(
+            matches!(l.poll_event(), Some(LookupEvent::Found { coordinator, .. }) if coordinator.node_id == 3)
+        );
+        assert_eq!(l.poll_timeout(), None);
+        assert!(l.poll_request().is_none());
+    }
+
+    #[test]
+    fn group_authorization_failed_is_terminal_and_typed() {
+        let now = crate::testutil::epoch();
+        let mut l = lookup(&["secret"]);
+        let out = l.poll_request().unwrap();
+        l.handle_response(out.id, v4(vec![entry("secret", 30, -1, -1)]), now);
+        let want = GroupError::GroupAuthorizationFailed {
+            group: "secret".into(),
+        };
+        assert_eq!(l.state("secret"), Some(&KeyState::Failed(want.clone())));
+        assert_eq!(
+            l.poll_event(),
+            Some(LookupEvent::Failed {
+                key: "secret".into(),
+                error: want
+            })
+        );
+        assert!(l.poll_request().is_none());
+        assert_eq!(l.poll_timeout(), None);
+        l.rediscover("secret");
+        assert!(l.poll_request().is_none(), "terminal stays terminal");
+    }
+
+    #[test]
+    fn not_coordinator_from_the_coordinator_triggers_a_new_lookup() {
+        let now = crate::testutil::epoch();
+        let mut l = lookup(&["g"]);
+        let out = l.poll_request().unwrap();
+        l.handle_response(out.id, v4(vec![entry("g", 0, 1, 9092)]), now);
+        assert!(l.coordinator("g").is_some());
+        l.rediscover("g");
+        assert!(l.coordinator("g").is_none());
+        let out = l.poll_request().expect("looks up again at once");
+        l.handle_response(out.id, v4(vec![entry("g", 0, 2, 9093)]), now);
+        assert_eq!(l.coordinator("g").unwrap().node_id, 2);
+    }
+
+    #[test]
+    fn keys_are_batched_and_split_when_the_broker_lacks_v4() {
+        let now = crate::testutil::epoch();
+        let mut l = lookup(&["a", "b"]);
+        let out = l.poll_request().unwrap();
+        assert_eq!(keys_of(&out), vec!["a", "b"]);
+        assert_eq!(out.request.versions(), 4..=6);
+        l.handle_response(
+            out.id,
+            Err(TransportError::UnsupportedApi {
+                api: ApiKey::FindCoordinator,
+                ours: 4..=6,
+                broker: Some(0..=3),
+            }),
+            now,
+        );
+        assert_eq!(l.poll_timeout(), None, "no backoff for the split");
+        let first = l.poll_request().unwrap();
+        assert_eq!(keys_of(&first), vec!["a"]);
+        let second = l.poll_request().unwrap();
+        assert_eq!(keys_of(&second), vec!["b"]);
+        let v3 = |node| {
+            Ok(Response {
+                version: 3,
+                body: ResponseKind::FindCoordinator(
+                    FindCoordinatorResponse::default()
+                        .with_node_id(BrokerId(node))
+                        .with_host(StrBytes::from_static_str("h"))
+                        .with_port(1),
+                ),
+            })
+        };
+        l.handle_response(second.id, v3(2), now);
+        l.handle_response(first.id, v3(1), now);
+        assert_eq!(l.coordinator("a").unwrap().node_id, 1);
+        assert_eq!(l.coordinator("b").unwrap().node_id, 2);
+    }
+
+    #[test]
+    fn stale_duplicate_wrong_and_malformed_answers_change_nothing_or_retry() {
+        let now = crate::testutil::epoch();
+        let mut l = lookup(&["g"]);
+        let out = l.poll_request().unwrap();
+        // An id it never sent.
+        l.handle_response(RequestId(999), v4(vec![entry("g", 0, 1, 1)]), now);
+        assert!(matches!(l.state("g"), Some(KeyState::Looking { .. })));
+        // Malformed: unusable address -> retried, not trusted.
+        l.handle_response(out.id, v4(vec![entry("g", 0, 1, 0)]), now);
+        assert!(matches!(
+            l.state("g"),
+            Some(KeyState::Backoff { failures: 1, .. })
+        ));
+        // A duplicate of the same answer is ignored.
+        l.handle_response(out.id, v4(vec![entry("g", 0, 1, 1)]), now);
+        assert!(matches!(l.state("g"), Some(KeyState::Backoff { .. })));
+        l.handle_timeout(now + Duration::from_secs(2));
+        let out = l.poll_request().unwrap();
+        // Missing key and the wrong API are retried.
+        l.handle_response(out.id, v4(vec![entry("other", 0, 1, 1)]), now);
+        assert!(matches!(
+            l.state("g"),
+            Some(KeyState::Backoff { failures: 2, .. })
+        ));
+        l.handle_timeout(now + Duration::from_secs(2));
+        let out = l.poll_request().unwrap();
+        l.handle_response(
+            out.id,
+            Ok(Response {
+                version: 4,
+                body: ResponseKind::Heartbeat(Default::default()),
+            }),
+            now,
+        );
+        assert!(matches!(
+            l.state("g"),
+            Some(KeyState::Backoff { failures: 3, .. })
+        ));
+        // Unknown codes are terminal and typed.
+        l.handle_timeout(now + Duration::from_secs(2));
+        let out = l.poll_request().unwrap();
+        l.handle_response(out.id, v4(vec![entry("g", 4242, 1, 1)]), now);
+        assert_eq!(
+            l.state("g"),
+            Some(&KeyState::Failed(GroupError::UnknownErrorCode {
+                api: ApiKey::FindCoordinator,
+                code: 4242
+            }))
+        );
+    }
+
+    #[test]
+    fn transport_errors_back_off_and_missing_api_is_fatal() {
+        let now = crate::testutil::epoch();
+        let mut l = lookup(&["g"]);
+        let out = l.poll_request().unwrap();
+        l.handle_response(
+            out.id,
+            Err(TransportError::Timeout {
+                api: ApiKey::FindCoordinator,
+                timeout: Duration::from_secs(1),
+            }),
+            now,
+        );
+        assert!(matches!(l.state("g"), Some(KeyState::Backoff { .. })));
+        l.handle_timeout(now + Duration::from_secs(2));
+        let out = l.poll_request().unwrap();
+        let missing = TransportError::UnsupportedApi {
+            api: ApiKey::FindCoordinator,
+            ours: 0..=6,
+            broker: None,
+        };
+        l.handle_response(out.id, Err(missing.clone()), now);
+        assert_eq!(
+            l.state("g"),
+            Some(&KeyState::Failed(GroupError::Transport(missing)))
+        );
+    }
 }

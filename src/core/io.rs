@@ -173,7 +173,10 @@ impl Request {
                     return Err(err("v0 only looks up group coordinators"));
                 }
                 if version >= 4 {
-                    r.coordinator_keys = keys.iter().map(|k| StrBytes::from_string(k.clone())).collect();
+                    r.coordinator_keys = keys
+                        .iter()
+                        .map(|k| StrBytes::from_string(k.clone()))
+                        .collect();
                 } else {
                     match keys.as_slice() {
                         [k] => r.key = StrBytes::from_string(k.clone()),
@@ -241,26 +244,93 @@ pub fn api_key_of(body: &RequestKind) -> ApiKey {
         };
     }
     keys!(
-        Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
-        JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups, SaslHandshake,
-        ApiVersions, CreateTopics, DeleteTopics, DeleteRecords, InitProducerId,
-        OffsetForLeaderEpoch, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers,
-        TxnOffsetCommit, DescribeAcls, CreateAcls, DeleteAcls, DescribeConfigs, AlterConfigs,
-        AlterReplicaLogDirs, DescribeLogDirs, SaslAuthenticate, CreatePartitions,
-        CreateDelegationToken, RenewDelegationToken, ExpireDelegationToken,
-        DescribeDelegationToken, DeleteGroups, ElectLeaders, IncrementalAlterConfigs,
-        AlterPartitionReassignments, ListPartitionReassignments, OffsetDelete,
-        DescribeClientQuotas, AlterClientQuotas, DescribeUserScramCredentials,
-        AlterUserScramCredentials, Vote, BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum,
-        AlterPartition, UpdateFeatures, Envelope, FetchSnapshot, DescribeCluster,
-        DescribeProducers, BrokerRegistration, BrokerHeartbeat, UnregisterBroker,
-        DescribeTransactions, ListTransactions, AllocateProducerIds, ConsumerGroupHeartbeat,
-        ConsumerGroupDescribe, ControllerRegistration, GetTelemetrySubscriptions, PushTelemetry,
-        AssignReplicasToDirs, ListConfigResources, DescribeTopicPartitions, ShareGroupHeartbeat,
-        ShareGroupDescribe, ShareFetch, ShareAcknowledge, AddRaftVoter, RemoveRaftVoter,
-        UpdateRaftVoter, InitializeShareGroupState, ReadShareGroupState, WriteShareGroupState,
-        DeleteShareGroupState, ReadShareGroupStateSummary, DescribeShareGroupOffsets,
-        AlterShareGroupOffsets, DeleteShareGroupOffsets,
+        Produce,
+        Fetch,
+        ListOffsets,
+        Metadata,
+        OffsetCommit,
+        OffsetFetch,
+        FindCoordinator,
+        JoinGroup,
+        Heartbeat,
+        LeaveGroup,
+        SyncGroup,
+        DescribeGroups,
+        ListGroups,
+        SaslHandshake,
+        ApiVersions,
+        CreateTopics,
+        DeleteTopics,
+        DeleteRecords,
+        InitProducerId,
+        OffsetForLeaderEpoch,
+        AddPartitionsToTxn,
+        AddOffsetsToTxn,
+        EndTxn,
+        WriteTxnMarkers,
+        TxnOffsetCommit,
+        DescribeAcls,
+        CreateAcls,
+        DeleteAcls,
+        DescribeConfigs,
+        AlterConfigs,
+        AlterReplicaLogDirs,
+        DescribeLogDirs,
+        SaslAuthenticate,
+        CreatePartitions,
+        CreateDelegationToken,
+        RenewDelegationToken,
+        ExpireDelegationToken,
+        DescribeDelegationToken,
+        DeleteGroups,
+        ElectLeaders,
+        IncrementalAlterConfigs,
+        AlterPartitionReassignments,
+        ListPartitionReassignments,
+        OffsetDelete,
+        DescribeClientQuotas,
+        AlterClientQuotas,
+        DescribeUserScramCredentials,
+        AlterUserScramCredentials,
+        Vote,
+        BeginQuorumEpoch,
+        EndQuorumEpoch,
+        DescribeQuorum,
+        AlterPartition,
+        UpdateFeatures,
+        Envelope,
+        FetchSnapshot,
+        DescribeCluster,
+        DescribeProducers,
+        BrokerRegistration,
+        BrokerHeartbeat,
+        UnregisterBroker,
+        DescribeTransactions,
+        ListTransactions,
+        AllocateProducerIds,
+        ConsumerGroupHeartbeat,
+        ConsumerGroupDescribe,
+        ControllerRegistration,
+        GetTelemetrySubscriptions,
+        PushTelemetry,
+        AssignReplicasToDirs,
+        ListConfigResources,
+        DescribeTopicPartitions,
+        ShareGroupHeartbeat,
+        ShareGroupDescribe,
+        ShareFetch,
+        ShareAcknowledge,
+        AddRaftVoter,
+        RemoveRaftVoter,
+        UpdateRaftVoter,
+        InitializeShareGroupState,
+        ReadShareGroupState,
+        WriteShareGroupState,
+        DeleteShareGroupState,
+        ReadShareGroupStateSummary,
+        DescribeShareGroupOffsets,
+        AlterShareGroupOffsets,
+        DeleteShareGroupOffsets,
     )
 }
 
@@ -277,10 +347,14 @@ mod tests {
 
     #[test]
     fn find_coordinator_uses_key_below_v4_and_batch_from_v4() {
-        let RequestKind::FindCoordinator(r) = find(&["g"]).build(3).unwrap() else { panic!() };
+        let RequestKind::FindCoordinator(r) = find(&["g"]).build(3).unwrap() else {
+            panic!()
+        };
         assert_eq!(r.key.as_str(), "g");
         assert!(r.coordinator_keys.is_empty());
-        let RequestKind::FindCoordinator(r) = find(&["g"]).build(4).unwrap() else { panic!() };
+        let RequestKind::FindCoordinator(r) = find(&["g"]).build(4).unwrap() else {
+            panic!()
+        };
         assert_eq!(r.key.as_str(), "");
         assert_eq!(r.coordinator_keys.len(), 1);
         assert_eq!(find(&["a", "b"]).versions(), 4..=6);

@@ -66,8 +66,12 @@ impl ClusterMetadata {
                 .to_string();
             let mut partitions: Vec<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
             partitions.sort_unstable();
-            if partitions.windows(2).any(|w| w[0] == w[1]) || partitions.first().is_some_and(|p| *p < 0) {
-                return Err(invalid(format!("topic {name} has invalid partitions {partitions:?}")));
+            if partitions.windows(2).any(|w| w[0] == w[1])
+                || partitions.first().is_some_and(|p| *p < 0)
+            {
+                return Err(invalid(format!(
+                    "topic {name} has invalid partitions {partitions:?}"
+                )));
             }
             let topic = TopicMetadata {
                 id: t.topic_id,
@@ -132,12 +136,15 @@ mod tests {
             MetadataResponse::default().with_topics(vec![topic(None, &[0])]),
             MetadataResponse::default().with_topics(vec![topic(Some("t"), &[0, 0])]),
             MetadataResponse::default().with_topics(vec![topic(Some("t"), &[-1])]),
-            MetadataResponse::default().with_topics(vec![topic(Some("t"), &[0]), topic(Some("t"), &[1])]),
-            MetadataResponse::default().with_brokers(vec![MetadataResponseBroker::default().with_port(70000)]),
+            MetadataResponse::default()
+                .with_topics(vec![topic(Some("t"), &[0]), topic(Some("t"), &[1])]),
+            MetadataResponse::default()
+                .with_brokers(vec![MetadataResponseBroker::default().with_port(70000)]),
         ] {
-            assert!(
-                matches!(ClusterMetadata::from_response(&response(r)), Err(GroupError::InvalidResponse { .. })),
-            );
+            assert!(matches!(
+                ClusterMetadata::from_response(&response(r)),
+                Err(GroupError::InvalidResponse { .. })
+            ),);
         }
         let wrong = Response {
             version: 0,

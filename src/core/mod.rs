@@ -25,7 +25,12 @@ pub trait Machine {
     /// When the machine next wants [`handle_timeout`](Machine::handle_timeout) called.
     fn poll_timeout(&self) -> Option<Instant>;
     /// Feeds the outcome of a request the machine emitted.
-    fn handle_response(&mut self, id: RequestId, result: Result<Response, TransportError>, now: Instant);
+    fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    );
     /// Tells the machine the time is `now`; calls before its deadline are harmless.
     fn handle_timeout(&mut self, now: Instant);
 }
@@ -37,7 +42,12 @@ impl Machine for coordinator::CoordinatorLookup {
     fn poll_timeout(&self) -> Option<Instant> {
         coordinator::CoordinatorLookup::poll_timeout(self).map(|(at, _)| at)
     }
-    fn handle_response(&mut self, id: RequestId, result: Result<Response, TransportError>, now: Instant) {
+    fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
         coordinator::CoordinatorLookup::handle_response(self, id, result, now)
     }
     fn handle_timeout(&mut self, now: Instant) {

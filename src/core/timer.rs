@@ -73,7 +73,10 @@ mod tests {
         let mut table = TimerTable::default();
         assert_eq!(table.next(), None);
         table.set(Timer::CoordinatorRetry, t0 + Duration::from_millis(100));
-        assert_eq!(table.next(), Some((t0 + Duration::from_millis(100), Timer::CoordinatorRetry)));
+        assert_eq!(
+            table.next(),
+            Some((t0 + Duration::from_millis(100), Timer::CoordinatorRetry))
+        );
         assert!(!table.expire(Timer::CoordinatorRetry, t0 + Duration::from_millis(99)));
         assert!(table.expire(Timer::CoordinatorRetry, t0 + Duration::from_millis(100)));
         assert!(!table.expire(Timer::CoordinatorRetry, t0 + Duration::from_millis(200)));

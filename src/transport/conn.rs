@@ -59,7 +59,9 @@ impl Drop for Connection {
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("Connection")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
     }
 }
 
@@ -101,9 +103,13 @@ impl Connection {
             let body = RequestKind::ApiVersions(
                 ApiVersionsRequest::default()
                     .with_client_software_name(StrBytes::from_static_str("consumer-membership"))
-                    .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION"))),
+                    .with_client_software_version(StrBytes::from_static_str(env!(
+                        "CARGO_PKG_VERSION"
+                    ))),
             );
-            let r = self.send_at(body, ApiKey::ApiVersions, version, timeout).await?;
+            let r = self
+                .send_at(body, ApiKey::ApiVersions, version, timeout)
+                .await?;
             let ResponseKind::ApiVersions(r) = r.body else {
                 return Err(TransportError::Decode {
                     api: ApiKey::ApiVersions,
@@ -139,7 +145,11 @@ impl Connection {
     }
 
     /// Sends `request` at the negotiated version and waits for its answer.
-    pub(crate) async fn send(&self, request: &Request, timeout: Duration) -> Result<Response, TransportError> {
+    pub(crate) async fn send(
+        &self,
+        request: &Request,
+        timeout: Duration,
+    ) -> Result<Response, TransportError> {
         let (api, version, body) = wire::build(request, &self.versions)?;
         self.send_at(body, api, version, timeout).await
     }
@@ -159,7 +169,14 @@ impl Connection {
             if let Some(e) = &shared.failed {
                 return Err(e.clone());
             }
-            shared.pending.insert(correlation_id, Pending { api, version, reply });
+            shared.pending.insert(
+                correlation_id,
+                Pending {
+                    api,
+                    version,
+                    reply,
+                },
+            );
         }
         tracing::trace!(addr = %self.addr, ?api, version, correlation_id, "send");
         if self.frames.send(frame).is_err() {
@@ -172,8 +189,15 @@ impl Connection {
                 // Answers come in request order, so the connection is stuck: close it, as the
                 // Java client does on a request timeout (NetworkClient.handleTimedOutRequests).
                 let timed_out = TransportError::Timeout { api, timeout };
-                self.shared.lock().expect("lock").pending.remove(&correlation_id);
-                fail(&self.shared, self.disconnected(&format!("closed after a {api:?} request timed out")));
+                self.shared
+                    .lock()
+                    .expect("lock")
+                    .pending
+                    .remove(&correlation_id);
+                fail(
+                    &self.shared,
+                    self.disconnected(&format!("closed after a {api:?} request timed out")),
+                );
                 Err(timed_out)
             }
         }
@@ -220,13 +244,24 @@ async fn write_loop<W: AsyncWrite>(
     tokio::pin!(wr);
     while let Some(frame) = frames.recv().await {
         if let Err(e) = wr.write_all(&frame).await {
-            fail(&shared, TransportError::Disconnected { addr, reason: e.to_string() });
+            fail(
+                &shared,
+                TransportError::Disconnected {
+                    addr,
+                    reason: e.to_string(),
+                },
+            );
             return;
         }
     }
 }
 
-async fn read_loop<R: AsyncRead>(rd: R, shared: Arc<Mutex<Shared>>, addr: String, max_frame: usize) {
+async fn read_loop<R: AsyncRead>(
+    rd: R,
+    shared: Arc<Mutex<Shared>>,
+    addr: String,
+    max_frame: usize,
+) {
     tokio::pin!(rd);
     let error = loop {
         let frame = match read_frame(&mut rd, max_frame, &addr).await {
@@ -234,7 +269,9 @@ async fn read_loop<R: AsyncRead>(rd: R, shared: Arc<Mutex<Shared>>, addr: String
             Err(e) => break e,
         };
         let Some(correlation_id) = wire::peek_correlation_id(&frame) else {
-            break TransportError::InvalidFrameSize { size: frame.len() as i32 };
+            break TransportError::InvalidFrameSize {
+                size: frame.len() as i32,
+            };
         };
         let Some(p) = shared.lock().expect("lock").pending.remove(&correlation_id) else {
             break TransportError::UnknownCorrelationId { correlation_id };
@@ -255,7 +292,11 @@ async fn read_loop<R: AsyncRead>(rd: R, shared: Arc<Mutex<Shared>>, addr: String
 }
 
 /// Reads one frame body (without the size prefix).
-async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize, addr: &str) -> Result<Bytes, TransportError> {
+async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    max: usize,
+    addr: &str,
+) -> Result<Bytes, TransportError> {
     let mut size = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -266,9 +307,19 @@ async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize, addr: &str) ->
                     reason: "closed by the peer".into(),
                 });
             }
-            Ok(0) => return Err(TransportError::TruncatedFrame { expected: 4, received: got }),
+            Ok(0) => {
+                return Err(TransportError::TruncatedFrame {
+                    expected: 4,
+                    received: got,
+                });
+            }
             Ok(n) => got += n,
-            Err(e) => return Err(TransportError::Disconnected { addr: addr.to_owned(), reason: e.to_string() }),
+            Err(e) => {
+                return Err(TransportError::Disconnected {
+                    addr: addr.to_owned(),
+                    reason: e.to_string(),
+                });
+            }
         }
     }
     let size = i32::from_be_bytes(size);
@@ -278,7 +329,10 @@ async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize, addr: &str) ->
     }
     let size = size as usize;
     if size > max {
-        return Err(TransportError::FrameTooLarge { size: size as i64, max });
+        return Err(TransportError::FrameTooLarge {
+            size: size as i64,
+            max,
+        });
     }
     let mut body = BytesMut::with_capacity(size.min(READ_CHUNK));
     while body.len() < size {
@@ -292,8 +346,401 @@ async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize, addr: &str) ->
                 });
             }
             Ok(_) => {}
-            Err(e) => return Err(TransportError::Disconnected { addr: addr.to_owned(), reason: e.to_string() }),
+            Err(e) => {
+                return Err(TransportError::Disconnected {
+                    addr: addr.to_owned(),
+                    reason: e.to_string(),
+                });
+            }
         }
     }
     Ok(body.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::io::CoordinatorKeyType;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{ApiVersionsResponse, FindCoordinatorResponse, RequestHeader};
+    use tokio::io::DuplexStream;
+
+    /// What the fake broker does with one request.
+    #[allow(clippy::large_enum_variant)]
+    enum Act {
+        Reply(ResponseKind),
+        /// Write these bytes instead of an answer.
+        Raw(Vec<u8>),
+        /// Keep the request, answer nothing.
+        Hold,
+        /// Answer the held FindCoordinator requests, newest first, then this one, each with a
+        /// coordinator entry echoing the request's key.
+        EchoKeysReversed,
+        /// Close the connection.
+        Close,
+    }
+
+    fn versions_response(ranges: &[(ApiKey, i16, i16)]) -> ResponseKind {
+        ResponseKind::ApiVersions(
+            ApiVersionsResponse::default().with_api_keys(
+                ranges
+                    .iter()
+                    .map(|&(k, lo, hi)| {
+                        ApiVersion::default()
+                            .with_api_key(k as i16)
+                            .with_min_version(lo)
+                            .with_max_version(hi)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    fn default_versions() -> ResponseKind {
+        versions_response(&[
+            (ApiKey::ApiVersions, 0, 4),
+            (ApiKey::FindCoordinator, 0, 6),
+            (ApiKey::JoinGroup, 0, 4),
+        ])
+    }
+
+    /// A broker on the other end of a duplex pipe, answering with `script(request number, header)`.
+    fn fake_broker(
+        mut io: DuplexStream,
+        mut script: impl FnMut(usize, &RequestHeader) -> Act + Send + 'static,
+    ) {
+        tokio::spawn(async move {
+            let mut held: Vec<(RequestHeader, RequestKind)> = Vec::new();
+            for n in 0.. {
+                let mut size = [0u8; 4];
+                if io.read_exact(&mut size).await.is_err() {
+                    return;
+                }
+                let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+                if io.read_exact(&mut frame).await.is_err() {
+                    return;
+                }
+                let (header, body) =
+                    wire::decode_request(Bytes::from(frame)).expect("client sends valid requests");
+                let answer = |h: &RequestHeader, body: &ResponseKind| {
+                    let api = ApiKey::try_from(h.request_api_key).unwrap();
+                    wire::encode_response(body, api, h.request_api_version, h.correlation_id)
+                        .unwrap()
+                };
+                match script(n, &header) {
+                    Act::Reply(body) => io.write_all(&answer(&header, &body)).await.unwrap(),
+                    Act::Raw(bytes) => {
+                        let _ = io.write_all(&bytes).await;
+                    }
+                    Act::Hold => held.push((header, body)),
+                    Act::Close => return,
+                    Act::EchoKeysReversed => {
+                        held.push((header, body));
+                        for (h, body) in held.drain(..).rev() {
+                            let RequestKind::FindCoordinator(req) = body else {
+                                panic!("{body:?}")
+                            };
+                            let entry = kafka_protocol::messages::find_coordinator_response::Coordinator::default()
+                                .with_key(req.coordinator_keys[0].clone());
+                            let echo = ResponseKind::FindCoordinator(
+                                FindCoordinatorResponse::default().with_coordinators(vec![entry]),
+                            );
+                            io.write_all(&answer(&h, &echo)).await.unwrap();
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    async fn connect(
+        script: impl FnMut(usize, &RequestHeader) -> Act + Send + 'static,
+    ) -> Result<Connection, TransportError> {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        fake_broker(server, script);
+        Connection::establish(
+            client,
+            "fake:9092".into(),
+            "test".into(),
+            1 << 20,
+            Duration::from_secs(5),
+        )
+        .await
+    }
+
+    fn find(group: &str) -> Request {
+        Request::FindCoordinator {
+            key_type: CoordinatorKeyType::Group,
+            keys: vec![group.into()],
+        }
+    }
+
+    /// A frame: size prefix, then `body`.
+    fn frame(size: i32, body: &[u8]) -> Vec<u8> {
+        let mut v = size.to_be_bytes().to_vec();
+        v.extend_from_slice(body);
+        v
+    }
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn pipelined_requests_are_matched_by_correlation_id() {
+        // Requests 1..=2 are held, request 3 releases all three answers in reverse order.
+        let conn = connect(|n, _| match n {
+            0 => Act::Reply(default_versions()),
+            1 | 2 => Act::Hold,
+            _ => Act::EchoKeysReversed,
+        })
+        .await
+        .unwrap();
+        assert_eq!(conn.versions().get(ApiKey::FindCoordinator), Some(0..=6));
+        let (ra, rb, rc) = (find("a"), find("b"), find("c"));
+        let (a, b, c) = tokio::join!(conn.send(&ra, T), conn.send(&rb, T), conn.send(&rc, T));
+        for (r, key) in [(a, "a"), (b, "b"), (c, "c")] {
+            let r = r.unwrap();
+            assert_eq!(r.version, 6);
+            let ResponseKind::FindCoordinator(r) = r.body else {
+                panic!()
+            };
+            assert_eq!(
+                r.coordinators[0].key.as_str(),
+                key,
+                "answer went to the wrong request"
+            );
+        }
+        assert!(!conn.is_failed());
+    }
+
+    #[tokio::test]
+    async fn version_negotiation_without_overlap_is_typed() {
+        let conn = connect(|_, _| Act::Reply(default_versions()))
+            .await
+            .unwrap();
+        let join = Request::Raw {
+            body: Box::new(RequestKind::JoinGroup(Default::default())),
+            versions: 5..=9,
+        };
+        let e = conn.send(&join, T).await.unwrap_err();
+        assert_eq!(
+            e,
+            TransportError::UnsupportedApi {
+                api: ApiKey::JoinGroup,
+                ours: 5..=9,
+                broker: Some(0..=4)
+            }
+        );
+        // Nothing was sent, the connection is fine.
+        assert!(!conn.is_failed());
+    }
+
+    #[tokio::test]
+    async fn apiversions_retries_at_the_version_the_broker_names() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let conn = connect(move |_, h| {
+            log.lock().unwrap().push(h.request_api_version);
+            if h.request_api_version > 2 {
+                let mut r = ApiVersionsResponse::default().with_error_code(35);
+                r.api_keys.push(
+                    ApiVersion::default()
+                        .with_api_key(18)
+                        .with_min_version(0)
+                        .with_max_version(2),
+                );
+                Act::Raw(
+                    wire::encode_response(
+                        &ResponseKind::ApiVersions(r),
+                        ApiKey::ApiVersions,
+                        0,
+                        h.correlation_id,
+                    )
+                    .unwrap()
+                    .to_vec(),
+                )
+            } else {
+                Act::Reply(default_versions())
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![ApiKey::ApiVersions.valid_versions().max, 2]
+        );
+        assert_eq!(conn.versions().get(ApiKey::JoinGroup), Some(0..=4));
+    }
+
+    /// Connects, then answers the first real request with `bytes`; returns what the request and a
+    /// second one sent right after got.
+    async fn after_bad_answer(bytes: Vec<u8>) -> (TransportError, TransportError) {
+        let mut bytes = Some(bytes);
+        let conn = connect(move |n, _| match n {
+            0 => Act::Reply(default_versions()),
+            1 => Act::Raw(bytes.take().unwrap()),
+            _ => Act::Hold,
+        })
+        .await
+        .unwrap();
+        let first = conn.send(&find("g"), T).await.unwrap_err();
+        assert!(conn.is_failed());
+        let second = conn.send(&find("g"), T).await.unwrap_err();
+        (first, second)
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_fails_the_connection_before_allocating() {
+        let (e, again) = after_bad_answer(frame(1 << 30, &[])).await;
+        assert_eq!(
+            e,
+            TransportError::FrameTooLarge {
+                size: 1 << 30,
+                max: 1 << 20
+            }
+        );
+        assert_eq!(again, e, "later sends get the same typed error");
+    }
+
+    #[tokio::test]
+    async fn negative_and_tiny_frame_sizes_are_typed() {
+        assert_eq!(
+            after_bad_answer(frame(-5, &[])).await.0,
+            TransportError::InvalidFrameSize { size: -5 }
+        );
+        assert_eq!(
+            after_bad_answer(frame(2, &[0, 0])).await.0,
+            TransportError::InvalidFrameSize { size: 2 }
+        );
+    }
+
+    #[tokio::test]
+    async fn truncated_frame_is_typed() {
+        // Announces 100 bytes, sends the correlation id and 6 more, then the peer goes away.
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (mut server_rd, mut server_wr) = tokio::io::split(server);
+        let broker = tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut correlation = 0;
+            for n in 0..2 {
+                let mut size = [0u8; 4];
+                server_rd.read_exact(&mut size).await.unwrap();
+                let len = i32::from_be_bytes(size) as usize;
+                server_rd.read_exact(&mut buf[..len]).await.unwrap();
+                let (h, _) = wire::decode_request(Bytes::copy_from_slice(&buf[..len])).unwrap();
+                correlation = h.correlation_id;
+                if n == 0 {
+                    let a = wire::encode_response(
+                        &default_versions(),
+                        ApiKey::ApiVersions,
+                        h.request_api_version,
+                        h.correlation_id,
+                    )
+                    .unwrap();
+                    server_wr.write_all(&a).await.unwrap();
+                }
+            }
+            let mut partial = frame(100, &correlation.to_be_bytes());
+            partial.extend_from_slice(&[0; 6]);
+            server_wr.write_all(&partial).await.unwrap();
+            server_wr.shutdown().await.unwrap();
+            drop(server_wr);
+            drop(server_rd);
+        });
+        let conn = Connection::establish(client, "fake:9092".into(), "t".into(), 1 << 20, T)
+            .await
+            .unwrap();
+        let e = conn.send(&find("g"), T).await.unwrap_err();
+        broker.await.unwrap();
+        assert_eq!(
+            e,
+            TransportError::TruncatedFrame {
+                expected: 104,
+                received: 14
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn garbage_body_is_a_decode_error() {
+        // Correlation id 1 (the first request after ApiVersions), then bytes that are no
+        // FindCoordinator v6 body: a compact string length running past the end.
+        let (e, _) = after_bad_answer(frame(9, &[0, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0x7f])).await;
+        assert!(
+            matches!(
+                e,
+                TransportError::Decode {
+                    api: ApiKey::FindCoordinator,
+                    version: 6,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_correlation_id_fails_every_request_in_flight() {
+        let conn = connect(|n, _| match n {
+            0 => Act::Reply(default_versions()),
+            1 => Act::Hold,
+            _ => Act::Raw(frame(8, &[0x7f, 0, 0, 0, 0, 0, 0, 0])),
+        })
+        .await
+        .unwrap();
+        let (ra, rb) = (find("a"), find("b"));
+        let (a, b) = tokio::join!(conn.send(&ra, T), conn.send(&rb, T));
+        let want = TransportError::UnknownCorrelationId {
+            correlation_id: 0x7f00_0000,
+        };
+        assert_eq!(a.unwrap_err(), want);
+        assert_eq!(b.unwrap_err(), want);
+    }
+
+    #[tokio::test]
+    async fn request_timeout_is_typed_and_closes_the_connection() {
+        let conn = connect(|n, _| {
+            if n == 0 {
+                Act::Reply(default_versions())
+            } else {
+                Act::Hold
+            }
+        })
+        .await
+        .unwrap();
+        let e = conn
+            .send(&find("g"), Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            TransportError::Timeout {
+                api: ApiKey::FindCoordinator,
+                timeout: Duration::from_millis(50)
+            }
+        );
+        assert!(conn.is_failed());
+        assert!(matches!(
+            conn.send(&find("g"), T).await,
+            Err(TransportError::Disconnected { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn peer_close_is_a_disconnect() {
+        let conn = connect(|n, _| {
+            if n == 0 {
+                Act::Reply(default_versions())
+            } else {
+                Act::Close
+            }
+        })
+        .await
+        .unwrap();
+        let e = conn.send(&find("g"), T).await.unwrap_err();
+        assert!(
+            matches!(&e, TransportError::Disconnected { addr, .. } if addr == "fake:9092"),
+            "{e:?}"
+        );
+        assert!(conn.is_failed());
+    }
 }

@@ -16,14 +16,24 @@ use crate::error::TransportError;
 /// Answers one decoded request: `(target, body, version)` to a response body or an error.
 pub trait Handler: Send + 'static {
     /// Answers `body`, which was sent to `target` at `version`.
-    fn handle(&mut self, target: &Target, body: RequestKind, version: i16) -> Result<ResponseKind, TransportError>;
+    fn handle(
+        &mut self,
+        target: &Target,
+        body: RequestKind,
+        version: i16,
+    ) -> Result<ResponseKind, TransportError>;
 }
 
 impl<F> Handler for F
 where
     F: FnMut(&Target, RequestKind, i16) -> Result<ResponseKind, TransportError> + Send + 'static,
 {
-    fn handle(&mut self, target: &Target, body: RequestKind, version: i16) -> Result<ResponseKind, TransportError> {
+    fn handle(
+        &mut self,
+        target: &Target,
+        body: RequestKind,
+        version: i16,
+    ) -> Result<ResponseKind, TransportError> {
         self(target, body, version)
     }
 }
@@ -68,15 +78,27 @@ impl MemoryTransport {
         let (api, version, body) = wire::build(&request, &versions)?;
         let frame = wire::encode_request(&body, api, version, 1, "memory")?;
         let (_, decoded) = wire::decode_request(frame.freeze().slice(4..))?;
-        self.sent.lock().expect("lock").push((target.clone(), decoded.clone(), version));
-        let answer = self.handler.lock().expect("lock").handle(&target, decoded, version)?;
+        self.sent
+            .lock()
+            .expect("lock")
+            .push((target.clone(), decoded.clone(), version));
+        let answer = self
+            .handler
+            .lock()
+            .expect("lock")
+            .handle(&target, decoded, version)?;
         let frame = wire::encode_response(&answer, api, version, 1)?;
         wire::decode_response(frame.freeze().slice(4..), api, version)
     }
 }
 
 impl Transport for MemoryTransport {
-    async fn send(&self, target: Target, request: Request, _timeout: Duration) -> Result<Response, TransportError> {
+    async fn send(
+        &self,
+        target: Target,
+        request: Request,
+        _timeout: Duration,
+    ) -> Result<Response, TransportError> {
         self.exchange(target, request)
     }
 }

@@ -58,7 +58,10 @@ impl TcpTransport {
     }
 
     /// The versions the broker behind `target` advertised, connecting first if needed.
-    pub async fn broker_versions(&self, target: &Target) -> Result<super::wire::BrokerVersions, TransportError> {
+    pub async fn broker_versions(
+        &self,
+        target: &Target,
+    ) -> Result<super::wire::BrokerVersions, TransportError> {
         let timeout = self.inner.config.request_timeout;
         Ok(self.connection(target, timeout).await?.versions().clone())
     }
@@ -68,13 +71,27 @@ impl TcpTransport {
         self.inner.slots.lock().expect("lock").clear();
     }
 
-    async fn connection(&self, target: &Target, timeout: Duration) -> Result<Arc<Connection>, TransportError> {
+    async fn connection(
+        &self,
+        target: &Target,
+        timeout: Duration,
+    ) -> Result<Arc<Connection>, TransportError> {
         let (key, addrs) = match target {
             Target::Bootstrap => (Key::Bootstrap, self.inner.config.bootstrap_servers.clone()),
             Target::Node(b) => (Key::Node(b.node_id), vec![format!("{}:{}", b.host, b.port)]),
-            Target::Coordinator(b) => (Key::Coordinator(b.node_id), vec![format!("{}:{}", b.host, b.port)]),
+            Target::Coordinator(b) => (
+                Key::Coordinator(b.node_id),
+                vec![format!("{}:{}", b.host, b.port)],
+            ),
         };
-        let slot = self.inner.slots.lock().expect("lock").entry(key).or_default().clone();
+        let slot = self
+            .inner
+            .slots
+            .lock()
+            .expect("lock")
+            .entry(key)
+            .or_default()
+            .clone();
         // Holding the slot while connecting makes concurrent senders share one connect.
         let mut slot = slot.lock().await;
         if let Some(c) = slot.as_ref()
@@ -91,23 +108,38 @@ impl TcpTransport {
 
     /// Connects to one of `addrs` (round robin), retrying with `reconnect.backoff.ms` doubling up
     /// to `reconnect.backoff.max.ms` until `timeout` runs out.
-    async fn connect(&self, addrs: &[String], timeout: Duration) -> Result<Connection, TransportError> {
+    async fn connect(
+        &self,
+        addrs: &[String],
+        timeout: Duration,
+    ) -> Result<Connection, TransportError> {
         let cfg = &self.inner.config;
         let attempt = std::sync::atomic::AtomicUsize::new(0);
         let last = Mutex::new(String::from("no address to connect to"));
         let once = || async {
             let i = attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let addr = addrs.get(i % addrs.len().max(1)).cloned().ok_or_else(|| TransportError::Connect {
-                addr: String::new(),
-                reason: "no address to connect to".into(),
+            let addr = addrs.get(i % addrs.len().max(1)).cloned().ok_or_else(|| {
+                TransportError::Connect {
+                    addr: String::new(),
+                    reason: "no address to connect to".into(),
+                }
             })?;
-            let stream = TcpStream::connect(&addr).await.map_err(|e| TransportError::Connect {
-                addr: addr.clone(),
-                reason: e.to_string(),
-            })?;
+            let stream = TcpStream::connect(&addr)
+                .await
+                .map_err(|e| TransportError::Connect {
+                    addr: addr.clone(),
+                    reason: e.to_string(),
+                })?;
             let _ = stream.set_nodelay(true);
             tracing::debug!(%addr, "connected");
-            Connection::establish(stream, addr, cfg.client_id.clone(), cfg.max_response_size, timeout).await
+            Connection::establish(
+                stream,
+                addr,
+                cfg.client_id.clone(),
+                cfg.max_response_size,
+                timeout,
+            )
+            .await
         };
         let backoff = ExponentialBuilder::default()
             .with_min_delay(cfg.reconnect_backoff)
@@ -119,7 +151,12 @@ impl TcpTransport {
             .retry(backoff)
             .sleep(tokio::time::sleep)
             // A broker that answers but shares no ApiVersions version will not change its mind.
-            .when(|e| !matches!(e, TransportError::UnsupportedApi { .. } | TransportError::ApiVersions { .. }))
+            .when(|e| {
+                !matches!(
+                    e,
+                    TransportError::UnsupportedApi { .. } | TransportError::ApiVersions { .. }
+                )
+            })
             .notify(|e, delay| {
                 tracing::debug!(error = %e, ?delay, "connect failed, retrying");
                 *last.lock().expect("lock") = e.to_string();
@@ -135,10 +172,16 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    async fn send(&self, target: Target, request: Request, timeout: Duration) -> Result<Response, TransportError> {
+    async fn send(
+        &self,
+        target: Target,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, TransportError> {
         let started = tokio::time::Instant::now();
         let conn = self.connection(&target, timeout).await?;
         let left = timeout.saturating_sub(started.elapsed());
-        conn.send(&request, left.max(Duration::from_millis(1))).await
+        conn.send(&request, left.max(Duration::from_millis(1)))
+            .await
     }
 }

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::core::io::{Request, Response};
@@ -105,11 +107,17 @@ pub fn encode_request(
 
 /// The correlation id at the start of a response frame (after the size prefix).
 pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
-    frame.get(..4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    frame
+        .get(..4)
+        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// Decodes a response frame (without its size prefix) of `api` sent at `version`.
-pub fn decode_response(mut frame: Bytes, api: ApiKey, version: i16) -> Result<Response, TransportError> {
+pub fn decode_response(
+    mut frame: Bytes,
+    api: ApiKey,
+    version: i16,
+) -> Result<Response, TransportError> {
     let decode_err = |e: anyhow::Error| TransportError::Decode {
         api,
         version,
@@ -119,16 +127,18 @@ pub fn decode_response(mut frame: Bytes, api: ApiKey, version: i16) -> Result<Re
     // A broker that does not support the ApiVersions version asked for answers UNSUPPORTED_VERSION
     // in a v0 body carrying its own range (KIP-511). The error code leads the body at every
     // version, so it tells which layout follows.
-    let version = if api == ApiKey::ApiVersions && frame.get(..2) == Some(&35i16.to_be_bytes()[..]) {
+    let version = if api == ApiKey::ApiVersions && frame.get(..2) == Some(&35i16.to_be_bytes()[..])
+    {
         0
     } else {
         version
     };
-    let body = ResponseKind::decode(api, &mut frame, version).map_err(|e| TransportError::Decode {
-        api,
-        version,
-        reason: e.to_string(),
-    })?;
+    let body =
+        ResponseKind::decode(api, &mut frame, version).map_err(|e| TransportError::Decode {
+            api,
+            version,
+            reason: e.to_string(),
+        })?;
     Ok(Response { version, body })
 }
 
@@ -145,7 +155,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), 
     let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]]))
         .map_err(|_| err(anyhow::anyhow!("unknown api key")))?;
     let version = i16::from_be_bytes([frame[2], frame[3]]);
-    let header = RequestHeader::decode(&mut frame, api.request_header_version(version)).map_err(err)?;
+    let header =
+        RequestHeader::decode(&mut frame, api.request_header_version(version)).map_err(err)?;
     let body = RequestKind::decode(api, &mut frame, version).map_err(err)?;
     Ok((header, body))
 }
@@ -175,7 +186,10 @@ pub fn encode_response(
 }
 
 /// Builds `request` at the version negotiated with `versions`.
-pub fn build(request: &Request, versions: &BrokerVersions) -> Result<(ApiKey, i16, RequestKind), TransportError> {
+pub fn build(
+    request: &Request,
+    versions: &BrokerVersions,
+) -> Result<(ApiKey, i16, RequestKind), TransportError> {
     let api = request.api_key();
     let version = versions.negotiate(api, request.versions())?;
     let body = request.build(version).map_err(|e| TransportError::Encode {
@@ -230,8 +244,13 @@ mod tests {
             }
         );
         assert!(e.to_string().contains("FindCoordinator"), "{e}");
-        let e = b.negotiate(ApiKey::ConsumerGroupHeartbeat, 0..=1).unwrap_err();
-        assert!(matches!(e, TransportError::UnsupportedApi { broker: None, .. }), "{e:?}");
+        let e = b
+            .negotiate(ApiKey::ConsumerGroupHeartbeat, 0..=1)
+            .unwrap_err();
+        assert!(
+            matches!(e, TransportError::UnsupportedApi { broker: None, .. }),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("ConsumerGroupHeartbeat"), "{e}");
         // Inverted ranges in an answer are ignored rather than trusted.
         let b = broker(&[(ApiKey::Heartbeat, 4, 0)]);
@@ -274,19 +293,66 @@ mod tests {
         // Cut short: a typed decode error, not a panic.
         for cut in 4..frame.len() {
             let r = decode_response(frame.slice(4..cut), ApiKey::Heartbeat, 4);
-            assert!(matches!(r, Err(TransportError::Decode { api: ApiKey::Heartbeat, version: 4, .. })), "cut {cut}: {r:?}");
+            assert!(
+                matches!(
+                    r,
+                    Err(TransportError::Decode {
+                        api: ApiKey::Heartbeat,
+                        version: 4,
+                        ..
+                    })
+                ),
+                "cut {cut}: {r:?}"
+            );
         }
+    }
+
+    #[test]
+    fn forged_array_counts_are_typed_errors() {
+        // A 12-byte answer claiming 2^32 - 2 ApiVersion entries; unpatched kafka-protocol reserves
+        // over 100 GiB for it and aborts the process (vendor/kafka-protocol/PATCHED.md).
+        let mut f = BytesMut::new();
+        f.put_i32(1); // correlation id (ApiVersions answers use header v0)
+        f.put_i16(0); // error code
+        f.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]); // compact array length
+        let r = decode_response(f.freeze(), ApiKey::ApiVersions, 3);
+        assert!(
+            matches!(
+                r,
+                Err(TransportError::Decode {
+                    api: ApiKey::ApiVersions,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        // The same for a non-flexible (INT32 count) array.
+        let mut f = BytesMut::new();
+        f.put_i32(1);
+        f.put_i16(0);
+        f.put_i32(i32::MAX);
+        let r = decode_response(f.freeze(), ApiKey::ApiVersions, 2);
+        assert!(matches!(r, Err(TransportError::Decode { .. })), "{r:?}");
     }
 
     #[test]
     fn apiversions_falls_back_to_v0_answers() {
         // A broker that does not know ApiVersions v3 answers with a v0 body (KIP-511).
         let mut v0 = ApiVersionsResponse::default().with_error_code(35);
-        v0.api_keys.push(ApiVersion::default().with_api_key(18).with_min_version(0).with_max_version(2));
-        let frame = encode_response(&ResponseKind::ApiVersions(v0), ApiKey::ApiVersions, 0, 1).unwrap().freeze();
+        v0.api_keys.push(
+            ApiVersion::default()
+                .with_api_key(18)
+                .with_min_version(0)
+                .with_max_version(2),
+        );
+        let frame = encode_response(&ResponseKind::ApiVersions(v0), ApiKey::ApiVersions, 0, 1)
+            .unwrap()
+            .freeze();
         let r = decode_response(frame.slice(4..), ApiKey::ApiVersions, 3).unwrap();
         assert_eq!(r.version, 0);
-        let ResponseKind::ApiVersions(r) = r.body else { panic!() };
+        let ResponseKind::ApiVersions(r) = r.body else {
+            panic!()
+        };
         assert_eq!(r.error_code, 35);
         assert_eq!(r.api_keys[0].max_version, 2);
     }
