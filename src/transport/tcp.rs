@@ -150,11 +150,15 @@ impl TcpTransport {
         let retried = once
             .retry(backoff)
             .sleep(tokio::time::sleep)
-            // A broker that answers but shares no ApiVersions version will not change its mind.
+            // Only a failed dial or a dropped connection is worth another try; a broker that
+            // answers with something broken (oversized, undecodable, no common version) will
+            // answer the same way again, so that error is returned as it is.
             .when(|e| {
-                !matches!(
+                matches!(
                     e,
-                    TransportError::UnsupportedApi { .. } | TransportError::ApiVersions { .. }
+                    TransportError::Connect { .. }
+                        | TransportError::Disconnected { .. }
+                        | TransportError::Timeout { .. }
                 )
             })
             .notify(|e, delay| {

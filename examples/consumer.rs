@@ -1,0 +1,102 @@
+//! Example group member. For now it does what the crate can do end to end: connect to the
+//! cluster, negotiate API versions, and find the group's coordinator.
+//!
+//! ```text
+//! tests/kafka/with-broker.sh cargo run --example consumer -- --group demo
+//! cargo run --example consumer -- --bootstrap 127.0.0.1:9092 --group demo
+//! ```
+//! Without `--bootstrap` it uses `KAFKA_BOOTSTRAP`, then the broker that tests/kafka/broker.sh
+//! started (target/kafka-it/bootstrap).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use consumer_membership::core::io::{Request, Target};
+use consumer_membership::core::metadata::ClusterMetadata;
+use consumer_membership::transport::{TcpTransport, Transport};
+use consumer_membership::{ClientConfig, driver};
+use kafka_protocol::messages::ApiKey;
+
+fn usage() -> ! {
+    eprintln!("usage: consumer [--bootstrap HOST:PORT[,...]] [--group GROUP]");
+    std::process::exit(2)
+}
+
+fn local_bootstrap() -> Option<String> {
+    if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP") {
+        return Some(b);
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/kafka-it/bootstrap");
+    std::fs::read_to_string(file)
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let mut bootstrap = None;
+    let mut group = "consumer-membership-example".to_owned();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--bootstrap" => bootstrap = Some(args.next().unwrap_or_else(|| usage())),
+            "--group" => group = args.next().unwrap_or_else(|| usage()),
+            _ => usage(),
+        }
+    }
+    let Some(bootstrap) = bootstrap.or_else(local_bootstrap) else {
+        eprintln!(
+            "no broker: pass --bootstrap, set KAFKA_BOOTSTRAP, or run through tests/kafka/with-broker.sh"
+        );
+        std::process::exit(1)
+    };
+
+    let config = ClientConfig::new(&bootstrap)?;
+    let transport = Arc::new(TcpTransport::new(config.clone()));
+
+    let versions = transport.broker_versions(&Target::Bootstrap).await?;
+    for api in [
+        ApiKey::FindCoordinator,
+        ApiKey::JoinGroup,
+        ApiKey::SyncGroup,
+        ApiKey::Heartbeat,
+        ApiKey::LeaveGroup,
+        ApiKey::ConsumerGroupHeartbeat,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+    ] {
+        match versions.get(api) {
+            Some(r) => println!("broker serves {api:?} v{}-v{}", r.start(), r.end()),
+            None => println!("broker does not serve {api:?}"),
+        }
+    }
+
+    let metadata = transport
+        .send(
+            Target::Bootstrap,
+            Request::Metadata {
+                topics: None,
+                allow_auto_topic_creation: false,
+            },
+            config.request_timeout,
+        )
+        .await?;
+    let metadata = ClusterMetadata::from_response(&metadata)?;
+    println!(
+        "cluster {} with {} broker(s), {} topic(s)",
+        metadata.cluster_id.as_deref().unwrap_or("?"),
+        metadata.brokers.len(),
+        metadata.topics.len()
+    );
+
+    let started = Instant::now();
+    let coordinator = driver::find_coordinator(&transport, &config, &group).await?;
+    println!(
+        "group {group:?}: coordinator is {coordinator} (found in {:?})",
+        started.elapsed()
+    );
+    Ok(())
+}

@@ -1,0 +1,261 @@
+//! Against a real Apache Kafka 4.x broker (KRaft, started by tests/kafka/with-broker.sh):
+//! connect + ApiVersions, FindCoordinator for new groups, Metadata with topic ids, and the
+//! transport's typed errors.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use consumer_membership::core::backoff::ExponentialBackoff;
+use consumer_membership::core::coordinator::{CoordinatorLookup, LookupConfig};
+use consumer_membership::core::io::{CoordinatorKeyType, Request, Target};
+use consumer_membership::core::metadata::ClusterMetadata;
+use consumer_membership::transport::{TcpTransport, Transport};
+use consumer_membership::{ClientConfig, TransportError, driver};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+
+#[tokio::test]
+async fn api_versions_negotiation_against_kafka_4() {
+    let Some(b) = common::bootstrap() else { return };
+    let (t, _) = common::transport(&b);
+    let v = t
+        .broker_versions(&Target::Bootstrap)
+        .await
+        .expect("connect + ApiVersions");
+    // Kafka 4.x: KIP-848 heartbeats are served, OffsetCommit v0-1 are gone (KIP-896).
+    assert_eq!(v.get(ApiKey::ConsumerGroupHeartbeat), Some(0..=1));
+    assert_eq!(v.get(ApiKey::OffsetCommit).map(|r| *r.start()), Some(2));
+    for (api, ours, want) in [
+        (ApiKey::FindCoordinator, 0..=6, 6),
+        (ApiKey::JoinGroup, 5..=9, 9),
+        (ApiKey::SyncGroup, 5..=5, 5),
+        (ApiKey::Heartbeat, 4..=4, 4),
+        (ApiKey::LeaveGroup, 5..=5, 5),
+        (ApiKey::Metadata, 12..=13, 13),
+    ] {
+        let got = v.negotiate(api, ours).expect("common version");
+        println!("negotiated {api:?} v{got} (broker {:?})", v.get(api));
+        assert_eq!(got, want, "{api:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_version_the_broker_lacks_is_a_typed_error_naming_the_api() {
+    let Some(b) = common::bootstrap() else { return };
+    let (t, _) = common::transport(&b);
+    let join = Request::Raw {
+        body: Box::new(RequestKind::JoinGroup(Default::default())),
+        versions: 10..=12,
+    };
+    let e = t
+        .send(Target::Bootstrap, join, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    println!("{e}");
+    assert!(
+        matches!(&e, TransportError::UnsupportedApi { api: ApiKey::JoinGroup, broker: Some(r), .. } if *r.end() == 9),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("JoinGroup"));
+}
+
+#[tokio::test]
+async fn find_coordinator_for_a_new_group() {
+    let Some(b) = common::bootstrap() else { return };
+    let (t, config) = common::transport(&b);
+    let group = common::unique("fc");
+    let started = Instant::now();
+    let coordinator = driver::find_coordinator(&t, &config, &group)
+        .await
+        .expect("coordinator");
+    println!(
+        "coordinator of {group}: {coordinator} in {:?}",
+        started.elapsed()
+    );
+    // A single node is the coordinator of every group, at the address we bootstrapped from.
+    assert_eq!(coordinator.node_id, 1);
+    assert_eq!(
+        format!("{}:{}", coordinator.host, coordinator.port),
+        b.split(',').next().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn batched_find_coordinator_resolves_several_groups_in_one_request() {
+    let Some(b) = common::bootstrap() else { return };
+    let (t, config) = common::transport(&b);
+    let groups: Vec<String> = (0..3)
+        .map(|i| common::unique(&format!("batch{i}")))
+        .collect();
+    let mut lookup = CoordinatorLookup::new(
+        groups.clone(),
+        LookupConfig {
+            backoff: ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max),
+            request_timeout: config.request_timeout,
+            seed: 1,
+        },
+    );
+    let first = lookup.poll_request().expect("one request");
+    match &first.request {
+        Request::FindCoordinator { keys, .. } => {
+            assert_eq!(keys.len(), 3, "all keys in one request")
+        }
+        other => panic!("{other:?}"),
+    }
+    let answer = t
+        .send(first.target.clone(), first.request.clone(), first.timeout)
+        .await;
+    assert_eq!(answer.as_ref().map(|r| r.version).ok(), Some(6));
+    lookup.handle_response(first.id, answer, Instant::now());
+    let found = driver::run_until(&mut lookup, &t, |l| {
+        groups
+            .iter()
+            .map(|g| l.coordinator(g).cloned())
+            .collect::<Option<Vec<_>>>()
+    })
+    .await;
+    assert!(found.iter().all(|c| c.node_id == 1), "{found:?}");
+}
+
+#[tokio::test]
+async fn metadata_reports_topic_ids_for_a_created_topic() {
+    let Some(b) = common::bootstrap() else { return };
+    let (t, _) = common::transport(&b);
+    let topic = common::unique("md");
+    common::create_topic(&*t, &topic, 3).await;
+    let request = Request::Metadata {
+        topics: Some(vec![topic.clone()]),
+        allow_auto_topic_creation: false,
+    };
+    let r = t
+        .send(Target::Bootstrap, request, Duration::from_secs(10))
+        .await
+        .expect("Metadata");
+    assert!(r.version >= 12, "v{}", r.version);
+    let md = ClusterMetadata::from_response(&r).expect("valid metadata");
+    let tm = &md.topics[&topic];
+    println!(
+        "{topic}: id {} partitions {:?} (Metadata v{})",
+        tm.id, tm.partitions, r.version
+    );
+    assert_eq!(tm.error_code, 0);
+    assert_ne!(
+        tm.id,
+        uuid::Uuid::nil(),
+        "Metadata v12+ carries the topic id"
+    );
+    assert_eq!(tm.partitions, vec![0, 1, 2]);
+    assert_eq!(md.brokers.len(), 1);
+    assert!(md.cluster_id.is_some());
+
+    // An unknown topic is reported by code, not invented.
+    let missing = common::unique("missing");
+    let request = Request::Metadata {
+        topics: Some(vec![missing.clone()]),
+        allow_auto_topic_creation: false,
+    };
+    let r = t
+        .send(Target::Bootstrap, request, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let md = ClusterMetadata::from_response(&r).unwrap();
+    assert_eq!(
+        md.topics[&missing].error_code, 3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+}
+
+#[tokio::test]
+async fn many_requests_in_flight_on_one_connection() {
+    let Some(b) = common::bootstrap() else { return };
+    let (t, _) = common::transport(&b);
+    let groups: Vec<String> = (0..32).map(|i| common::unique(&format!("p{i}"))).collect();
+    let sends = groups.iter().map(|g| {
+        let t = t.clone();
+        let request = Request::FindCoordinator {
+            key_type: CoordinatorKeyType::Group,
+            keys: vec![g.clone()],
+        };
+        async move {
+            t.send(Target::Bootstrap, request, Duration::from_secs(10))
+                .await
+        }
+    });
+    let answers = futures_join_all(sends).await;
+    for (g, a) in groups.iter().zip(answers) {
+        let a = a.expect("answer");
+        let ResponseKind::FindCoordinator(r) = a.body else {
+            panic!()
+        };
+        assert_eq!(
+            r.coordinators[0].key.as_str(),
+            g,
+            "answers matched to their requests"
+        );
+    }
+}
+
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    fs: impl IntoIterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = fs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_response_above_the_frame_limit_is_typed() {
+    let Some(b) = common::bootstrap() else { return };
+    let mut config = ClientConfig::new(&b).unwrap();
+    // Kafka's ApiVersions answer lists ~90 APIs: far above 64 bytes.
+    config.max_response_size = 64;
+    config.request_timeout = Duration::from_secs(5);
+    let t = TcpTransport::new(config);
+    let e = t.broker_versions(&Target::Bootstrap).await.unwrap_err();
+    assert!(
+        matches!(e, TransportError::FrameTooLarge { max: 64, .. }),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn connection_refused_retries_with_backoff_then_fails_typed() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut config = ClientConfig::new(&format!("127.0.0.1:{port}")).unwrap();
+    config.request_timeout = Duration::from_millis(800);
+    let t = Arc::new(TcpTransport::new(config));
+    let started = Instant::now();
+    let e = t
+        .send(
+            Target::Bootstrap,
+            Request::Metadata {
+                topics: None,
+                allow_auto_topic_creation: false,
+            },
+            Duration::from_millis(800),
+        )
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(&e, TransportError::Connect { reason, .. } if reason.contains("gave up")),
+        "{e:?}"
+    );
+    // It kept retrying for the whole timeout (50 ms doubling), not failing at the first refusal.
+    assert!(
+        took >= Duration::from_millis(750) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
