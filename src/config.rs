@@ -117,3 +117,127 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "reconnect.backoff.ms");
     }
 }
+
+/// Group membership settings (Kafka's consumer config names in errors).
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `group.id`.
+    pub group_id: String,
+    /// `group.instance.id`: set for a static member.
+    pub instance_id: Option<String>,
+    /// `session.timeout.ms` (default 45 s).
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms` (default 3 s); must be below the session timeout.
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms` (default 300 s): the rebalance timeout sent in JoinGroup, and the
+    /// longest the application may go without [`poll`](crate::core::classic::ClassicMember::poll).
+    pub max_poll_interval: Duration,
+    /// `partition.assignment.strategy`, by protocol name, preferred first (default
+    /// `["range", "cooperative-sticky"]`, as the Java client).
+    pub assignors: Vec<String>,
+    /// `client.rack`, sent in the subscription (v3).
+    pub rack_id: Option<String>,
+    /// `request.timeout.ms` (default 30 s).
+    pub request_timeout: Duration,
+    /// `retry.backoff.ms` (default 100 ms).
+    pub retry_backoff: Duration,
+    /// `retry.backoff.max.ms` (default 1 s).
+    pub retry_backoff_max: Duration,
+    /// Seed of the backoff jitter; `None` draws one at random.
+    pub seed: Option<u64>,
+}
+
+impl GroupConfig {
+    /// Defaults for `group_id`.
+    pub fn new(group_id: impl Into<String>) -> Self {
+        Self {
+            group_id: group_id.into(),
+            instance_id: None,
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            max_poll_interval: Duration::from_secs(300),
+            assignors: vec!["range".into(), "cooperative-sticky".into()],
+            rack_id: None,
+            request_timeout: Duration::from_secs(30),
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(1),
+            seed: None,
+        }
+    }
+
+    /// Sets `group.instance.id` (static membership).
+    pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// Checks every value; the error names the Kafka config key and the rule.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |key, rule: String| Err(ConfigError { key, rule });
+        if self.group_id.is_empty() {
+            return err("group.id", "must not be empty".into());
+        }
+        if let Some(id) = &self.instance_id {
+            // Topic-name rules (apache/kafka common/internals/Topic.validate via
+            // JoinGroupRequest.validateGroupInstanceId).
+            if id.is_empty() || id == "." || id == ".." || id.len() > 249 {
+                return err(
+                    "group.instance.id",
+                    format!("{id:?} must be 1-249 characters and not \".\" or \"..\""),
+                );
+            }
+            if let Some(c) = id
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+            {
+                return err(
+                    "group.instance.id",
+                    format!("{id:?} contains {c:?}; allowed are [a-zA-Z0-9._-]"),
+                );
+            }
+        }
+        let ms = |d: Duration| i32::try_from(d.as_millis()).ok().filter(|m| *m > 0);
+        for (key, d) in [
+            ("session.timeout.ms", self.session_timeout),
+            ("heartbeat.interval.ms", self.heartbeat_interval),
+            ("max.poll.interval.ms", self.max_poll_interval),
+            ("request.timeout.ms", self.request_timeout),
+        ] {
+            if ms(d).is_none() {
+                return err(
+                    key,
+                    format!("{d:?} must be between 1 ms and {} ms", i32::MAX),
+                );
+            }
+        }
+        if self.heartbeat_interval >= self.session_timeout {
+            return err(
+                "heartbeat.interval.ms",
+                "must be lower than session.timeout.ms".into(),
+            );
+        }
+        if self.assignors.is_empty() {
+            return err(
+                "partition.assignment.strategy",
+                "at least one assignor is required".into(),
+            );
+        }
+        for name in &self.assignors {
+            if crate::core::classic::assignor::by_name(name).is_none() {
+                return err(
+                    "partition.assignment.strategy",
+                    format!(
+                        "unknown assignor {name:?}; known: range, roundrobin, cooperative-sticky"
+                    ),
+                );
+            }
+        }
+        if self.retry_backoff > self.retry_backoff_max {
+            return err(
+                "retry.backoff.ms",
+                "must not exceed retry.backoff.max.ms".into(),
+            );
+        }
+        Ok(())
+    }
+}

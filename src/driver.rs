@@ -75,3 +75,319 @@ pub async fn find_coordinator<T: Transport>(
     })
     .await
 }
+
+// ---------------------------------------------------------------------------- group member
+
+use std::collections::{BTreeMap, HashMap};
+
+use backon::{ExponentialBuilder, Retryable};
+use tokio::sync::oneshot;
+
+use crate::config::GroupConfig;
+use crate::core::TopicPartition;
+use crate::core::classic::{ApiMisuse, ClassicMember};
+use crate::core::events::{
+    CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
+    RevokeTicket,
+};
+
+type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
+
+enum Command {
+    Subscribe(Vec<String>, oneshot::Sender<Result<(), ApiMisuse>>),
+    Unsubscribe,
+    Poll,
+    CompleteRevocation(RevokeTicket, oneshot::Sender<Result<(), ApiMisuse>>),
+    Commit(Vec<CommitOffset>, oneshot::Sender<Result<(), CommitError>>),
+    Fetch(
+        Vec<TopicPartition>,
+        oneshot::Sender<Result<Offsets, CommitError>>,
+    ),
+    Close(CloseOptions, oneshot::Sender<()>),
+    Snapshot(oneshot::Sender<Snapshot>),
+}
+
+/// A point-in-time view of the member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The member id (`""` before the coordinator assigned one).
+    pub member_id: String,
+    /// The generation, -1 outside the group.
+    pub generation: i32,
+    /// The state's name.
+    pub state: &'static str,
+    /// Owned partitions.
+    pub assignment: Vec<TopicPartition>,
+    /// The coordinator's node id, when known.
+    pub coordinator: Option<i32>,
+    /// Whether the member led its last rebalance.
+    pub leader: bool,
+}
+
+/// A classic-protocol group member running on tokio: the async face of
+/// [`ClassicMember`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use consumer_membership::config::{ClientConfig, GroupConfig};
+/// use consumer_membership::core::events::{CloseOptions, CommitOffset, Event};
+/// use consumer_membership::driver::GroupMember;
+/// use consumer_membership::transport::TcpTransport;
+///
+/// let transport = Arc::new(TcpTransport::new(ClientConfig::new("127.0.0.1:9092")?));
+/// let group = GroupConfig::new("orders").with_instance_id("orders-worker-1");
+/// let mut member = GroupMember::start(transport, group)?;
+/// member.subscribe(["orders".to_string()]).await?;
+/// while let Some(event) = member.next_event().await {
+///     match event {
+///         Event::Assigned { added, .. } => println!("now consuming {added:?}"),
+///         Event::Revoking { partitions, ticket } => {
+///             // Commit what was processed of `partitions`, then hand the ticket back.
+///             let offsets: Vec<CommitOffset> = Vec::new();
+///             member.commit(offsets).await?;
+///             member.complete_revocation(ticket).await?;
+///         }
+///         Event::Fatal(e) => return Err(e.into()),
+///         _ => {}
+///     }
+/// #   break;
+/// }
+/// member.close(CloseOptions::Default).await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct GroupMember {
+    handle: MemberHandle,
+    events: mpsc::UnboundedReceiver<Event>,
+}
+
+/// The command side of a [`GroupMember`]: cheap to clone, usable from any task (for example to
+/// commit while another task handles events).
+#[derive(Debug, Clone)]
+pub struct MemberHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    request_timeout: std::time::Duration,
+    retry: ExponentialBuilder,
+}
+
+impl GroupMember {
+    /// Validates `config` and starts the member's task (nothing is sent before `subscribe`).
+    ///
+    /// Give each member a transport of its own (as each Java consumer has its own network
+    /// client): a broker serves one request per connection at a time, so a JoinGroup parked for a
+    /// rebalance would hold up every other member's heartbeats and SyncGroup on a shared
+    /// coordinator connection.
+    pub fn start<T: Transport>(
+        transport: Arc<T>,
+        mut config: GroupConfig,
+    ) -> Result<Self, crate::error::ConfigError> {
+        config.seed = config.seed.or_else(|| Some(rand::random()));
+        let member = ClassicMember::new(config.clone(), Instant::now())?;
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (event_tx, events) = mpsc::unbounded_channel();
+        tokio::spawn(run_member(member, transport, command_rx, event_tx));
+        let handle = MemberHandle {
+            commands,
+            request_timeout: config.request_timeout,
+            retry: ExponentialBuilder::default()
+                .with_min_delay(config.retry_backoff)
+                .with_max_delay(config.retry_backoff_max)
+                .with_factor(2.0)
+                .with_jitter()
+                .with_total_delay(Some(config.request_timeout)),
+        };
+        Ok(Self { handle, events })
+    }
+
+    /// A handle for other tasks.
+    pub fn handle(&self) -> MemberHandle {
+        self.handle.clone()
+    }
+
+    /// The next event. Waiting here counts as the application polling (`max.poll.interval.ms`).
+    /// `None` once the member's task ended.
+    pub async fn next_event(&mut self) -> Option<Event> {
+        self.handle.poll();
+        self.events.recv().await
+    }
+}
+
+impl std::ops::Deref for GroupMember {
+    type Target = MemberHandle;
+    fn deref(&self) -> &MemberHandle {
+        &self.handle
+    }
+}
+
+impl MemberHandle {
+    async fn ask<R>(&self, make: impl FnOnce(oneshot::Sender<R>) -> Command) -> Option<R> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(make(tx)).ok()?;
+        rx.await.ok()
+    }
+
+    /// Subscribes to `topics` and joins the group.
+    pub async fn subscribe(
+        &self,
+        topics: impl IntoIterator<Item = String>,
+    ) -> Result<(), ApiMisuse> {
+        let topics = topics.into_iter().collect();
+        self.ask(|tx| Command::Subscribe(topics, tx))
+            .await
+            .unwrap_or(Err(ApiMisuse::Stopped))
+    }
+
+    /// Unsubscribes (a static member keeps its member id and sends no LeaveGroup).
+    pub fn unsubscribe(&self) {
+        let _ = self.commands.send(Command::Unsubscribe);
+    }
+
+    /// Records that the application is alive (`max.poll.interval.ms`).
+    pub fn poll(&self) {
+        let _ = self.commands.send(Command::Poll);
+    }
+
+    /// Hands back a revocation ticket (after committing the revoked partitions).
+    pub async fn complete_revocation(&self, ticket: RevokeTicket) -> Result<(), ApiMisuse> {
+        self.ask(|tx| Command::CompleteRevocation(ticket, tx))
+            .await
+            .unwrap_or(Err(ApiMisuse::Stopped))
+    }
+
+    /// Commits `offsets`, fenced by the member's generation; retriable failures (coordinator
+    /// moving or loading) are retried with backoff for up to `request.timeout.ms`.
+    pub async fn commit(&self, offsets: Vec<CommitOffset>) -> Result<(), CommitError> {
+        let once = || async {
+            let offsets = offsets.clone();
+            self.ask(|tx| Command::Commit(offsets, tx))
+                .await
+                .unwrap_or_else(|| Err(CommitError::Stopped("member task ended".into())))
+        };
+        once.retry(self.retry)
+            .sleep(tokio::time::sleep)
+            .when(CommitError::is_retriable)
+            .await
+    }
+
+    /// Fetches committed offsets of `partitions` (retriable failures retried like commits).
+    pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
+        let once = || async {
+            let partitions = partitions.clone();
+            self.ask(|tx| Command::Fetch(partitions, tx))
+                .await
+                .unwrap_or_else(|| Err(CommitError::Stopped("member task ended".into())))
+        };
+        once.retry(self.retry)
+            .sleep(tokio::time::sleep)
+            .when(CommitError::is_retriable)
+            .await
+    }
+
+    /// The member's current id, generation, state and assignment.
+    pub async fn snapshot(&self) -> Option<Snapshot> {
+        self.ask(Command::Snapshot).await
+    }
+
+    /// Closes the member (see [`CloseOptions`]) and waits until its LeaveGroup, if one is due,
+    /// was answered (at most `request.timeout.ms`).
+    pub async fn close(&self, options: CloseOptions) {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Close(options, tx)).is_ok() {
+            let _ = tokio::time::timeout(self.request_timeout, rx).await;
+        }
+    }
+}
+
+async fn run_member<T: Transport>(
+    mut member: ClassicMember,
+    transport: Arc<T>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let (resp_tx, mut responses) =
+        mpsc::unbounded_channel::<(RequestId, Result<Response, TransportError>)>();
+    let mut commits: HashMap<CommitId, oneshot::Sender<Result<(), CommitError>>> = HashMap::new();
+    let mut fetches: HashMap<FetchId, oneshot::Sender<Result<Offsets, CommitError>>> =
+        HashMap::new();
+    let mut closing: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut handles_gone = false;
+    loop {
+        while let Some(out) = member.poll_request() {
+            let (transport, tx) = (transport.clone(), resp_tx.clone());
+            tokio::spawn(async move {
+                let result = transport.send(out.target, out.request, out.timeout).await;
+                let _ = tx.send((out.id, result));
+            });
+        }
+        let mut closed = false;
+        while let Some(event) = member.poll_event() {
+            match event {
+                Event::Committed { id, result } => match commits.remove(&id) {
+                    Some(tx) => drop(tx.send(result)),
+                    None => drop(events.send(Event::Committed { id, result })),
+                },
+                Event::OffsetsFetched { id, result } => match fetches.remove(&id) {
+                    Some(tx) => drop(tx.send(result)),
+                    None => drop(events.send(Event::OffsetsFetched { id, result })),
+                },
+                Event::Closed => {
+                    closed = true;
+                    let _ = events.send(Event::Closed);
+                }
+                other => drop(events.send(other)),
+            }
+        }
+        if closed {
+            for tx in closing.drain(..) {
+                let _ = tx.send(());
+            }
+            return;
+        }
+        let deadline = member.poll_timeout().map(|(at, _)| at);
+        tokio::select! {
+            command = commands.recv(), if !handles_gone => {
+                let now = Instant::now();
+                match command {
+                    Some(Command::Subscribe(topics, tx)) => drop(tx.send(member.subscribe(topics, now))),
+                    Some(Command::Unsubscribe) => member.unsubscribe(now),
+                    Some(Command::Poll) => member.poll(now),
+                    Some(Command::CompleteRevocation(ticket, tx)) => drop(tx.send(member.complete_revocation(ticket, now))),
+                    Some(Command::Commit(offsets, tx)) => {
+                        commits.insert(member.commit(offsets, now), tx);
+                    }
+                    Some(Command::Fetch(partitions, tx)) => {
+                        fetches.insert(member.fetch_offsets(partitions, now), tx);
+                    }
+                    Some(Command::Snapshot(tx)) => drop(tx.send(Snapshot {
+                        member_id: member.member_id().to_owned(),
+                        generation: member.generation(),
+                        state: member.state(),
+                        assignment: member.assignment(),
+                        coordinator: member.coordinator().map(|b| b.node_id),
+                        leader: member.is_leader(),
+                    })),
+                    Some(Command::Close(options, tx)) => {
+                        closing.push(tx);
+                        member.close(options, now);
+                        // A stopped member has nothing to leave; otherwise `Event::Closed` ends
+                        // the loop above once the LeaveGroup (if any) was answered.
+                        if member.state() == "Fatal" {
+                            return;
+                        }
+                    }
+                    // Every handle is gone: close with the default semantics.
+                    None => {
+                        handles_gone = true;
+                        member.close(CloseOptions::Default, now);
+                        if member.state() == "Fatal" {
+                            return;
+                        }
+                    }
+                }
+            }
+            Some((id, result)) = responses.recv() => member.handle_response(id, result, Instant::now()),
+            _ = sleep_until(deadline) => member.handle_timeout(Instant::now()),
+        }
+    }
+}

@@ -162,6 +162,17 @@ pub enum GroupError {
         /// The group id.
         group: String,
     },
+    /// FENCED_INSTANCE_ID (82) for the current generation: another process holds the static
+    /// member's `group.instance.id`. The member stops.
+    #[error(
+        "group {group:?}: another member holds group.instance.id {instance_id:?} (FENCED_INSTANCE_ID); this member stops"
+    )]
+    FencedInstanceId {
+        /// The group id.
+        group: String,
+        /// The instance id another process holds.
+        instance_id: String,
+    },
     /// A non-retriable error code with no more specific handling for this API.
     #[error("{api:?} failed with non-retriable error {code} ({name})", name = error_name(*.code))]
     Fatal {
@@ -211,36 +222,82 @@ pub enum ErrorAction {
     RetryBackoff,
     /// The coordinator moved or is gone: look it up again, then retry.
     Rediscover,
-    /// Stop: the error is terminal.
+    /// A rebalance is under way: (re)join now, without backoff, keeping member id and
+    /// generation.
+    RejoinNow,
+    /// MEMBER_ID_REQUIRED (KIP-394): take the member id the broker returned and join again now.
+    AdoptMemberId,
+    /// UNKNOWN_MEMBER_ID: forget member id and generation, partitions are lost, join again now.
+    ResetMemberId,
+    /// ILLEGAL_GENERATION: forget the generation (keep the member id), partitions are lost, join
+    /// again now.
+    ResetGeneration,
+    /// FENCED_INSTANCE_ID: another process holds the instance id; terminal unless the answer is
+    /// stale.
+    Fenced,
+    /// Stop: the error is terminal (for a commit or fetch: that request failed for good).
     Fatal(GroupError),
 }
 
-/// THE table: `(api, error code)` to action. Rows cite the Java client behaviour they follow
-/// (protocol.md §3.3, §6.6; apache/kafka `AbstractCoordinator`, `CoordinatorRequestManager`).
+/// THE table: `(api, error code)` to action, for every group API. Rows follow the Java client
+/// (protocol.md §3.3 and §6.6; apache/kafka `AbstractCoordinator` response handlers,
+/// `ConsumerCoordinator.OffsetCommitResponseHandler` / `OffsetFetchResponseHandler`,
+/// `CoordinatorRequestManager`) except where a comment says otherwise. Whether an answer is
+/// stale (sent for an older generation) is decided by the caller before it acts.
 /// `group` names the group in typed errors.
 pub fn classify(api: ApiKey, code: i16, group: &str) -> ErrorAction {
+    use ApiKey::{FindCoordinator, Heartbeat, JoinGroup, OffsetCommit, OffsetFetch, SyncGroup};
     use ErrorAction::*;
-    const NONE: i16 = 0;
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    const REQUEST_TIMED_OUT: i16 = 7;
     const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     const NOT_COORDINATOR: i16 = 16;
+    const ILLEGAL_GENERATION: i16 = 22;
+    const UNKNOWN_MEMBER_ID: i16 = 25;
+    const REBALANCE_IN_PROGRESS: i16 = 27;
     const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+    const MEMBER_ID_REQUIRED: i16 = 79;
+    const FENCED_INSTANCE_ID: i16 = 82;
+    const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    let fatal = || Fatal(GroupError::Fatal { api, code });
     match (api, code) {
-        (_, NONE) => Proceed,
+        (_, 0) => Proceed,
+        // Java lets a heartbeat fail with backoff only; a member that may no longer use its group
+        // would then heartbeat in vain for ever, so this crate stops it at once, typed.
         (_, GROUP_AUTHORIZATION_FAILED) => Fatal(GroupError::GroupAuthorizationFailed {
             group: group.to_owned(),
         }),
-        // FindCoordinator: every retriable error (the coordinator is loading, the offsets topic
-        // is being created, the broker answered before it knew) is retried after the backoff
-        // (AbstractCoordinator.ensureCoordinatorReady, CoordinatorRequestManager.onFailedResponse).
-        (ApiKey::FindCoordinator, _) if is_retriable(code) => RetryBackoff,
-        // Requests sent to the coordinator: it moved or is gone, so look it up again
-        // (AbstractCoordinator.markCoordinatorUnknown on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE).
-        (_, NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE) => Rediscover,
+        // FindCoordinator: every retriable error (the offsets topic is being created, the
+        // coordinator is loading, the broker answered before it knew) is retried after the
+        // backoff (ensureCoordinatorReady, CoordinatorRequestManager.onFailedResponse).
+        (FindCoordinator, c) if is_retriable(c) => RetryBackoff,
+        // Requests to the coordinator: it moved or is gone (markCoordinatorUnknown). A commit
+        // that timed out at the broker is treated the same way (OffsetCommitResponseHandler).
+        (_, NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE) | (OffsetCommit, REQUEST_TIMED_OUT) => {
+            Rediscover
+        }
+        // Loading: JoinGroup sleeps retry.backoff.ms and rejoins; heartbeats back off; commits
+        // and fetches are retriable. SyncGroup is not special-cased in Java (it surfaces a
+        // KafkaException); here it rejoins after the backoff like JoinGroup.
         (_, COORDINATOR_LOAD_IN_PROGRESS) => RetryBackoff,
+        (JoinGroup, MEMBER_ID_REQUIRED) => AdoptMemberId,
+        (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, UNKNOWN_MEMBER_ID) => ResetMemberId,
+        (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, ILLEGAL_GENERATION) => ResetGeneration,
+        (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, REBALANCE_IN_PROGRESS) => RejoinNow,
+        (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, FENCED_INSTANCE_ID) => Fenced,
+        // A commit to a partition the broker does not know yet is retriable; a fetch of one is
+        // not (OffsetFetchResponseHandler raises a KafkaException).
+        (OffsetCommit, UNKNOWN_TOPIC_OR_PARTITION) => RetryBackoff,
+        (OffsetFetch, UNKNOWN_TOPIC_OR_PARTITION) => fatal(),
+        (OffsetFetch, UNSTABLE_OFFSET_COMMIT) => RetryBackoff,
         (_, c) if known(c).is_none() => Fatal(GroupError::UnknownErrorCode { api, code }),
+        // Everything else Kafka marks retriable is retried; the rest is terminal (for JoinGroup:
+        // GROUP_MAX_SIZE_REACHED, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
+        // INVALID_GROUP_ID, UNSUPPORTED_VERSION; for commits: OFFSET_METADATA_TOO_LARGE,
+        // INVALID_COMMIT_OFFSET_SIZE, TOPIC_AUTHORIZATION_FAILED).
         (_, c) if is_retriable(c) => RetryBackoff,
-        (_, _) => Fatal(GroupError::Fatal { api, code }),
+        (_, _) => fatal(),
     }
 }
 
@@ -296,12 +353,114 @@ mod tests {
         for api in [
             ApiKey::Heartbeat,
             ApiKey::JoinGroup,
-            ApiKey::ConsumerGroupHeartbeat,
+            ApiKey::SyncGroup,
             ApiKey::OffsetCommit,
+            ApiKey::OffsetFetch,
         ] {
             assert_eq!(classify(api, 16, "g"), ErrorAction::Rediscover, "{api:?}");
             assert_eq!(classify(api, 15, "g"), ErrorAction::Rediscover, "{api:?}");
             assert_eq!(classify(api, 14, "g"), ErrorAction::RetryBackoff, "{api:?}");
+        }
+        assert_eq!(
+            classify(ApiKey::OffsetCommit, 7, "g"),
+            ErrorAction::Rediscover
+        );
+    }
+
+    /// Every row of the classic matrix (protocol.md §3.3), one assertion each.
+    #[test]
+    fn classic_matrix_rows() {
+        use ApiKey::*;
+        use ErrorAction::*;
+        let f = |api, code| classify(api, code, "g");
+        let fatal = |api, code| Fatal(GroupError::Fatal { api, code });
+        let rows: &[(ApiKey, i16, ErrorAction)] = &[
+            // NONE
+            (JoinGroup, 0, Proceed),
+            (SyncGroup, 0, Proceed),
+            (Heartbeat, 0, Proceed),
+            (OffsetCommit, 0, Proceed),
+            (OffsetFetch, 0, Proceed),
+            // UNKNOWN_MEMBER_ID
+            (JoinGroup, 25, ResetMemberId),
+            (SyncGroup, 25, ResetMemberId),
+            (Heartbeat, 25, ResetMemberId),
+            (OffsetCommit, 25, ResetMemberId),
+            // ILLEGAL_GENERATION
+            (JoinGroup, 22, ResetGeneration),
+            (SyncGroup, 22, ResetGeneration),
+            (Heartbeat, 22, ResetGeneration),
+            (OffsetCommit, 22, ResetGeneration),
+            // REBALANCE_IN_PROGRESS
+            (JoinGroup, 27, RejoinNow),
+            (SyncGroup, 27, RejoinNow),
+            (Heartbeat, 27, RejoinNow),
+            (OffsetCommit, 27, RejoinNow),
+            // FENCED_INSTANCE_ID
+            (JoinGroup, 82, Fenced),
+            (SyncGroup, 82, Fenced),
+            (Heartbeat, 82, Fenced),
+            (OffsetCommit, 82, Fenced),
+            // MEMBER_ID_REQUIRED
+            (JoinGroup, 79, AdoptMemberId),
+            // terminal JoinGroup / SyncGroup errors
+            (JoinGroup, 81, fatal(JoinGroup, 81)),
+            (JoinGroup, 23, fatal(JoinGroup, 23)),
+            (JoinGroup, 26, fatal(JoinGroup, 26)),
+            (JoinGroup, 24, fatal(JoinGroup, 24)),
+            (JoinGroup, 35, fatal(JoinGroup, 35)),
+            (SyncGroup, 23, fatal(SyncGroup, 23)),
+            // commit / fetch specifics
+            (OffsetCommit, 29, fatal(OffsetCommit, 29)),
+            (OffsetFetch, 29, fatal(OffsetFetch, 29)),
+            (OffsetCommit, 3, RetryBackoff),
+            (OffsetFetch, 3, fatal(OffsetFetch, 3)),
+            (OffsetCommit, 12, fatal(OffsetCommit, 12)),
+            (OffsetCommit, 28, fatal(OffsetCommit, 28)),
+            (OffsetFetch, 88, RetryBackoff),
+            // anything else / unknown
+            (Heartbeat, -1, fatal(Heartbeat, -1)),
+            (
+                JoinGroup,
+                20000,
+                Fatal(GroupError::UnknownErrorCode {
+                    api: JoinGroup,
+                    code: 20000,
+                }),
+            ),
+            (
+                SyncGroup,
+                20000,
+                Fatal(GroupError::UnknownErrorCode {
+                    api: SyncGroup,
+                    code: 20000,
+                }),
+            ),
+            (
+                OffsetCommit,
+                20000,
+                Fatal(GroupError::UnknownErrorCode {
+                    api: OffsetCommit,
+                    code: 20000,
+                }),
+            ),
+        ];
+        for (api, code, want) in rows {
+            assert_eq!(&f(*api, *code), want, "{api:?} {code}");
+        }
+        for api in [
+            JoinGroup,
+            SyncGroup,
+            Heartbeat,
+            OffsetCommit,
+            OffsetFetch,
+            LeaveGroup,
+        ] {
+            assert_eq!(
+                f(api, 30),
+                Fatal(GroupError::GroupAuthorizationFailed { group: "g".into() }),
+                "{api:?}"
+            );
         }
     }
 

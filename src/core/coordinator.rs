@@ -120,6 +120,16 @@ impl CoordinatorLookup {
         }
     }
 
+    /// Whether `id` is a request of this lookup still waiting for its answer.
+    pub fn is_waiting_for(&self, id: RequestId) -> bool {
+        self.in_flight.contains_key(&id)
+    }
+
+    /// Hands out request ids from `ids` (to keep them apart from the owner's own ids).
+    pub(crate) fn set_request_ids(&mut self, ids: RequestIds) {
+        self.ids = ids;
+    }
+
     /// The state of `key`'s lookup, `None` for a key this lookup does not track.
     pub fn state(&self, key: &str) -> Option<&KeyState> {
         self.keys.get(key)
@@ -308,9 +318,8 @@ impl CoordinatorLookup {
                 ),
             },
             ErrorAction::Fatal(e) => Outcome::Fatal(e),
-            ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
-                Outcome::Retry(format!("error {code} ({})", crate::error::error_name(code)))
-            }
+            // Only retriable codes and terminal ones occur for FindCoordinator (see `classify`).
+            _ => Outcome::Retry(format!("error {code} ({})", crate::error::error_name(code))),
         }
     }
 

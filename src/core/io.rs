@@ -26,6 +26,11 @@ impl fmt::Display for RequestId {
 pub(crate) struct RequestIds(u64);
 
 impl RequestIds {
+    /// Ids after `base`, so two machines of one member never hand out the same id.
+    pub(crate) fn starting_at(base: u64) -> Self {
+        Self(base)
+    }
+
     pub(crate) fn next(&mut self) -> RequestId {
         self.0 += 1;
         RequestId(self.0)
@@ -203,8 +208,37 @@ impl Request {
                         .with_allow_auto_topic_creation(*allow_auto_topic_creation),
                 )
             }
-            Request::Raw { body, .. } => (**body).clone(),
+            Request::Raw { body, .. } => prune((**body).clone(), version),
         })
+    }
+}
+
+/// Clears the fields `version` does not carry, so a body built for the newest version of a group
+/// API encodes at an older one (instead of failing with "field not available").
+fn prune(body: RequestKind, version: i16) -> RequestKind {
+    match body {
+        // JoinGroup v8+ carries a reason.
+        RequestKind::JoinGroup(r) if version < 8 => RequestKind::JoinGroup(r.with_reason(None)),
+        // SyncGroup v5+ carries protocol type and name (KIP-559).
+        RequestKind::SyncGroup(r) if version < 5 => {
+            RequestKind::SyncGroup(r.with_protocol_type(None).with_protocol_name(None))
+        }
+        // LeaveGroup v5+ carries a reason per member.
+        RequestKind::LeaveGroup(mut r) if version < 5 => {
+            for m in &mut r.members {
+                m.reason = None;
+            }
+            RequestKind::LeaveGroup(r)
+        }
+        // OffsetFetch v9+ carries member id and epoch.
+        RequestKind::OffsetFetch(mut r) if version < 9 => {
+            for g in &mut r.groups {
+                g.member_id = None;
+                g.member_epoch = -1;
+            }
+            RequestKind::OffsetFetch(r)
+        }
+        other => other,
     }
 }
 

@@ -8,15 +8,43 @@
 //!   `poll_timeout()`.
 
 pub mod backoff;
+pub mod classic;
 pub mod coordinator;
+pub mod events;
 pub mod io;
 pub mod metadata;
 pub mod timer;
 
+use std::fmt;
 use std::time::Instant;
 
 use crate::error::TransportError;
 use io::{Outbound, RequestId, Response};
+
+/// A partition of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    /// The topic name.
+    pub topic: String,
+    /// The partition index.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// `topic`-`partition`.
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
 
 /// A sans-IO machine a driver can run over a transport.
 pub trait Machine {

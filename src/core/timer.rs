@@ -10,10 +10,24 @@ use std::time::Instant;
 pub enum Timer {
     /// Retry a failed coordinator lookup (KIP-580 backoff).
     CoordinatorRetry,
+    /// Send the next heartbeat (`heartbeat.interval.ms`, or the backoff after a failure).
+    Heartbeat,
+    /// No heartbeat succeeded for `session.timeout.ms`: the coordinator is treated as unknown.
+    Session,
+    /// The application did not poll within `max.poll.interval.ms`.
+    PollInterval,
+    /// A (re)join waits: backoff after a retriable error, or a quarantine.
+    Rejoin,
 }
 
 impl Timer {
-    const ALL: [Timer; 1] = [Timer::CoordinatorRetry];
+    const ALL: [Timer; 5] = [
+        Timer::CoordinatorRetry,
+        Timer::Heartbeat,
+        Timer::Session,
+        Timer::PollInterval,
+        Timer::Rejoin,
+    ];
 
     fn index(self) -> usize {
         self as usize

@@ -119,3 +119,216 @@ impl Drop for Cluster {
             .output();
     }
 }
+
+// ---------------------------------------------------------------------------- members
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use consumer_membership::config::GroupConfig;
+use consumer_membership::core::TopicPartition;
+use consumer_membership::core::events::Event;
+use consumer_membership::driver::{GroupMember, MemberHandle, Snapshot};
+use consumer_membership::error::TransportError;
+
+/// A transport that records every request it sends.
+pub struct Recorder<T> {
+    inner: T,
+    pub sent: Mutex<Vec<(Target, Request)>>,
+}
+
+impl<T: Transport> Recorder<T> {
+    pub fn new(inner: T) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            sent: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The JoinGroup bodies sent so far.
+    pub fn joins(&self) -> Vec<kafka_protocol::messages::JoinGroupRequest> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, r)| match r {
+                Request::Raw { body, .. } => match &**body {
+                    RequestKind::JoinGroup(j) => Some(j.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl<T: Transport> Transport for Recorder<T> {
+    async fn send(
+        &self,
+        target: Target,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, TransportError> {
+        self.sent
+            .lock()
+            .unwrap()
+            .push((target.clone(), request.clone()));
+        self.inner.send(target, request, timeout).await
+    }
+}
+
+/// What a test member saw.
+#[derive(Debug, Default, Clone)]
+pub struct Seen {
+    pub owned: BTreeSet<TopicPartition>,
+    /// Generations in which the member got an assignment (one per rebalance it took part in).
+    pub assigned_generations: Vec<i32>,
+    pub revoked: Vec<TopicPartition>,
+    pub lost: usize,
+    pub fatal: Option<consumer_membership::GroupError>,
+    pub closed: bool,
+}
+
+/// A member whose events are handled by a background task: revocations are handed back at once.
+pub struct TestMember {
+    pub handle: MemberHandle,
+    pub seen: Arc<Mutex<Seen>>,
+}
+
+/// Fast group timings for tests (the test broker allows a 1 s minimum session).
+pub fn group_config(group: &str, instance: Option<&str>) -> GroupConfig {
+    let mut c = GroupConfig::new(group);
+    c.instance_id = instance.map(String::from);
+    c.session_timeout = Duration::from_secs(6);
+    c.heartbeat_interval = Duration::from_millis(500);
+    c.max_poll_interval = Duration::from_secs(20);
+    c.request_timeout = Duration::from_secs(15);
+    c
+}
+
+/// Logs to the test output when RUST_LOG is set.
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
+impl TestMember {
+    pub async fn start<T: Transport>(
+        transport: Arc<T>,
+        config: GroupConfig,
+        topics: &[&str],
+    ) -> TestMember {
+        init_tracing();
+        let mut member = GroupMember::start(transport, config).expect("valid config");
+        member
+            .subscribe(topics.iter().map(|t| t.to_string()))
+            .await
+            .expect("subscribe");
+        let handle = member.handle();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Some(event) = member.next_event().await {
+                if let Event::Revoking { partitions, ticket } = event {
+                    {
+                        let mut s = record.lock().unwrap();
+                        for p in &partitions {
+                            s.owned.remove(p);
+                        }
+                        s.revoked.extend(partitions);
+                    }
+                    member
+                        .complete_revocation(ticket)
+                        .await
+                        .expect("ticket accepted");
+                    continue;
+                }
+                let mut s = record.lock().unwrap();
+                match event {
+                    Event::Assigned {
+                        owned, generation, ..
+                    } => {
+                        s.owned = owned.into_iter().collect();
+                        s.assigned_generations.push(generation);
+                    }
+                    Event::Revoked { partitions } => {
+                        for p in &partitions {
+                            s.owned.remove(p);
+                        }
+                    }
+                    Event::Lost { .. } => {
+                        s.owned.clear();
+                        s.lost += 1;
+                    }
+                    Event::Fatal(e) => s.fatal = Some(e),
+                    Event::Closed => s.closed = true,
+                    _ => {}
+                }
+            }
+        });
+        TestMember { handle, seen }
+    }
+
+    pub fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub async fn snapshot(&self) -> Snapshot {
+        self.handle.snapshot().await.expect("member task alive")
+    }
+
+    /// Waits until the member is Stable (and, if given, owns `count` partitions).
+    pub async fn wait_stable(&self, count: Option<usize>, timeout: Duration) -> Snapshot {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let s = self.snapshot().await;
+            if s.state == "Stable" && count.is_none_or(|c| s.assignment.len() == c) {
+                return s;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not stable within {timeout:?}: {s:?} {:?}",
+                self.seen()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Waits until `members` are all Stable with disjoint assignments covering `total` partitions.
+pub async fn wait_balanced(
+    members: &[&TestMember],
+    total: usize,
+    timeout: Duration,
+) -> Vec<Snapshot> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let mut snaps = Vec::new();
+        for m in members {
+            snaps.push(m.snapshot().await);
+        }
+        let all: Vec<&TopicPartition> = snaps.iter().flat_map(|s| s.assignment.iter()).collect();
+        let distinct: BTreeSet<&TopicPartition> = all.iter().copied().collect();
+        let same_generation = snaps.windows(2).all(|w| w[0].generation == w[1].generation);
+        if snaps.iter().all(|s| s.state == "Stable")
+            && same_generation
+            && all.len() == total
+            && distinct.len() == total
+        {
+            return snaps;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not balanced within {timeout:?}: {snaps:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+pub mod java_peer;

@@ -1,0 +1,231 @@
+//! Client-side partition assignors for the classic protocol: the group leader runs one over every
+//! member's [`Subscription`] and sends each member its share in SyncGroup.
+//!
+//! The names match Java's, so a group can mix this client with Java (or librdkafka) consumers:
+//! [`Range`] (`"range"`), [`RoundRobin`] (`"roundrobin"`) and [`CooperativeSticky`]
+//! (`"cooperative-sticky"`). Every assignor is deterministic: the same input gives the same output,
+//! whatever order the members come in.
+//!
+//! Common input rules (as Java's `AbstractPartitionAssignor.assign`): a subscribed topic missing
+//! from the partition counts, or with no partitions, is skipped; a member id that appears twice is
+//! taken once (its first entry).
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use super::subscription::Subscription;
+use crate::core::TopicPartition;
+
+mod cooperative_sticky;
+mod range;
+mod round_robin;
+#[cfg(test)]
+mod test_support;
+
+pub use cooperative_sticky::CooperativeSticky;
+pub use range::Range;
+pub use round_robin::RoundRobin;
+
+/// How a member gives up partitions during a rebalance (Java's
+/// `ConsumerPartitionAssignor.RebalanceProtocol`; ordered `Eager < Cooperative` like Java's enum,
+/// so the highest protocol all members support is the `max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RebalanceProtocol {
+    /// Every member revokes all its partitions before joining.
+    Eager,
+    /// Members keep their partitions while rebalancing and revoke only those the new assignment
+    /// takes away (KIP-429); a moved partition reaches its new owner one rebalance later.
+    Cooperative,
+}
+
+/// One member of the group as the leader's assignor sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberMetadata {
+    /// The member id the coordinator gave the member.
+    pub member_id: String,
+    /// The member's `group.instance.id` when it is a static member (KIP-345).
+    pub instance_id: Option<String>,
+    /// What the member sent in JoinGroup for this assignor.
+    pub subscription: Subscription,
+}
+
+/// A partition assignment strategy run by the group leader.
+pub trait Assignor: Send + Sync + std::fmt::Debug {
+    /// Protocol name in JoinGroup; must equal Java's so mixed groups work: "range", "roundrobin",
+    /// "cooperative-sticky".
+    fn name(&self) -> &'static str;
+
+    /// The rebalance protocol the assignor prefers. Java's `supportedProtocols()` lists every
+    /// protocol an assignor supports (cooperative-sticky: COOPERATIVE and EAGER) and the group uses
+    /// the highest one all members support; this returns the preferred one.
+    fn protocol(&self) -> RebalanceProtocol;
+
+    /// `partitions`: topic -> partition count, only topics that exist. Returns member_id ->
+    /// assigned partitions (every member present, possibly empty, partitions sorted).
+    fn assign(
+        &self,
+        partitions: &BTreeMap<String, i32>,
+        members: &[MemberMetadata],
+    ) -> BTreeMap<String, Vec<TopicPartition>>;
+
+    /// The `user_data` a member using this assignor puts in its [`Subscription`], given the
+    /// generation of its current assignment (-1 before the first). Java's
+    /// `ConsumerPartitionAssignor.subscriptionUserData`; only cooperative-sticky sends any.
+    fn subscription_user_data(&self, generation: i32) -> Option<Bytes> {
+        let _ = generation;
+        None
+    }
+}
+
+/// The assignor Java calls `name`: "range", "roundrobin" or "cooperative-sticky".
+pub fn by_name(name: &str) -> Option<Box<dyn Assignor>> {
+    match name {
+        range::NAME => Some(Box::new(Range)),
+        round_robin::NAME => Some(Box::new(RoundRobin)),
+        cooperative_sticky::NAME => Some(Box::new(CooperativeSticky)),
+        _ => None,
+    }
+}
+
+/// Java's `AbstractPartitionAssignor.MemberInfo.compareTo` (KIP-345): static members first,
+/// ordered by `group.instance.id`, then dynamic members by member id. Java leaves ties (two
+/// members with one instance id) in map order; this breaks them by member id.
+fn member_order(a: &MemberMetadata, b: &MemberMetadata) -> Ordering {
+    let by_instance = match (&a.instance_id, &b.instance_id) {
+        (Some(x), Some(y)) => x.cmp(y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    by_instance.then_with(|| a.member_id.cmp(&b.member_id))
+}
+
+/// The members with duplicate ids dropped (first entry kept), sorted by member id.
+fn unique_members(members: &[MemberMetadata]) -> Vec<&MemberMetadata> {
+    let mut seen = BTreeSet::new();
+    let mut unique: Vec<&MemberMetadata> = members
+        .iter()
+        .filter(|m| seen.insert(m.member_id.as_str()))
+        .collect();
+    unique.sort_by(|a, b| a.member_id.cmp(&b.member_id));
+    unique
+}
+
+/// The partition count of `topic`, or `None` when it does not exist or has no partitions.
+fn partition_count(partitions: &BTreeMap<String, i32>, topic: &str) -> Option<i32> {
+    partitions.get(topic).copied().filter(|&n| n > 0)
+}
+
+/// The member's subscribed topics that exist and have partitions, sorted, without duplicates.
+fn assignable_topics<'a>(
+    partitions: &BTreeMap<String, i32>,
+    member: &'a MemberMetadata,
+) -> BTreeSet<&'a str> {
+    member
+        .subscription
+        .topics
+        .iter()
+        .map(String::as_str)
+        .filter(|t| partition_count(partitions, t).is_some())
+        .collect()
+}
+
+/// An empty assignment for every (unique) member.
+fn empty_assignment(members: &[&MemberMetadata]) -> BTreeMap<String, Vec<TopicPartition>> {
+    members
+        .iter()
+        .map(|m| (m.member_id.clone(), Vec::new()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_java_and_by_name_finds_them() {
+        for (name, protocol) in [
+            ("range", RebalanceProtocol::Eager),
+            ("roundrobin", RebalanceProtocol::Eager),
+            ("cooperative-sticky", RebalanceProtocol::Cooperative),
+        ] {
+            let assignor = by_name(name).unwrap();
+            assert_eq!(assignor.name(), name);
+            assert_eq!(assignor.protocol(), protocol);
+        }
+        assert!(by_name("sticky").is_none());
+        assert!(by_name("Range").is_none());
+        assert!(RebalanceProtocol::Eager < RebalanceProtocol::Cooperative);
+    }
+
+    #[test]
+    fn member_order_puts_static_members_first_by_instance_id() {
+        let m = |id: &str, instance: Option<&str>| MemberMetadata {
+            member_id: id.into(),
+            instance_id: instance.map(Into::into),
+            subscription: Subscription::default(),
+        };
+        let mut members = [
+            m("a", None),
+            m("z", Some("i1")),
+            m("b", Some("i0")),
+            m("0", None),
+            m("c", Some("i0")),
+        ];
+        members.sort_by(member_order);
+        let ids: Vec<&str> = members.iter().map(|m| m.member_id.as_str()).collect();
+        assert_eq!(ids, ["b", "c", "z", "0", "a"]);
+    }
+
+    #[test]
+    fn duplicate_member_ids_are_taken_once() {
+        let partitions = BTreeMap::from([("t".to_owned(), 4)]);
+        let member = |topics: &[&str]| MemberMetadata {
+            member_id: "m".into(),
+            instance_id: None,
+            subscription: Subscription::new(topics.iter().copied()),
+        };
+        let members = [member(&["t"]), member(&["u"])];
+        for name in ["range", "roundrobin", "cooperative-sticky"] {
+            let result = by_name(name).unwrap().assign(&partitions, &members);
+            assert_eq!(result.len(), 1, "{name}");
+            assert_eq!(result["m"].len(), 4, "{name}");
+        }
+    }
+
+    #[test]
+    fn no_members_and_bad_partition_counts_are_harmless() {
+        let partitions = BTreeMap::from([
+            ("neg".to_owned(), -3),
+            ("zero".to_owned(), 0),
+            ("t".to_owned(), 2),
+        ]);
+        let member = MemberMetadata {
+            member_id: "m".into(),
+            instance_id: None,
+            subscription: Subscription {
+                topics: vec!["neg".into(), "zero".into(), "t".into(), "missing".into()],
+                owned_partitions: vec![
+                    TopicPartition::new("neg", 0),
+                    TopicPartition::new("t", 7),
+                    TopicPartition::new("t", -1),
+                    TopicPartition::new("missing", 0),
+                ],
+                generation_id: 3,
+                ..Subscription::default()
+            },
+        };
+        for name in ["range", "roundrobin", "cooperative-sticky"] {
+            let assignor = by_name(name).unwrap();
+            assert!(assignor.assign(&partitions, &[]).is_empty());
+            let result = assignor.assign(&partitions, std::slice::from_ref(&member));
+            assert_eq!(
+                result["m"],
+                vec![TopicPartition::new("t", 0), TopicPartition::new("t", 1)],
+                "{name}"
+            );
+        }
+    }
+}

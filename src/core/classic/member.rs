@@ -1,0 +1,1724 @@
+//! The classic-protocol member: JoinGroup / SyncGroup / Heartbeat / LeaveGroup, static
+//! membership, client-side assignment, offset commit and fetch.
+//!
+//! ```text
+//!               subscribe                       JoinGroup ok             SyncGroup ok
+//! Unsubscribed ───────────► Rejoin ──► Joining ─────────────► Syncing ───────────────► Stable
+//!                             ▲  (leader: Assigning = Metadata, then SyncGroup)           │
+//!                             │                                                           │
+//!                             └─ AwaitRevoke ◄── rebalance (eager: revoke all first) ─────┘
+//!      close/unsubscribe ──► Leaving (LeaveGroup, when due) ──► Closed | Unsubscribed
+//!      FENCED_INSTANCE_ID, fatal codes ──► Fatal
+//! ```
+//!
+//! Identity rules (the reason this crate exists; KAFKA-20985):
+//! - the member id survives every path that does not send LeaveGroup: unsubscribe, close with
+//!   remain-in-group (or default, for a static member), poll timeout, session expiry, coordinator
+//!   loss. Only UNKNOWN_MEMBER_ID answering the current generation, or a LeaveGroup that really
+//!   went out, clears it;
+//! - a JoinGroup with member id `""` and an instance id is not sent again while an earlier one
+//!   may still reach the broker: after such a join failed in the transport (its fate unknown),
+//!   the next empty-id join waits out the JoinGroup timeout of the first. If the first one still
+//!   lands later and replaces this member, the FENCED_INSTANCE_ID that follows is recognised as
+//!   self-inflicted (bounded by the number of such joins) and the member rejoins instead of
+//!   stopping;
+//! - FENCED_INSTANCE_ID answering the current generation is otherwise terminal and typed.
+//!
+//! Every response passes one gate: it must answer a request this member sent, and join/sync
+//! answers must answer the request the member is waiting for. Errors that reset state act only
+//! when the request carried the current generation and member id (KAFKA-9823 semantics).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ApiKey, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    OffsetCommitRequest, OffsetFetchRequest, RequestKind, ResponseKind, SyncGroupRequest,
+    TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::assignor::{self, Assignor, MemberMetadata, RebalanceProtocol};
+use super::subscription::{Assignment, Subscription};
+use crate::config::GroupConfig;
+use crate::core::TopicPartition;
+use crate::core::backoff::{ExponentialBackoff, JitterRng};
+use crate::core::coordinator::{CoordinatorLookup, LookupConfig};
+use crate::core::events::{
+    CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
+    RevokeTicket,
+};
+use crate::core::io::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
+use crate::core::metadata::ClusterMetadata;
+use crate::core::timer::{Timer, TimerTable};
+use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
+
+/// `ConsumerProtocol.PROTOCOL_TYPE`.
+const PROTOCOL_TYPE: &str = "consumer";
+/// JoinGroup v5 is the first with `GroupInstanceId`; dynamic members could use v4, but every 4.x
+/// broker has v9.
+const JOIN_VERSIONS: std::ops::RangeInclusive<i16> = 5..=9;
+/// SyncGroup v3+ and Heartbeat v3+ carry the instance id; SyncGroup v5 the protocol type and name.
+const SYNC_VERSIONS: std::ops::RangeInclusive<i16> = 3..=5;
+const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 3..=4;
+/// LeaveGroup v3+ is batched (member id + instance id).
+const LEAVE_VERSIONS: std::ops::RangeInclusive<i16> = 3..=5;
+/// OffsetCommit v7+ carries the instance id; the classic Java client caps at v9 (names, not ids).
+const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 7..=9;
+/// OffsetFetch v8+ is batched by group; capped at v9 (names) like the Java classic client.
+const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 8..=9;
+/// Request ids of the coordinator lookup live in their own range.
+const LOOKUP_IDS: u64 = 1 << 48;
+
+/// Misuse of the member's API by the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiMisuse {
+    /// The ticket does not belong to the revocation the member waits for.
+    #[error("this revocation ticket is not the one the member waits for")]
+    UnknownTicket,
+    /// The subscription has no topic.
+    #[error("subscribe needs at least one topic")]
+    EmptySubscription,
+    /// The member was closed or stopped.
+    #[error("the member is closed or stopped")]
+    Stopped,
+}
+
+/// Where the member stands. Each variant holds only its own data.
+#[derive(Debug)]
+enum Phase {
+    /// No subscription; not trying to be in the group.
+    Unsubscribed,
+    /// Wants to join as soon as the coordinator is known and `not_before` passed.
+    Rejoin { not_before: Option<Instant> },
+    /// Waiting for the application's revocation ticket before rejoining.
+    AwaitRevoke { ticket: u64 },
+    /// JoinGroup in flight.
+    Joining { request: RequestId },
+    /// Leader: Metadata for the members' topics in flight.
+    Assigning {
+        request: RequestId,
+        members: Vec<MemberMetadata>,
+        protocol: String,
+    },
+    /// SyncGroup in flight.
+    Syncing { request: RequestId },
+    /// In the group with an assignment.
+    Stable,
+    /// The application missed `max.poll.interval.ms`; waiting for its next poll.
+    PollExpired,
+    /// LeaveGroup in flight; then `Closed` (or `Unsubscribed`).
+    Leaving {
+        request: RequestId,
+        then_close: bool,
+    },
+    /// Closed by the application.
+    Closed,
+    /// Stopped by a terminal error.
+    Fatal(GroupError),
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::Unsubscribed => "Unsubscribed",
+            Phase::Rejoin { .. } => "Rejoin",
+            Phase::AwaitRevoke { .. } => "AwaitRevoke",
+            Phase::Joining { .. } => "Joining",
+            Phase::Assigning { .. } => "Assigning",
+            Phase::Syncing { .. } => "Syncing",
+            Phase::Stable => "Stable",
+            Phase::PollExpired => "PollExpired",
+            Phase::Leaving { .. } => "Leaving",
+            Phase::Closed => "Closed",
+            Phase::Fatal(_) => "Fatal",
+        }
+    }
+}
+
+/// What a request in flight was sent with: the gate compares it with the state on return.
+#[derive(Debug)]
+enum Sent {
+    Join {
+        member_id: String,
+    },
+    Metadata,
+    Sync {
+        generation: i32,
+        member_id: String,
+    },
+    Heartbeat {
+        generation: i32,
+        member_id: String,
+    },
+    Leave,
+    Commit {
+        id: CommitId,
+        generation: i32,
+        member_id: String,
+        partitions: Vec<TopicPartition>,
+    },
+    Fetch {
+        id: FetchId,
+    },
+}
+
+/// A commit or fetch waiting for the coordinator.
+#[derive(Debug)]
+enum Queued {
+    Commit {
+        id: CommitId,
+        offsets: Vec<CommitOffset>,
+    },
+    Fetch {
+        id: FetchId,
+        partitions: Vec<TopicPartition>,
+    },
+}
+
+/// A classic-protocol group member (sans-IO). See the module docs for the state diagram and the
+/// identity rules, and [`crate::core`] for the drive contract.
+#[derive(Debug)]
+pub struct ClassicMember {
+    config: GroupConfig,
+    assignors: Vec<Arc<dyn Assignor>>,
+    /// Eager unless every configured assignor is cooperative (the Java client's rule).
+    protocol: RebalanceProtocol,
+    phase: Phase,
+    now: Instant,
+    topics: BTreeSet<String>,
+    member_id: String,
+    generation: i32,
+    protocol_name: Option<String>,
+    leader: bool,
+    owned: BTreeSet<TopicPartition>,
+    lookup: CoordinatorLookup,
+    ids: RequestIds,
+    sent: HashMap<RequestId, Sent>,
+    timers: TimerTable,
+    backoff: ExponentialBackoff,
+    rng: JitterRng,
+    events: VecDeque<Event>,
+    queued: VecDeque<Queued>,
+    outbound: VecDeque<Outbound>,
+    heartbeat_in_flight: bool,
+    heartbeat_failures: u32,
+    join_failures: u32,
+    /// Empty-id joins whose fate is unknown (transport failure): each may still land and replace
+    /// this member; counts the self-fences the member forgives.
+    empty_joins_in_doubt: u32,
+    /// No empty-id join before this instant (see the identity rules).
+    empty_join_quarantine: Option<Instant>,
+    next_ticket: u64,
+    next_op: u64,
+    /// Reason a rejoin was requested while stable (for the JoinGroup `Reason`).
+    rejoin_reason: &'static str,
+}
+
+impl ClassicMember {
+    /// A member of `config.group_id`, not yet subscribed.
+    pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let assignors: Vec<Arc<dyn Assignor>> = config
+            .assignors
+            .iter()
+            .map(|n| Arc::from(assignor::by_name(n).expect("validated")))
+            .collect();
+        let protocol = if assignors
+            .iter()
+            .all(|a| a.protocol() == RebalanceProtocol::Cooperative)
+        {
+            RebalanceProtocol::Cooperative
+        } else {
+            RebalanceProtocol::Eager
+        };
+        let seed = config.seed.unwrap_or(0x5eed);
+        let backoff = ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max);
+        let mut lookup = CoordinatorLookup::new(
+            [config.group_id.clone()],
+            LookupConfig {
+                backoff,
+                request_timeout: config.request_timeout,
+                seed: seed.wrapping_add(1),
+            },
+        );
+        lookup.set_request_ids(RequestIds::starting_at(LOOKUP_IDS));
+        Ok(Self {
+            assignors,
+            protocol,
+            phase: Phase::Unsubscribed,
+            now,
+            topics: BTreeSet::new(),
+            member_id: String::new(),
+            generation: -1,
+            protocol_name: None,
+            leader: false,
+            owned: BTreeSet::new(),
+            lookup,
+            ids: RequestIds::default(),
+            sent: HashMap::new(),
+            timers: TimerTable::default(),
+            backoff,
+            rng: JitterRng::from_seed(seed),
+            events: VecDeque::new(),
+            queued: VecDeque::new(),
+            outbound: VecDeque::new(),
+            heartbeat_in_flight: false,
+            heartbeat_failures: 0,
+            join_failures: 0,
+            empty_joins_in_doubt: 0,
+            empty_join_quarantine: None,
+            next_ticket: 0,
+            next_op: 0,
+            rejoin_reason: "subscribed",
+            config,
+        })
+    }
+
+    // ------------------------------------------------------------------ accessors
+
+    /// The member id (`""` before the coordinator assigned one).
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The generation the member is in, -1 when none.
+    pub fn generation(&self) -> i32 {
+        self.generation
+    }
+
+    /// Whether the member led the last rebalance it joined.
+    pub fn is_leader(&self) -> bool {
+        self.leader
+    }
+
+    /// The partitions the member owns.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.owned.iter().cloned().collect()
+    }
+
+    /// The state's name (for logs and tests).
+    pub fn state(&self) -> &'static str {
+        self.phase.name()
+    }
+
+    /// The coordinator, when known.
+    pub fn coordinator(&self) -> Option<&Broker> {
+        self.lookup.coordinator(&self.config.group_id)
+    }
+
+    /// The terminal error, once the member stopped on one.
+    pub fn fatal_error(&self) -> Option<&GroupError> {
+        match &self.phase {
+            Phase::Fatal(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    #[cfg(test)]
+    pub(crate) fn generation_for_tests(&mut self, generation: i32) {
+        self.generation = generation;
+    }
+
+    fn is_static(&self) -> bool {
+        self.config.instance_id.is_some()
+    }
+
+    fn stopped(&self) -> bool {
+        matches!(self.phase, Phase::Closed | Phase::Fatal(_))
+    }
+
+    /// In the group: heartbeats are due.
+    fn heartbeating(&self) -> bool {
+        self.generation >= 0
+            && !self.member_id.is_empty()
+            && matches!(
+                self.phase,
+                Phase::Assigning { .. }
+                    | Phase::Syncing { .. }
+                    | Phase::Stable
+                    | Phase::AwaitRevoke { .. }
+                    | Phase::Rejoin { .. }
+            )
+    }
+
+    // ------------------------------------------------------------------ commands
+
+    /// Subscribes to `topics` (replacing an earlier subscription) and starts joining.
+    pub fn subscribe(
+        &mut self,
+        topics: impl IntoIterator<Item = String>,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        self.advance(now);
+        if self.stopped() {
+            return Err(ApiMisuse::Stopped);
+        }
+        let topics: BTreeSet<String> = topics.into_iter().collect();
+        if topics.is_empty() {
+            return Err(ApiMisuse::EmptySubscription);
+        }
+        let changed = topics != self.topics;
+        self.topics = topics;
+        self.timers
+            .set(Timer::PollInterval, now + self.config.max_poll_interval);
+        match self.phase {
+            Phase::Unsubscribed | Phase::PollExpired => self.request_rejoin("subscribed"),
+            Phase::Stable if changed => self.request_rejoin("subscription changed"),
+            // A rebalance under way picks the new topics up at its next JoinGroup; a LeaveGroup in
+            // flight rejoins when it is answered.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Leaves the subscription. The application releases its partitions ([`Event::Revoked`]);
+    /// a dynamic member sends LeaveGroup, a static one does not and keeps its member id.
+    pub fn unsubscribe(&mut self, now: Instant) {
+        self.advance(now);
+        if self.stopped() || matches!(self.phase, Phase::Unsubscribed) {
+            return;
+        }
+        self.topics.clear();
+        self.timers.stop(Timer::PollInterval);
+        self.release_owned();
+        self.leave(CloseOptions::Default, false, "unsubscribed");
+    }
+
+    /// Records that the application is alive (its poll loop ran). Missing `max.poll.interval.ms`
+    /// makes the member leave as the Java client does on poll timeout (a static member keeps its id
+    /// and sends nothing); the next poll rejoins.
+    pub fn poll(&mut self, now: Instant) {
+        self.advance(now);
+        if self.topics.is_empty() || self.stopped() {
+            return;
+        }
+        self.timers
+            .set(Timer::PollInterval, now + self.config.max_poll_interval);
+        if matches!(self.phase, Phase::PollExpired) {
+            self.request_rejoin("polled again after poll timeout");
+        }
+    }
+
+    /// Hands back the ticket of an [`Event::Revoking`]: the application committed and stopped
+    /// using those partitions. The member then rejoins.
+    ///
+    /// Errors with [`ApiMisuse::UnknownTicket`] when the ticket is not the one awaited (the
+    /// member has since lost the partitions, or the ticket is stale).
+    pub fn complete_revocation(
+        &mut self,
+        ticket: RevokeTicket,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        self.advance(now);
+        match self.phase {
+            Phase::AwaitRevoke { ticket: t } if t == ticket.id => {
+                self.set_phase(Phase::Rejoin { not_before: None }, "revocation completed");
+                Ok(())
+            }
+            _ => Err(ApiMisuse::UnknownTicket),
+        }
+    }
+
+    /// Commits `offsets` with the member's generation, member id and instance id. The outcome
+    /// arrives as [`Event::Committed`]; during a rebalance it is [`CommitError::RebalanceInProgress`]
+    /// at once, outside the group [`CommitError::NotMember`].
+    pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+        self.advance(now);
+        self.next_op += 1;
+        let id = CommitId(self.next_op);
+        let refuse = match &self.phase {
+            Phase::Closed | Phase::Fatal(_) => Some(CommitError::Stopped(self.phase.name().into())),
+            // The Java client commits only with a stable generation (generationIfStable); while
+            // revoking the member still holds its generation, so commits go through.
+            Phase::Stable | Phase::AwaitRevoke { .. } if self.generation >= 0 => None,
+            Phase::Rejoin { .. }
+            | Phase::Joining { .. }
+            | Phase::Assigning { .. }
+            | Phase::Syncing { .. } => Some(CommitError::RebalanceInProgress),
+            _ => Some(CommitError::NotMember {
+                reason: "the member has no generation".into(),
+            }),
+        };
+        match refuse {
+            Some(e) => self
+                .events
+                .push_back(Event::Committed { id, result: Err(e) }),
+            None => self.queued.push_back(Queued::Commit { id, offsets }),
+        }
+        id
+    }
+
+    /// Fetches the committed offsets of `partitions` (RequireStable, so pending transactional
+    /// offsets are waited for). The outcome arrives as [`Event::OffsetsFetched`].
+    pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
+        self.advance(now);
+        self.next_op += 1;
+        let id = FetchId(self.next_op);
+        if self.stopped() {
+            let e = CommitError::Stopped(self.phase.name().into());
+            self.events
+                .push_back(Event::OffsetsFetched { id, result: Err(e) });
+        } else {
+            self.queued.push_back(Queued::Fetch { id, partitions });
+        }
+        id
+    }
+
+    /// Closes the member. Owned partitions are released ([`Event::Revoked`]); a LeaveGroup is
+    /// sent when `options` ask for it (see [`CloseOptions`]); then [`Event::Closed`].
+    pub fn close(&mut self, options: CloseOptions, now: Instant) {
+        self.advance(now);
+        if self.stopped() {
+            return;
+        }
+        self.topics.clear();
+        self.timers.stop(Timer::PollInterval);
+        if let Phase::Leaving { then_close, .. } = &mut self.phase {
+            // A LeaveGroup is already out: close when it is answered.
+            *then_close = true;
+            return;
+        }
+        self.release_owned();
+        self.leave(options, true, "closed");
+    }
+
+    // ------------------------------------------------------------------ outputs
+
+    /// The next request to send. Drain until `None` after every input.
+    pub fn poll_request(&mut self) -> Option<Outbound> {
+        if let Some(out) = self.outbound.pop_front() {
+            return Some(out);
+        }
+        // The coordinator is looked up only when something needs it.
+        let needed = !self.stopped()
+            && (!matches!(self.phase, Phase::Unsubscribed) || !self.queued.is_empty());
+        if needed && let Some(out) = self.lookup.poll_request() {
+            return Some(out);
+        }
+        let coordinator = self.coordinator()?.clone();
+        if self.stopped() || matches!(self.phase, Phase::Leaving { .. }) {
+            return None;
+        }
+        if let Some(q) = self.queued.pop_front() {
+            return Some(self.build_queued(q, &coordinator));
+        }
+        if let Phase::Rejoin { not_before, .. } = self.phase {
+            let quarantine = if self.member_id.is_empty() && self.is_static() {
+                self.empty_join_quarantine.filter(|q| *q > self.now)
+            } else {
+                None
+            };
+            match not_before.filter(|t| *t > self.now).or(quarantine) {
+                Some(at) => self.timers.set(Timer::Rejoin, at),
+                None => return Some(self.build_join(&coordinator)),
+            }
+        }
+        if self.heartbeating() && !self.heartbeat_in_flight {
+            match self.timers.get(Timer::Heartbeat) {
+                Some(at) if at > self.now => {}
+                _ => return Some(self.build_heartbeat(&coordinator)),
+            }
+        }
+        None
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        while let Some(e) = self.lookup.poll_event() {
+            if let crate::core::coordinator::LookupEvent::Failed { error, .. } = e {
+                self.fail(error);
+            }
+        }
+        self.events.pop_front()
+    }
+
+    /// The earliest deadline and its timer.
+    pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        let own = self.timers.next().filter(|(_, t)| match t {
+            Timer::Heartbeat => self.heartbeating() && !self.heartbeat_in_flight,
+            Timer::Session => self.heartbeating(),
+            Timer::Rejoin => matches!(self.phase, Phase::Rejoin { .. }),
+            _ => true,
+        });
+        match (own, self.lookup.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ------------------------------------------------------------------ inputs
+
+    /// Advances the clock to `now` and fires due timers. Early or repeated calls are harmless.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        self.lookup.handle_timeout(self.now);
+        self.timers.expire(Timer::Rejoin, self.now);
+        self.timers.expire(Timer::Heartbeat, self.now);
+        if self.timers.expire(Timer::Session, self.now) && self.heartbeating() {
+            // No heartbeat answered within the session timeout: the coordinator is treated as
+            // unknown (Heartbeat.sessionTimeoutExpired -> markCoordinatorUnknown); the member
+            // keeps id and generation and finds out at the next answer whether it is still in.
+            tracing::info!(group = %self.config.group_id, "no heartbeat answered within session.timeout.ms; looking up the coordinator again");
+            self.lookup.rediscover(&self.config.group_id);
+            self.timers
+                .set(Timer::Session, self.now + self.config.session_timeout);
+        }
+        if self.timers.expire(Timer::PollInterval, self.now)
+            && !self.topics.is_empty()
+            && !matches!(self.phase, Phase::PollExpired | Phase::Unsubscribed)
+            && !self.stopped()
+        {
+            tracing::warn!(group = %self.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
+            self.lose_owned("poll timeout");
+            self.leave(CloseOptions::Default, false, "poll timeout");
+            if !matches!(self.phase, Phase::Leaving { .. }) {
+                self.set_phase(Phase::PollExpired, "poll timeout");
+            }
+        }
+    }
+
+    /// Feeds the outcome of a request this member emitted.
+    pub fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        self.advance(now);
+        if self.lookup.is_waiting_for(id) {
+            self.lookup.handle_response(id, result, self.now);
+            return;
+        }
+        let Some(sent) = self.sent.remove(&id) else {
+            tracing::debug!(%id, "ignoring an answer to no request in flight");
+            return;
+        };
+        match sent {
+            Sent::Join { member_id } => self.on_join(id, member_id, result),
+            Sent::Metadata => self.on_metadata(id, result),
+            Sent::Sync {
+                generation,
+                member_id,
+            } => self.on_sync(id, generation, member_id, result),
+            Sent::Heartbeat {
+                generation,
+                member_id,
+            } => self.on_heartbeat(generation, member_id, result),
+            Sent::Leave => self.on_leave(id, result),
+            Sent::Commit {
+                id,
+                generation,
+                member_id,
+                partitions,
+            } => self.on_commit(id, generation, member_id, partitions, result),
+            Sent::Fetch { id } => self.on_fetch(id, result),
+        }
+    }
+
+    // ------------------------------------------------------------------ transitions
+
+    fn advance(&mut self, now: Instant) {
+        // Time never runs backwards inside the machine.
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    /// The one funnel for state changes: logs `from -> to (reason)` and tells the application.
+    fn set_phase(&mut self, next: Phase, reason: &'static str) {
+        let from = self.phase.name();
+        let to = next.name();
+        self.phase = next;
+        if from != to {
+            tracing::info!(group = %self.config.group_id, member_id = %self.member_id, generation = self.generation, "{from} -> {to} ({reason})");
+            self.events.push_back(Event::StateChanged {
+                from,
+                to,
+                reason,
+                member_id: self.member_id.clone(),
+                generation: self.generation,
+            });
+        }
+    }
+
+    fn fail(&mut self, error: GroupError) {
+        if self.stopped() {
+            return;
+        }
+        tracing::error!(group = %self.config.group_id, %error, "member stopped");
+        self.lose_owned("fatal error");
+        self.queued_fail(CommitError::Stopped(error.to_string()));
+        self.set_phase(Phase::Fatal(error.clone()), "fatal error");
+        self.events.push_back(Event::Fatal(error));
+    }
+
+    /// Asks for a (re)join. Eager: every owned partition is revoked first (with a ticket);
+    /// cooperative: only partitions of topics no longer subscribed.
+    fn request_rejoin(&mut self, reason: &'static str) {
+        self.rejoin_reason = reason;
+        let revoke: Vec<TopicPartition> = match self.protocol {
+            RebalanceProtocol::Eager => self.owned.iter().cloned().collect(),
+            RebalanceProtocol::Cooperative => self
+                .owned
+                .iter()
+                .filter(|tp| !self.topics.contains(&tp.topic))
+                .cloned()
+                .collect(),
+        };
+        if revoke.is_empty() {
+            self.set_phase(Phase::Rejoin { not_before: None }, reason);
+        } else {
+            self.revoke(revoke, reason);
+        }
+    }
+
+    /// Gives up `partitions` with a ticket, then rejoins once it is handed back.
+    fn revoke(&mut self, partitions: Vec<TopicPartition>, reason: &'static str) {
+        for tp in &partitions {
+            self.owned.remove(tp);
+        }
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.events.push_back(Event::Revoking {
+            partitions,
+            ticket: RevokeTicket { id: ticket },
+        });
+        self.set_phase(Phase::AwaitRevoke { ticket }, reason);
+    }
+
+    fn rejoin_after_backoff(&mut self, reason: &'static str) {
+        let delay = self.backoff.delay(self.join_failures, &mut self.rng);
+        self.join_failures = self.join_failures.saturating_add(1);
+        self.set_phase(
+            Phase::Rejoin {
+                not_before: Some(self.now + delay),
+            },
+            reason,
+        );
+    }
+
+    /// The application released its partitions itself.
+    fn release_owned(&mut self) {
+        if !self.owned.is_empty() {
+            let partitions = std::mem::take(&mut self.owned).into_iter().collect();
+            self.events.push_back(Event::Revoked { partitions });
+        }
+    }
+
+    fn lose_owned(&mut self, reason: &'static str) {
+        if !self.owned.is_empty() {
+            let partitions = std::mem::take(&mut self.owned).into_iter().collect();
+            self.events.push_back(Event::Lost { partitions, reason });
+        }
+    }
+
+    /// Forgets the generation; keeps the member id.
+    fn reset_generation(&mut self) {
+        self.generation = -1;
+        self.protocol_name = None;
+        self.leader = false;
+        self.heartbeat_failures = 0;
+    }
+
+    /// Forgets member id and generation. Only for UNKNOWN_MEMBER_ID answering the current
+    /// generation, and after a LeaveGroup really went out.
+    fn reset_member_id(&mut self) {
+        self.reset_generation();
+        self.member_id.clear();
+    }
+
+    /// `maybeLeaveGroup`, with this crate's identity rule: a LeaveGroup goes out when the
+    /// member is in the group and `options` ask for it (static: only `LeaveGroup`; dynamic:
+    /// `Default` or `LeaveGroup`). Without one, the member id is kept.
+    fn leave(&mut self, options: CloseOptions, then_close: bool, reason: &'static str) {
+        let send = self.coordinator().is_some()
+            && !self.member_id.is_empty()
+            && !matches!(self.phase, Phase::Unsubscribed | Phase::PollExpired)
+            && match options {
+                CloseOptions::LeaveGroup => true,
+                CloseOptions::Default => !self.is_static(),
+                CloseOptions::RemainInGroup => false,
+            };
+        if send {
+            let coordinator = self.coordinator().expect("checked").clone();
+            let member = MemberIdentity::default()
+                .with_member_id(StrBytes::from_string(self.member_id.clone()))
+                .with_group_instance_id(self.config.instance_id.clone().map(StrBytes::from_string))
+                .with_reason(Some(StrBytes::from_static_str(reason)));
+            let body = LeaveGroupRequest::default()
+                .with_group_id(self.group_id())
+                .with_members(vec![member]);
+            let request = self.push(
+                &coordinator,
+                RequestKind::LeaveGroup(body),
+                LEAVE_VERSIONS,
+                Sent::Leave,
+                self.config.request_timeout,
+            );
+            self.set_phase(
+                Phase::Leaving {
+                    request,
+                    then_close,
+                },
+                reason,
+            );
+        } else {
+            // No LeaveGroup: keep the member id (KAFKA-20985); only the generation goes.
+            self.reset_generation();
+            self.finish_leave(then_close, reason);
+        }
+    }
+
+    fn finish_leave(&mut self, then_close: bool, reason: &'static str) {
+        if then_close {
+            self.queued_fail(CommitError::Stopped("closed".into()));
+            self.set_phase(Phase::Closed, reason);
+            self.events.push_back(Event::Closed);
+        } else if !self.topics.is_empty() {
+            self.request_rejoin("resubscribed");
+        } else {
+            self.set_phase(Phase::Unsubscribed, reason);
+        }
+    }
+
+    fn queued_fail(&mut self, e: CommitError) {
+        for q in std::mem::take(&mut self.queued) {
+            match q {
+                Queued::Commit { id, .. } => self.events.push_back(Event::Committed {
+                    id,
+                    result: Err(e.clone()),
+                }),
+                Queued::Fetch { id, .. } => self.events.push_back(Event::OffsetsFetched {
+                    id,
+                    result: Err(e.clone()),
+                }),
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ requests
+
+    fn group_id(&self) -> GroupId {
+        GroupId(StrBytes::from_string(self.config.group_id.clone()))
+    }
+
+    fn instance_id(&self) -> Option<StrBytes> {
+        self.config.instance_id.clone().map(StrBytes::from_string)
+    }
+
+    fn push(
+        &mut self,
+        coordinator: &Broker,
+        body: RequestKind,
+        versions: std::ops::RangeInclusive<i16>,
+        sent: Sent,
+        timeout: Duration,
+    ) -> RequestId {
+        let id = self.ids.next();
+        self.sent.insert(id, sent);
+        self.outbound.push_back(Outbound {
+            id,
+            target: Target::Coordinator(coordinator.clone()),
+            request: Request::Raw {
+                body: Box::new(body),
+                versions,
+            },
+            timeout,
+        });
+        id
+    }
+
+    fn take(&mut self) -> Outbound {
+        self.outbound
+            .pop_front()
+            .expect("a request was just pushed")
+    }
+
+    fn subscription_bytes(&self) -> Bytes {
+        Subscription {
+            topics: self.topics.iter().cloned().collect(),
+            user_data: None,
+            owned_partitions: self.owned.iter().cloned().collect(),
+            generation_id: self.generation,
+            rack_id: self.config.rack_id.clone(),
+        }
+        .encode()
+    }
+
+    fn build_join(&mut self, coordinator: &Broker) -> Outbound {
+        let metadata = self.subscription_bytes();
+        let protocols = self
+            .assignors
+            .iter()
+            .map(|a| {
+                JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str(a.name()))
+                    .with_metadata(metadata.clone())
+            })
+            .collect();
+        let reason: String = self.rejoin_reason.chars().take(255).collect();
+        let body = JoinGroupRequest::default()
+            .with_group_id(self.group_id())
+            .with_session_timeout_ms(millis(self.config.session_timeout))
+            .with_rebalance_timeout_ms(millis(self.config.max_poll_interval))
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_group_instance_id(self.instance_id())
+            .with_protocol_type(StrBytes::from_static_str(PROTOCOL_TYPE))
+            .with_protocols(protocols)
+            .with_reason(Some(StrBytes::from_string(reason)));
+        // The broker may park a JoinGroup for the whole rebalance timeout
+        // (AbstractCoordinator: max(request.timeout.ms, rebalanceTimeout + 5 s)).
+        let timeout = self
+            .config
+            .request_timeout
+            .max(self.config.max_poll_interval + Duration::from_secs(5));
+        let sent = Sent::Join {
+            member_id: self.member_id.clone(),
+        };
+        let request = self.push(
+            coordinator,
+            RequestKind::JoinGroup(body),
+            JOIN_VERSIONS,
+            sent,
+            timeout,
+        );
+        self.set_phase(Phase::Joining { request }, "sending JoinGroup");
+        self.take()
+    }
+
+    fn build_heartbeat(&mut self, coordinator: &Broker) -> Outbound {
+        let body = HeartbeatRequest::default()
+            .with_group_id(self.group_id())
+            .with_generation_id(self.generation)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_group_instance_id(self.instance_id());
+        let sent = Sent::Heartbeat {
+            generation: self.generation,
+            member_id: self.member_id.clone(),
+        };
+        self.heartbeat_in_flight = true;
+        self.timers
+            .set(Timer::Heartbeat, self.now + self.config.heartbeat_interval);
+        self.push(
+            coordinator,
+            RequestKind::Heartbeat(body),
+            HEARTBEAT_VERSIONS,
+            sent,
+            self.config.request_timeout,
+        );
+        self.take()
+    }
+
+    fn build_sync(&mut self, coordinator: &Broker, assignments: Vec<SyncGroupRequestAssignment>) {
+        let body = SyncGroupRequest::default()
+            .with_group_id(self.group_id())
+            .with_generation_id(self.generation)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_group_instance_id(self.instance_id())
+            .with_protocol_type(Some(StrBytes::from_static_str(PROTOCOL_TYPE)))
+            .with_protocol_name(self.protocol_name.clone().map(StrBytes::from_string))
+            .with_assignments(assignments);
+        let sent = Sent::Sync {
+            generation: self.generation,
+            member_id: self.member_id.clone(),
+        };
+        let request = self.push(
+            coordinator,
+            RequestKind::SyncGroup(body),
+            SYNC_VERSIONS,
+            sent,
+            self.config.request_timeout,
+        );
+        self.set_phase(Phase::Syncing { request }, "sending SyncGroup");
+    }
+
+    fn build_queued(&mut self, q: Queued, coordinator: &Broker) -> Outbound {
+        match q {
+            Queued::Commit { id, offsets } => {
+                let mut by_topic: BTreeMap<String, Vec<OffsetCommitRequestPartition>> =
+                    BTreeMap::new();
+                let partitions = offsets.iter().map(|o| o.partition.clone()).collect();
+                for o in offsets {
+                    by_topic.entry(o.partition.topic).or_default().push(
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(o.partition.partition)
+                            .with_committed_offset(o.offset)
+                            .with_committed_leader_epoch(-1)
+                            .with_committed_metadata(o.metadata.map(StrBytes::from_string)),
+                    );
+                }
+                let body = OffsetCommitRequest::default()
+                    .with_group_id(self.group_id())
+                    .with_generation_id_or_member_epoch(self.generation)
+                    .with_member_id(StrBytes::from_string(self.member_id.clone()))
+                    .with_group_instance_id(self.instance_id())
+                    .with_topics(
+                        by_topic
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                OffsetCommitRequestTopic::default()
+                                    .with_name(TopicName(StrBytes::from_string(t)))
+                                    .with_partitions(ps)
+                            })
+                            .collect(),
+                    );
+                let sent = Sent::Commit {
+                    id,
+                    generation: self.generation,
+                    member_id: self.member_id.clone(),
+                    partitions,
+                };
+                self.push(
+                    coordinator,
+                    RequestKind::OffsetCommit(body),
+                    COMMIT_VERSIONS,
+                    sent,
+                    self.config.request_timeout,
+                );
+            }
+            Queued::Fetch { id, partitions } => {
+                let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+                for tp in partitions {
+                    by_topic.entry(tp.topic).or_default().push(tp.partition);
+                }
+                let group = OffsetFetchRequestGroup::default()
+                    .with_group_id(self.group_id())
+                    .with_topics(Some(
+                        by_topic
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                OffsetFetchRequestTopics::default()
+                                    .with_name(TopicName(StrBytes::from_string(t)))
+                                    .with_partition_indexes(ps)
+                            })
+                            .collect(),
+                    ));
+                let body = OffsetFetchRequest::default()
+                    .with_groups(vec![group])
+                    .with_require_stable(true);
+                self.push(
+                    coordinator,
+                    RequestKind::OffsetFetch(body),
+                    FETCH_VERSIONS,
+                    Sent::Fetch { id },
+                    self.config.request_timeout,
+                );
+            }
+        }
+        self.take()
+    }
+
+    // ------------------------------------------------------------------ answers
+
+    /// Common handling of a failed coordinator request: transport failures make the coordinator
+    /// unknown (a disconnect does in the Java client).
+    fn coordinator_failed(&mut self) {
+        self.lookup.rediscover(&self.config.group_id);
+    }
+
+    fn on_join(
+        &mut self,
+        id: RequestId,
+        sent_member_id: String,
+        result: Result<Response, TransportError>,
+    ) {
+        let waiting = matches!(self.phase, Phase::Joining { request } if request == id);
+        let empty_static = sent_member_id.is_empty() && self.is_static();
+        let r = match result {
+            Ok(Response {
+                body: ResponseKind::JoinGroup(r),
+                ..
+            }) => r,
+            Ok(_) => {
+                return self.fail(invalid(
+                    ApiKey::JoinGroup,
+                    "the answer is not a JoinGroup response",
+                ));
+            }
+            Err(e) => {
+                if empty_static {
+                    // Its fate is unknown: it may still land and register a member for our
+                    // instance id. Hold further empty-id joins until it cannot be parked any more.
+                    self.empty_joins_in_doubt += 1;
+                    let quarantine = self
+                        .config
+                        .request_timeout
+                        .max(self.config.max_poll_interval + Duration::from_secs(5));
+                    self.empty_join_quarantine = Some(self.now + quarantine);
+                }
+                if waiting {
+                    tracing::info!(error = %e, "JoinGroup failed in the transport");
+                    self.coordinator_failed();
+                    self.rejoin_after_backoff("JoinGroup failed in the transport");
+                }
+                return;
+            }
+        };
+        if !waiting {
+            tracing::debug!(%id, code = r.error_code, "ignoring a stale JoinGroup answer");
+            return;
+        }
+        if empty_static {
+            // Answered: this empty-id join is no longer in doubt.
+            self.empty_join_quarantine = None;
+        }
+        match classify(ApiKey::JoinGroup, r.error_code, &self.config.group_id) {
+            ErrorAction::Proceed => self.joined(r),
+            ErrorAction::AdoptMemberId => {
+                // KIP-394: the broker names the member; join again at once with that id.
+                self.member_id = r.member_id.to_string();
+                self.set_phase(Phase::Rejoin { not_before: None }, "MEMBER_ID_REQUIRED");
+            }
+            ErrorAction::ResetMemberId => {
+                self.lose_owned("UNKNOWN_MEMBER_ID");
+                self.reset_member_id();
+                self.set_phase(Phase::Rejoin { not_before: None }, "UNKNOWN_MEMBER_ID");
+            }
+            ErrorAction::ResetGeneration => {
+                self.lose_owned("ILLEGAL_GENERATION");
+                self.reset_generation();
+                self.set_phase(Phase::Rejoin { not_before: None }, "ILLEGAL_GENERATION");
+            }
+            ErrorAction::RejoinNow => {
+                self.set_phase(Phase::Rejoin { not_before: None }, "REBALANCE_IN_PROGRESS")
+            }
+            ErrorAction::Rediscover => {
+                self.coordinator_failed();
+                self.rejoin_after_backoff("coordinator moved");
+            }
+            ErrorAction::RetryBackoff => self.rejoin_after_backoff("retriable JoinGroup error"),
+            ErrorAction::Fenced => self.fenced(),
+            ErrorAction::Fatal(e) => self.fail(e),
+        }
+    }
+
+    /// FENCED_INSTANCE_ID for the current generation: terminal, unless an empty-id join of this
+    /// very member may have landed late and replaced it; then rejoin with `""` (bounded).
+    fn fenced(&mut self) {
+        if self.empty_joins_in_doubt > 0 {
+            self.empty_joins_in_doubt -= 1;
+            tracing::warn!(group = %self.config.group_id, "FENCED_INSTANCE_ID after an earlier JoinGroup of this member may have landed late; rejoining");
+            self.lose_owned("replaced by this member's own earlier JoinGroup");
+            self.reset_member_id();
+            self.empty_join_quarantine = None;
+            self.set_phase(Phase::Rejoin { not_before: None }, "self-fenced");
+            return;
+        }
+        let instance_id = self.config.instance_id.clone().unwrap_or_default();
+        self.fail(GroupError::FencedInstanceId {
+            group: self.config.group_id.clone(),
+            instance_id,
+        });
+    }
+
+    fn joined(&mut self, r: JoinGroupResponse) {
+        if r.protocol_type
+            .as_deref()
+            .is_some_and(|t| t != PROTOCOL_TYPE)
+        {
+            return self.fail(GroupError::Fatal {
+                api: ApiKey::JoinGroup,
+                code: 23,
+            });
+        }
+        let Some(protocol) = r.protocol_name.as_ref().map(|p| p.to_string()) else {
+            return self.fail(invalid(
+                ApiKey::JoinGroup,
+                "no protocol name in a successful JoinGroup",
+            ));
+        };
+        if !self.assignors.iter().any(|a| a.name() == protocol) {
+            return self.fail(invalid(
+                ApiKey::JoinGroup,
+                &format!("the group chose assignor {protocol:?}, which this member did not offer"),
+            ));
+        }
+        if r.generation_id < 0 || r.member_id.is_empty() {
+            return self.fail(invalid(
+                ApiKey::JoinGroup,
+                "successful JoinGroup without generation or member id",
+            ));
+        }
+        self.join_failures = 0;
+        self.member_id = r.member_id.to_string();
+        self.generation = r.generation_id;
+        self.protocol_name = Some(protocol.clone());
+        self.timers
+            .set(Timer::Session, self.now + self.config.session_timeout);
+        self.timers
+            .set(Timer::Heartbeat, self.now + self.config.heartbeat_interval);
+        let Some(coordinator) = self.coordinator().cloned() else {
+            return self.rejoin_after_backoff("coordinator lost");
+        };
+        let leader = r.leader == r.member_id;
+        self.leader = leader;
+        // KIP-814: a returning static leader keeps its assignment; it sends an empty one.
+        if !leader || r.skip_assignment {
+            return self.build_sync(&coordinator, Vec::new());
+        }
+        let members: Vec<MemberMetadata> = r
+            .members
+            .iter()
+            .map(|m| {
+                let subscription = Subscription::decode(&m.metadata).unwrap_or_else(|e| {
+                    tracing::warn!(member = %m.member_id, error = %e, "undecodable subscription; the member gets nothing");
+                    Subscription {
+                        topics: Vec::new(),
+                        user_data: None,
+                        owned_partitions: Vec::new(),
+                        generation_id: -1,
+                        rack_id: None,
+                    }
+                });
+                MemberMetadata {
+                    member_id: m.member_id.to_string(),
+                    instance_id: m.group_instance_id.as_ref().map(|s| s.to_string()),
+                    subscription,
+                }
+            })
+            .collect();
+        let topics: BTreeSet<String> = members
+            .iter()
+            .flat_map(|m| m.subscription.topics.iter().cloned())
+            .collect();
+        let id = self.ids.next();
+        self.sent.insert(id, Sent::Metadata);
+        self.outbound.push_back(Outbound {
+            id,
+            target: Target::Bootstrap,
+            request: Request::Metadata {
+                topics: Some(topics.into_iter().collect()),
+                allow_auto_topic_creation: false,
+            },
+            timeout: self.config.request_timeout,
+        });
+        self.set_phase(
+            Phase::Assigning {
+                request: id,
+                members,
+                protocol,
+            },
+            "leader assigning",
+        );
+    }
+
+    fn on_metadata(&mut self, id: RequestId, result: Result<Response, TransportError>) {
+        let (members, protocol) = match &self.phase {
+            Phase::Assigning {
+                request,
+                members,
+                protocol,
+            } if *request == id => (members.clone(), protocol.clone()),
+            _ => return,
+        };
+        let metadata = match result
+            .map_err(|e| e.to_string())
+            .and_then(|r| ClusterMetadata::from_response(&r).map_err(|e| e.to_string()))
+        {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "leader could not read metadata; rejoining");
+                return self.rejoin_after_backoff("leader metadata failed");
+            }
+        };
+        // Topics that do not exist (yet) get no partitions; members subscribed only to them get
+        // an empty assignment, as in the Java client.
+        let partitions: BTreeMap<String, i32> = metadata
+            .topics
+            .iter()
+            .filter(|(_, t)| t.error_code == 0)
+            .map(|(n, t)| (n.clone(), t.partitions.len() as i32))
+            .collect();
+        let assignor = self
+            .assignors
+            .iter()
+            .find(|a| a.name() == protocol)
+            .expect("checked at join")
+            .clone();
+        let plan = assignor.assign(&partitions, &members);
+        let assignments = members
+            .iter()
+            .map(|m| {
+                let partitions = plan.get(&m.member_id).cloned().unwrap_or_default();
+                SyncGroupRequestAssignment::default()
+                    .with_member_id(StrBytes::from_string(m.member_id.clone()))
+                    .with_assignment(
+                        Assignment {
+                            partitions,
+                            user_data: None,
+                        }
+                        .encode(),
+                    )
+            })
+            .collect();
+        let Some(coordinator) = self.coordinator().cloned() else {
+            return self.rejoin_after_backoff("coordinator lost");
+        };
+        self.build_sync(&coordinator, assignments);
+    }
+
+    fn on_sync(
+        &mut self,
+        id: RequestId,
+        generation: i32,
+        member_id: String,
+        result: Result<Response, TransportError>,
+    ) {
+        if !matches!(self.phase, Phase::Syncing { request } if request == id) {
+            return;
+        }
+        let r = match result {
+            Ok(Response {
+                body: ResponseKind::SyncGroup(r),
+                ..
+            }) => r,
+            Ok(_) => {
+                return self.fail(invalid(
+                    ApiKey::SyncGroup,
+                    "the answer is not a SyncGroup response",
+                ));
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "SyncGroup failed in the transport");
+                self.coordinator_failed();
+                return self.rejoin_after_backoff("SyncGroup failed in the transport");
+            }
+        };
+        let current = generation == self.generation && member_id == self.member_id;
+        match classify(ApiKey::SyncGroup, r.error_code, &self.config.group_id) {
+            ErrorAction::Proceed => {
+                // KIP-559: the answer must name the protocol the member joined with.
+                let type_ok = r
+                    .protocol_type
+                    .as_deref()
+                    .is_none_or(|t| t == PROTOCOL_TYPE);
+                let name_ok = r
+                    .protocol_name
+                    .as_deref()
+                    .is_none_or(|n| Some(n) == self.protocol_name.as_deref());
+                if !type_ok || !name_ok {
+                    return self.fail(GroupError::Fatal {
+                        api: ApiKey::SyncGroup,
+                        code: 23,
+                    });
+                }
+                match Assignment::decode(&r.assignment) {
+                    Ok(a) => self.synced(a.partitions),
+                    Err(e) => self.fail(invalid(
+                        ApiKey::SyncGroup,
+                        &format!("undecodable assignment: {e}"),
+                    )),
+                }
+            }
+            ErrorAction::ResetMemberId if current => {
+                self.lose_owned("UNKNOWN_MEMBER_ID");
+                self.reset_member_id();
+                self.set_phase(Phase::Rejoin { not_before: None }, "UNKNOWN_MEMBER_ID");
+            }
+            ErrorAction::ResetGeneration if current => {
+                self.lose_owned("ILLEGAL_GENERATION");
+                self.reset_generation();
+                self.set_phase(Phase::Rejoin { not_before: None }, "ILLEGAL_GENERATION");
+            }
+            ErrorAction::Fenced if current => self.fenced(),
+            ErrorAction::Rediscover => {
+                self.coordinator_failed();
+                self.rejoin_after_backoff("coordinator moved");
+            }
+            ErrorAction::RetryBackoff => self.rejoin_after_backoff("retriable SyncGroup error"),
+            ErrorAction::Fatal(e) => self.fail(e),
+            // REBALANCE_IN_PROGRESS, and resets answering an older generation: rejoin now.
+            _ => self.set_phase(Phase::Rejoin { not_before: None }, "SyncGroup: rejoin"),
+        }
+    }
+
+    fn synced(&mut self, partitions: Vec<TopicPartition>) {
+        let target: BTreeSet<TopicPartition> = partitions.into_iter().collect();
+        let revoked: Vec<TopicPartition> = self.owned.difference(&target).cloned().collect();
+        let added: Vec<TopicPartition> = target.difference(&self.owned).cloned().collect();
+        self.owned = target;
+        self.heartbeat_failures = 0;
+        self.set_phase(Phase::Stable, "SyncGroup answered");
+        // Revoke first, then assign (KIP-429): the revoked partitions left `owned` already.
+        if !added.is_empty() || revoked.is_empty() {
+            self.events.push_back(Event::Assigned {
+                added,
+                owned: self.owned.iter().cloned().collect(),
+                generation: self.generation,
+            });
+        }
+        if !revoked.is_empty() {
+            // Cooperative: partitions moving to another member are given up now and handed over
+            // in a follow-up rebalance, after the application's ticket (KIP-429).
+            self.revoke(revoked, "cooperative revocation");
+        }
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        generation: i32,
+        member_id: String,
+        result: Result<Response, TransportError>,
+    ) {
+        self.heartbeat_in_flight = false;
+        let current =
+            generation == self.generation && member_id == self.member_id && self.generation >= 0;
+        let r = match result {
+            Ok(Response {
+                body: ResponseKind::Heartbeat(r),
+                ..
+            }) => r,
+            Ok(_) => {
+                return self.fail(invalid(
+                    ApiKey::Heartbeat,
+                    "the answer is not a Heartbeat response",
+                ));
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "heartbeat failed in the transport");
+                self.coordinator_failed();
+                return self.heartbeat_backoff();
+            }
+        };
+        if !current {
+            // An answer for an older generation or member id: it says nothing about now.
+            return;
+        }
+        match classify(ApiKey::Heartbeat, r.error_code, &self.config.group_id) {
+            ErrorAction::Proceed => self.heartbeat_ok(),
+            ErrorAction::RejoinNow => {
+                // The member is alive; a rebalance started. Only a stable member reacts.
+                self.heartbeat_ok();
+                if matches!(self.phase, Phase::Stable) {
+                    self.request_rejoin("REBALANCE_IN_PROGRESS");
+                }
+            }
+            ErrorAction::ResetMemberId => {
+                self.lose_owned("UNKNOWN_MEMBER_ID");
+                self.reset_member_id();
+                self.interrupt_for_rejoin("UNKNOWN_MEMBER_ID");
+            }
+            ErrorAction::ResetGeneration => {
+                self.lose_owned("ILLEGAL_GENERATION");
+                self.reset_generation();
+                self.interrupt_for_rejoin("ILLEGAL_GENERATION");
+            }
+            ErrorAction::Fenced => self.fenced(),
+            ErrorAction::Rediscover => {
+                self.coordinator_failed();
+                self.heartbeat_backoff();
+            }
+            ErrorAction::RetryBackoff | ErrorAction::AdoptMemberId => self.heartbeat_backoff(),
+            ErrorAction::Fatal(e) => self.fail(e),
+        }
+    }
+
+    /// A reset while a rebalance step or a revocation is under way: whatever was awaited is void.
+    fn interrupt_for_rejoin(&mut self, reason: &'static str) {
+        if !matches!(
+            self.phase,
+            Phase::Leaving { .. } | Phase::Unsubscribed | Phase::PollExpired
+        ) {
+            self.set_phase(Phase::Rejoin { not_before: None }, reason);
+        }
+    }
+
+    fn heartbeat_ok(&mut self) {
+        self.heartbeat_failures = 0;
+        self.timers
+            .set(Timer::Session, self.now + self.config.session_timeout);
+    }
+
+    fn heartbeat_backoff(&mut self) {
+        let delay = self.backoff.delay(self.heartbeat_failures, &mut self.rng);
+        self.heartbeat_failures = self.heartbeat_failures.saturating_add(1);
+        self.timers.set(Timer::Heartbeat, self.now + delay);
+    }
+
+    fn on_leave(&mut self, id: RequestId, result: Result<Response, TransportError>) {
+        let Phase::Leaving {
+            request,
+            then_close,
+        } = self.phase
+        else {
+            return;
+        };
+        if request != id {
+            return;
+        }
+        // Fire once: whatever the answer, the LeaveGroup went out, so the member id goes.
+        match &result {
+            Ok(Response {
+                body: ResponseKind::LeaveGroup(r),
+                ..
+            }) => {
+                let code = if r.error_code != 0 {
+                    r.error_code
+                } else {
+                    r.members
+                        .iter()
+                        .map(|m| m.error_code)
+                        .find(|c| *c != 0)
+                        .unwrap_or(0)
+                };
+                if code != 0 {
+                    tracing::info!(code, name = %crate::error::error_name(code), "LeaveGroup answered with an error");
+                }
+            }
+            other => tracing::info!(answer = ?other.as_ref().err(), "LeaveGroup not answered"),
+        }
+        self.reset_member_id();
+        self.finish_leave(then_close, "LeaveGroup sent");
+    }
+
+    fn on_commit(
+        &mut self,
+        id: CommitId,
+        generation: i32,
+        member_id: String,
+        partitions: Vec<TopicPartition>,
+        result: Result<Response, TransportError>,
+    ) {
+        let r = match result {
+            Ok(Response {
+                body: ResponseKind::OffsetCommit(r),
+                ..
+            }) => r,
+            Ok(_) => {
+                let e = CommitError::Rejected {
+                    partition: None,
+                    code: -1,
+                };
+                return self
+                    .events
+                    .push_back(Event::Committed { id, result: Err(e) });
+            }
+            Err(e) => {
+                self.coordinator_failed();
+                return self.events.push_back(Event::Committed {
+                    id,
+                    result: Err(e.into()),
+                });
+            }
+        };
+        let mut errors = r.topics.iter().flat_map(|t| {
+            t.partitions
+                .iter()
+                .filter(|p| p.error_code != 0)
+                .map(move |p| {
+                    (
+                        TopicPartition::new(t.name.to_string(), p.partition_index),
+                        p.error_code,
+                    )
+                })
+        });
+        let first = errors.next();
+        // Every partition must be answered; a silent gap would be a lost commit.
+        let answered: BTreeSet<TopicPartition> = r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| TopicPartition::new(t.name.to_string(), p.partition_index))
+            })
+            .collect();
+        let result = match first {
+            None if partitions.iter().all(|p| answered.contains(p)) => Ok(()),
+            None => Err(CommitError::Rejected {
+                partition: None,
+                code: -1,
+            }),
+            Some((tp, code)) => Err(self.commit_error(generation, &member_id, tp, code)),
+        };
+        self.events.push_back(Event::Committed { id, result });
+    }
+
+    /// What a commit error means, given the generation the commit was sent with (KAFKA-9823).
+    fn commit_error(
+        &mut self,
+        generation: i32,
+        member_id: &str,
+        tp: TopicPartition,
+        code: i16,
+    ) -> CommitError {
+        let current = generation == self.generation && member_id == self.member_id;
+        let rebalancing = matches!(
+            self.phase,
+            Phase::Rejoin { .. }
+                | Phase::Joining { .. }
+                | Phase::Assigning { .. }
+                | Phase::Syncing { .. }
+        );
+        match classify(ApiKey::OffsetCommit, code, &self.config.group_id) {
+            ErrorAction::RejoinNow => {
+                if matches!(self.phase, Phase::Stable) {
+                    self.request_rejoin("commit: REBALANCE_IN_PROGRESS");
+                }
+                CommitError::RebalanceInProgress
+            }
+            ErrorAction::ResetMemberId | ErrorAction::ResetGeneration | ErrorAction::Fenced
+                if !current =>
+            {
+                if rebalancing {
+                    CommitError::RebalanceInProgress
+                } else {
+                    CommitError::NotMember {
+                        reason: format!("sent with generation {generation}, which has ended"),
+                    }
+                }
+            }
+            ErrorAction::ResetMemberId => {
+                self.lose_owned("UNKNOWN_MEMBER_ID");
+                self.reset_member_id();
+                self.interrupt_for_rejoin("UNKNOWN_MEMBER_ID");
+                CommitError::NotMember {
+                    reason: "UNKNOWN_MEMBER_ID".into(),
+                }
+            }
+            ErrorAction::ResetGeneration => {
+                self.lose_owned("ILLEGAL_GENERATION");
+                self.reset_generation();
+                self.interrupt_for_rejoin("ILLEGAL_GENERATION");
+                CommitError::NotMember {
+                    reason: "ILLEGAL_GENERATION".into(),
+                }
+            }
+            ErrorAction::Fenced => {
+                let instance_id = self.config.instance_id.clone().unwrap_or_default();
+                self.fenced();
+                CommitError::FencedInstanceId { instance_id }
+            }
+            ErrorAction::Rediscover => {
+                self.coordinator_failed();
+                CommitError::Retriable { code }
+            }
+            ErrorAction::RetryBackoff => CommitError::Retriable { code },
+            ErrorAction::Fatal(GroupError::GroupAuthorizationFailed { group }) => {
+                self.fail(GroupError::GroupAuthorizationFailed {
+                    group: group.clone(),
+                });
+                CommitError::Stopped(format!("not authorized to use group {group:?}"))
+            }
+            _ => CommitError::Rejected {
+                partition: Some(tp),
+                code,
+            },
+        }
+    }
+
+    fn on_fetch(&mut self, id: FetchId, result: Result<Response, TransportError>) {
+        let r = match result {
+            Ok(Response {
+                body: ResponseKind::OffsetFetch(r),
+                ..
+            }) => r,
+            Ok(_) => {
+                let e = CommitError::Rejected {
+                    partition: None,
+                    code: -1,
+                };
+                return self
+                    .events
+                    .push_back(Event::OffsetsFetched { id, result: Err(e) });
+            }
+            Err(e) => {
+                self.coordinator_failed();
+                return self.events.push_back(Event::OffsetsFetched {
+                    id,
+                    result: Err(e.into()),
+                });
+            }
+        };
+        let result = (|| {
+            let group = r
+                .groups
+                .iter()
+                .find(|g| g.group_id.as_str() == self.config.group_id)
+                .ok_or(CommitError::Rejected {
+                    partition: None,
+                    code: -1,
+                })?;
+            let mut out = BTreeMap::new();
+            let check = |code: i16, partition: Option<TopicPartition>| match classify(
+                ApiKey::OffsetFetch,
+                code,
+                &self.config.group_id,
+            ) {
+                ErrorAction::Proceed => Ok(()),
+                ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
+                    Err(CommitError::Retriable { code })
+                }
+                _ => Err(CommitError::Rejected { partition, code }),
+            };
+            check(group.error_code, None)?;
+            for t in &group.topics {
+                for p in &t.partitions {
+                    let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
+                    check(p.error_code, Some(tp.clone()))?;
+                    out.insert(
+                        tp,
+                        CommittedOffset {
+                            offset: (p.committed_offset >= 0).then_some(p.committed_offset),
+                            metadata: p.metadata.as_ref().map(|m| m.to_string()),
+                        },
+                    );
+                }
+            }
+            Ok(out)
+        })();
+        if let Err(CommitError::Retriable { code: 15 | 16 }) = &result {
+            self.coordinator_failed();
+        }
+        self.events.push_back(Event::OffsetsFetched { id, result });
+    }
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+fn invalid(api: ApiKey, reason: &str) -> GroupError {
+    GroupError::InvalidResponse {
+        api,
+        reason: reason.to_owned(),
+    }
+}
+
+impl crate::core::Machine for ClassicMember {
+    fn poll_request(&mut self) -> Option<Outbound> {
+        ClassicMember::poll_request(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        ClassicMember::poll_timeout(self).map(|(at, _)| at)
+    }
+    fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        ClassicMember::handle_response(self, id, result, now)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        ClassicMember::handle_timeout(self, now)
+    }
+}

@@ -1,0 +1,11 @@
+//! The classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) with static
+//! membership.
+
+pub mod assignor;
+mod member;
+pub mod subscription;
+
+pub use member::{ApiMisuse, ClassicMember};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,614 @@
+//! Sans-IO tests of the classic member: identity rules, the error gate, rebalance steps.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::{
+    BrokerId, FindCoordinatorResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+    RequestKind, ResponseKind, SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::ClassicMember;
+use super::subscription::{Assignment, Subscription};
+use crate::config::GroupConfig;
+use crate::core::TopicPartition;
+use crate::core::events::{CloseOptions, CommitError, CommitOffset, Event};
+use crate::core::io::{Outbound, Request, Response};
+use crate::error::GroupError;
+
+struct Harness {
+    m: ClassicMember,
+    now: std::time::Instant,
+    events: Vec<Event>,
+}
+
+fn config(instance: Option<&str>) -> GroupConfig {
+    let mut c = GroupConfig::new("g");
+    c.instance_id = instance.map(String::from);
+    c.session_timeout = Duration::from_secs(10);
+    c.heartbeat_interval = Duration::from_secs(1);
+    c.max_poll_interval = Duration::from_secs(30);
+    c.seed = Some(1);
+    c
+}
+
+fn body(out: &Outbound) -> RequestKind {
+    match &out.request {
+        Request::Raw { body, .. } => (**body).clone(),
+        other => other.build(*other.versions().end()).unwrap(),
+    }
+}
+
+fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_owned())
+}
+
+impl Harness {
+    fn new(instance: Option<&str>) -> Self {
+        let now = crate::testutil::epoch();
+        Self {
+            m: ClassicMember::new(config(instance), now).unwrap(),
+            now,
+            events: Vec::new(),
+        }
+    }
+
+    fn drain(&mut self) -> Vec<Outbound> {
+        let mut out = Vec::new();
+        while let Some(o) = self.m.poll_request() {
+            out.push(o);
+        }
+        while let Some(e) = self.m.poll_event() {
+            self.events.push(e);
+        }
+        out
+    }
+
+    fn one(&mut self) -> Outbound {
+        let mut out = self.drain();
+        assert_eq!(out.len(), 1, "expected one request, got {out:#?}");
+        out.pop().unwrap()
+    }
+
+    fn answer(&mut self, out: &Outbound, body: ResponseKind) {
+        self.m.handle_response(
+            out.id,
+            Ok(Response {
+                version: *out.request.versions().end(),
+                body,
+            }),
+            self.now,
+        );
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        self.m.handle_timeout(self.now);
+    }
+
+    fn find_coordinator(&mut self) {
+        let out = self.one();
+        assert!(
+            matches!(out.request, Request::FindCoordinator { .. }),
+            "{out:?}"
+        );
+        let c = Coordinator::default()
+            .with_key(s("g"))
+            .with_node_id(BrokerId(1))
+            .with_host(s("h"))
+            .with_port(9092);
+        self.answer(
+            &out,
+            ResponseKind::FindCoordinator(
+                FindCoordinatorResponse::default().with_coordinators(vec![c]),
+            ),
+        );
+    }
+
+    /// Expects a JoinGroup; returns it with the member id it carries.
+    fn expect_join(&mut self) -> (Outbound, String) {
+        let out = self.one();
+        let RequestKind::JoinGroup(j) = body(&out) else {
+            panic!("expected JoinGroup, got {out:?}")
+        };
+        (out, j.member_id.to_string())
+    }
+
+    fn join_ok(&mut self, out: &Outbound, member: &str, generation: i32, leader: &str) {
+        let r = JoinGroupResponse::default()
+            .with_generation_id(generation)
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("range")))
+            .with_leader(s(leader))
+            .with_member_id(s(member));
+        self.answer(out, ResponseKind::JoinGroup(r));
+    }
+
+    fn sync_ok(&mut self, partitions: &[(&str, i32)]) {
+        let out = self.one();
+        assert!(matches!(body(&out), RequestKind::SyncGroup(_)), "{out:?}");
+        let a = Assignment {
+            partitions: partitions
+                .iter()
+                .map(|(t, p)| TopicPartition::new(*t, *p))
+                .collect(),
+            user_data: None,
+        };
+        self.answer(
+            &out,
+            ResponseKind::SyncGroup(
+                SyncGroupResponse::default()
+                    .with_protocol_type(Some(s("consumer")))
+                    .with_protocol_name(Some(s("range")))
+                    .with_assignment(a.encode()),
+            ),
+        );
+    }
+
+    /// Subscribe to "t" and go all the way to Stable as follower `member` in `generation`.
+    fn stable(instance: Option<&str>, member: &str) -> Self {
+        let mut h = Self::new(instance);
+        h.m.subscribe(["t".to_string()], h.now).unwrap();
+        h.find_coordinator();
+        let (join, _) = h.expect_join();
+        h.join_ok(&join, member, 1, "leader-other");
+        h.sync_ok(&[("t", 0), ("t", 1)]);
+        assert_eq!(h.m.state(), "Stable");
+        h.drain();
+        h
+    }
+
+    fn heartbeat(&mut self) -> Outbound {
+        self.advance(Duration::from_secs(1));
+        let out = self.one();
+        assert!(matches!(body(&out), RequestKind::Heartbeat(_)), "{out:?}");
+        out
+    }
+
+    fn heartbeat_answer(&mut self, out: &Outbound, code: i16) {
+        self.answer(
+            out,
+            ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code)),
+        );
+    }
+
+    fn take_events(&mut self) -> Vec<Event> {
+        self.drain();
+        std::mem::take(&mut self.events)
+    }
+}
+
+#[test]
+fn static_member_joins_syncs_and_heartbeats() {
+    let mut h = Harness::new(Some("i1"));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "", "first join of a static member carries no member id");
+    let RequestKind::JoinGroup(j) = body(&join) else {
+        unreachable!()
+    };
+    assert_eq!(j.group_instance_id.as_deref(), Some("i1"));
+    assert_eq!(j.protocol_type.as_str(), "consumer");
+    assert_eq!(
+        j.protocols
+            .iter()
+            .map(|p| p.name.to_string())
+            .collect::<Vec<_>>(),
+        vec!["range", "cooperative-sticky"]
+    );
+    let sub = Subscription::decode(&j.protocols[0].metadata).unwrap();
+    assert_eq!(sub.topics, vec!["t".to_string()]);
+    assert_eq!(
+        join.timeout,
+        Duration::from_secs(35),
+        "rebalance timeout + 5 s"
+    );
+    h.join_ok(&join, "i1-abc", 1, "other");
+    h.sync_ok(&[("t", 0)]);
+    let events = h.take_events();
+    assert!(events.iter().any(|e| matches!(e, Event::Assigned { added, generation: 1, .. } if added == &vec![TopicPartition::new("t", 0)])), "{events:?}");
+    let hb = h.heartbeat();
+    let RequestKind::Heartbeat(b) = body(&hb) else {
+        unreachable!()
+    };
+    assert_eq!(
+        (
+            b.generation_id,
+            b.member_id.as_str(),
+            b.group_instance_id.as_deref()
+        ),
+        (1, "i1-abc", Some("i1"))
+    );
+    // One heartbeat in flight at a time.
+    h.advance(Duration::from_secs(5));
+    assert!(h.drain().is_empty());
+    h.heartbeat_answer(&hb, 0);
+    assert!(!h.drain().is_empty(), "the next heartbeat is due already");
+}
+
+#[test]
+fn static_unsubscribe_keeps_the_member_id_and_rejoins_with_it() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    h.m.unsubscribe(h.now);
+    assert!(
+        h.drain().is_empty(),
+        "a static member sends no LeaveGroup on unsubscribe"
+    );
+    assert_eq!(h.m.member_id(), "i1-abc");
+    assert_eq!(h.m.generation(), -1);
+    assert!(
+        h.take_events()
+            .iter()
+            .any(|e| matches!(e, Event::Revoked { .. }))
+    );
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    let (_, id) = h.expect_join();
+    assert_eq!(
+        id, "i1-abc",
+        "the rejoin carries the kept member id (KAFKA-20985)"
+    );
+}
+
+#[test]
+fn the_java_reset_policy_would_rejoin_with_an_empty_id() {
+    // What the Java client does (resetGenerationOnLeaveGroup) is what this crate must not do:
+    // make sure the test above can fail by checking the opposite policy's output differs.
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    h.m.close(CloseOptions::LeaveGroup, h.now);
+    let leave = h.one();
+    let RequestKind::LeaveGroup(l) = body(&leave) else {
+        panic!("{leave:?}")
+    };
+    assert_eq!(l.members[0].member_id.as_str(), "i1-abc");
+    assert_eq!(l.members[0].group_instance_id.as_deref(), Some("i1"));
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(
+        h.m.member_id(),
+        "",
+        "after a LeaveGroup really went out the id is gone"
+    );
+    assert!(h.take_events().contains(&Event::Closed));
+}
+
+#[test]
+fn close_semantics_per_kip_1092() {
+    // Static, default: stays in the group.
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    h.m.close(CloseOptions::Default, h.now);
+    assert!(h.drain().is_empty());
+    assert_eq!(h.m.member_id(), "i1-abc");
+    assert!(h.take_events().contains(&Event::Closed));
+    // Dynamic, default: leaves.
+    let mut h = Harness::stable(None, "m-1");
+    h.m.close(CloseOptions::Default, h.now);
+    let leave = h.one();
+    let RequestKind::LeaveGroup(l) = body(&leave) else {
+        panic!("{leave:?}")
+    };
+    assert_eq!(l.members[0].member_id.as_str(), "m-1");
+    assert_eq!(l.members[0].group_instance_id, None);
+    // A failed LeaveGroup still completes the close (fire once).
+    h.m.handle_response(leave.id, Err(crate::error::TransportError::Closed), h.now);
+    assert!(h.take_events().contains(&Event::Closed));
+    // Dynamic, remain in group: nothing sent.
+    let mut h = Harness::stable(None, "m-1");
+    h.m.close(CloseOptions::RemainInGroup, h.now);
+    assert!(h.drain().is_empty());
+    assert_eq!(h.m.member_id(), "m-1");
+}
+
+#[test]
+fn dynamic_member_does_the_member_id_required_round_trip() {
+    let mut h = Harness::new(None);
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "");
+    h.answer(
+        &join,
+        ResponseKind::JoinGroup(
+            JoinGroupResponse::default()
+                .with_error_code(79)
+                .with_member_id(s("m-7")),
+        ),
+    );
+    let (_, id) = h.expect_join();
+    assert_eq!(id, "m-7", "rejoins at once with the id the broker named");
+}
+
+#[test]
+fn unknown_member_id_for_the_current_generation_clears_the_id_stale_one_does_not() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    // A stale answer: a heartbeat sent before, answered after a newer generation started.
+    let hb = h.heartbeat();
+    h.m.generation_for_tests(2);
+    h.heartbeat_answer(&hb, 25);
+    assert_eq!(
+        h.m.member_id(),
+        "i1-abc",
+        "stale UNKNOWN_MEMBER_ID is ignored"
+    );
+    h.m.generation_for_tests(1);
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 25);
+    assert_eq!(h.m.member_id(), "");
+    let events = h.take_events();
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Lost { .. })),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn fenced_instance_id_is_terminal_and_names_the_instance() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 82);
+    assert_eq!(h.m.state(), "Fatal");
+    let events = h.take_events();
+    let want = GroupError::FencedInstanceId {
+        group: "g".into(),
+        instance_id: "i1".into(),
+    };
+    assert!(events.contains(&Event::Fatal(want.clone())), "{events:?}");
+    assert!(want.to_string().contains("i1"));
+    assert!(events.iter().any(|e| matches!(e, Event::Lost { .. })));
+    h.advance(Duration::from_secs(60));
+    assert!(h.drain().is_empty(), "a stopped member sends nothing");
+    assert!(h.m.subscribe(["t".into()], h.now).is_err());
+}
+
+#[test]
+fn poll_timeout_keeps_a_static_members_id_and_the_next_poll_rejoins_with_it() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    // Heartbeats keep going for 30 s without a poll.
+    for _ in 0..29 {
+        let hb = h.heartbeat();
+        h.heartbeat_answer(&hb, 0);
+    }
+    h.advance(Duration::from_secs(1));
+    let out = h.drain();
+    assert!(
+        out.iter()
+            .all(|o| !matches!(body(o), RequestKind::LeaveGroup(_))),
+        "static: no LeaveGroup"
+    );
+    assert_eq!(h.m.state(), "PollExpired");
+    assert_eq!(h.m.member_id(), "i1-abc");
+    assert!(h.take_events().iter().any(|e| matches!(
+        e,
+        Event::Lost {
+            reason: "poll timeout",
+            ..
+        }
+    )));
+    h.m.poll(h.now);
+    let (_, id) = h.expect_join();
+    assert_eq!(id, "i1-abc");
+}
+
+#[test]
+fn session_expiry_and_coordinator_loss_keep_the_member_id() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 16); // NOT_COORDINATOR
+    h.advance(Duration::from_secs(2));
+    h.find_coordinator();
+    let hb = h.heartbeat();
+    assert_eq!(h.m.member_id(), "i1-abc");
+    // No answers for the whole session timeout.
+    h.m.handle_response(hb.id, Err(crate::error::TransportError::Closed), h.now);
+    h.advance(Duration::from_secs(11));
+    let out = h.drain();
+    assert!(
+        out.iter()
+            .any(|o| matches!(o.request, Request::FindCoordinator { .. })),
+        "{out:?}"
+    );
+    assert_eq!(h.m.member_id(), "i1-abc");
+    assert_eq!(
+        h.m.generation(),
+        1,
+        "session expiry alone does not reset the generation"
+    );
+}
+
+#[test]
+fn eager_rebalance_revokes_with_a_ticket_before_rejoining() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 27); // REBALANCE_IN_PROGRESS
+    let mut events = h.take_events();
+    let pos = events
+        .iter()
+        .position(|e| matches!(e, Event::Revoking { .. }))
+        .expect("revoking");
+    let Event::Revoking { partitions, ticket } = events.remove(pos) else {
+        unreachable!()
+    };
+    assert_eq!(partitions.len(), 2);
+    // Commits still go through with the current generation while revoking.
+    let c = h.m.commit(
+        vec![CommitOffset {
+            partition: TopicPartition::new("t", 0),
+            offset: 5,
+            metadata: None,
+        }],
+        h.now,
+    );
+    let commit = h.one();
+    assert!(
+        matches!(body(&commit), RequestKind::OffsetCommit(ref r) if r.generation_id_or_member_epoch == 1),
+        "{commit:?}"
+    );
+    let _ = c;
+    // No JoinGroup before the ticket comes back.
+    h.advance(Duration::from_secs(3));
+    assert!(
+        h.drain()
+            .iter()
+            .all(|o| !matches!(body(o), RequestKind::JoinGroup(_)))
+    );
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let out = h.drain();
+    assert!(
+        out.iter().any(
+            |o| matches!(body(o), RequestKind::JoinGroup(ref j) if j.member_id.as_str() == "i1-abc")
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn commit_during_a_rebalance_and_outside_the_group_are_typed() {
+    let mut h = Harness::new(Some("i1"));
+    let id = h.m.commit(vec![], h.now);
+    let events = h.take_events();
+    assert!(events.iter().any(|e| matches!(e, Event::Committed { id: i, result: Err(CommitError::NotMember { .. }) } if *i == id)), "{events:?}");
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let _join = h.expect_join();
+    let id = h.m.commit(vec![], h.now);
+    let events = h.take_events();
+    assert!(events.iter().any(|e| matches!(e, Event::Committed { id: i, result: Err(CommitError::RebalanceInProgress) } if *i == id)), "{events:?}");
+}
+
+#[test]
+fn an_empty_id_join_in_doubt_holds_the_next_one_and_forgives_one_self_fence() {
+    let mut h = Harness::new(Some("i1"));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "");
+    // The join's fate is unknown (connection lost after it was written).
+    h.m.handle_response(join.id, Err(crate::error::TransportError::Closed), h.now);
+    h.advance(Duration::from_secs(2));
+    h.find_coordinator();
+    h.advance(Duration::from_secs(2));
+    assert!(
+        h.drain()
+            .iter()
+            .all(|o| !matches!(body(o), RequestKind::JoinGroup(_))),
+        "no second empty-id join while the first may land"
+    );
+    // The application keeps polling meanwhile (max.poll.interval.ms is 30 s here).
+    for _ in 0..7 {
+        h.m.poll(h.now);
+        h.advance(Duration::from_secs(5));
+    }
+    let (join2, id) = h.expect_join();
+    assert_eq!(id, "");
+    h.join_ok(&join2, "i1-new", 1, "other");
+    h.sync_ok(&[("t", 0)]);
+    // The first join landed late and replaced us: FENCED, forgiven once.
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 82);
+    assert_ne!(h.m.state(), "Fatal");
+    let (_, id) = h.expect_join();
+    assert_eq!(id, "", "rejoins to take the instance back");
+}
+
+#[test]
+fn leader_assigns_with_metadata_and_skip_assignment_is_honoured() {
+    // Leader: Metadata, then SyncGroup with an assignment per member.
+    let mut h = Harness::new(Some("i1"));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_join();
+    let sub = Subscription {
+        topics: vec!["t".into()],
+        user_data: None,
+        owned_partitions: vec![],
+        generation_id: -1,
+        rack_id: None,
+    }
+    .encode();
+    let members = ["i1-abc", "i2-def"]
+        .iter()
+        .zip(["i1", "i2"])
+        .map(|(m, i)| {
+            JoinGroupResponseMember::default()
+                .with_member_id(s(m))
+                .with_group_instance_id(Some(s(i)))
+                .with_metadata(sub.clone())
+        })
+        .collect();
+    let r = JoinGroupResponse::default()
+        .with_generation_id(3)
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")))
+        .with_leader(s("i1-abc"))
+        .with_member_id(s("i1-abc"))
+        .with_members(members);
+    h.answer(&join, ResponseKind::JoinGroup(r.clone()));
+    let md = h.one();
+    assert!(matches!(md.request, Request::Metadata { .. }), "{md:?}");
+    let topic = kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
+        .with_name(Some(kafka_protocol::messages::TopicName(s("t"))))
+        .with_topic_id(uuid::Uuid::from_u128(9))
+        .with_partitions(
+            (0..4)
+                .map(|p| {
+                    kafka_protocol::messages::metadata_response::MetadataResponsePartition::default(
+                    )
+                    .with_partition_index(p)
+                })
+                .collect(),
+        );
+    h.answer(
+        &md,
+        ResponseKind::Metadata(
+            kafka_protocol::messages::MetadataResponse::default().with_topics(vec![topic]),
+        ),
+    );
+    let sync = h.one();
+    let RequestKind::SyncGroup(sg) = body(&sync) else {
+        panic!("{sync:?}")
+    };
+    assert_eq!(sg.assignments.len(), 2);
+    let mut all = Vec::new();
+    for a in &sg.assignments {
+        all.extend(Assignment::decode(&a.assignment).unwrap().partitions);
+    }
+    all.sort();
+    assert_eq!(
+        all,
+        (0..4)
+            .map(|p| TopicPartition::new("t", p))
+            .collect::<Vec<_>>()
+    );
+
+    // A returning static leader told to skip assignment sends an empty one, no Metadata.
+    let mut h = Harness::new(Some("i1"));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_join();
+    h.answer(&join, ResponseKind::JoinGroup(r.with_skip_assignment(true)));
+    let sync = h.one();
+    let RequestKind::SyncGroup(sg) = body(&sync) else {
+        panic!("{sync:?}")
+    };
+    assert!(sg.assignments.is_empty());
+}
+
+#[test]
+fn stale_and_unexpected_answers_are_ignored() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    // An answer to a request never sent.
+    h.m.handle_response(
+        crate::core::io::RequestId(424242),
+        Ok(Response {
+            version: 4,
+            body: ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(25)),
+        }),
+        h.now,
+    );
+    assert_eq!(h.m.member_id(), "i1-abc");
+    assert_eq!(h.m.state(), "Stable");
+}

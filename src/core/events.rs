@@ -1,0 +1,186 @@
+//! What a member tells the application, and the tokens the application hands back.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::TopicPartition;
+use crate::error::GroupError;
+
+/// Proof that the application finished with partitions being revoked (committed their offsets).
+/// Only the member creates tickets, and [`complete_revocation`] consumes one, so a member cannot
+/// acknowledge or rejoin before the application said it is done.
+///
+/// [`complete_revocation`]: crate::core::classic::ClassicMember::complete_revocation
+#[derive(PartialEq, Eq)]
+#[must_use = "hand the ticket back with complete_revocation once offsets are committed"]
+pub struct RevokeTicket {
+    pub(crate) id: u64,
+}
+
+impl fmt::Debug for RevokeTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RevokeTicket({})", self.id)
+    }
+}
+
+/// Identifies a commit; its outcome arrives as [`Event::Committed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CommitId(pub(crate) u64);
+
+/// Identifies an offset fetch; its outcome arrives as [`Event::OffsetsFetched`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FetchId(pub(crate) u64);
+
+/// An offset to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOffset {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The next offset to consume.
+    pub offset: i64,
+    /// Optional metadata stored with the offset.
+    pub metadata: Option<String>,
+}
+
+/// A committed offset as the coordinator returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// The committed offset, `None` when nothing was committed.
+    pub offset: Option<i64>,
+    /// Its metadata.
+    pub metadata: Option<String>,
+}
+
+/// Why a commit or an offset fetch failed. Nothing is retried silently and nothing is reported as
+/// committed unless the coordinator said so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// The group is rebalancing; commit again after the rebalance (the Java client's
+    /// `RebalanceInProgressException`).
+    #[error("the group is rebalancing; commit again once the member is stable")]
+    RebalanceInProgress,
+    /// The member is not (or no longer) in the group with the generation the commit used: the
+    /// partitions may already belong to another member (`CommitFailedException`).
+    #[error("commit rejected: the member is not part of the group's current generation ({reason})")]
+    NotMember {
+        /// What happened.
+        reason: String,
+    },
+    /// Another process holds the static member's instance id.
+    #[error("commit rejected: another member holds group.instance.id {instance_id:?}")]
+    FencedInstanceId {
+        /// The instance id.
+        instance_id: String,
+    },
+    /// A retriable condition (coordinator moving or loading); the same commit may be sent again.
+    #[error("retriable error {code} ({name})", name = crate::error::error_name(*.code))]
+    Retriable {
+        /// The Kafka error code.
+        code: i16,
+    },
+    /// A partition-level or request-level error that will not go away by retrying.
+    #[error("{partition:?}: error {code} ({name})", name = crate::error::error_name(*.code))]
+    Rejected {
+        /// The partition, if the error is per partition.
+        partition: Option<TopicPartition>,
+        /// The Kafka error code.
+        code: i16,
+    },
+    /// The member stopped (fatal error or closed).
+    #[error("the member is stopped: {0}")]
+    Stopped(String),
+    /// The request could not be delivered.
+    #[error(transparent)]
+    Transport(#[from] crate::error::TransportError),
+}
+
+impl CommitError {
+    /// Whether sending the same commit again may succeed.
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            CommitError::Retriable { .. } | CommitError::Transport(_)
+        )
+    }
+}
+
+/// How a member leaves when it closes (KIP-1092's `GroupMembershipOperation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CloseOptions {
+    /// Static members stay in the group (no LeaveGroup); dynamic members leave.
+    #[default]
+    Default,
+    /// Nobody sends a LeaveGroup: the member's session expires at the coordinator.
+    RemainInGroup,
+    /// Everyone sends a LeaveGroup (a static member names its instance id).
+    LeaveGroup,
+}
+
+/// Something the member tells the application.
+#[derive(Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The member now owns `added` (its whole assignment is `owned`).
+    Assigned {
+        /// Newly owned partitions.
+        added: Vec<TopicPartition>,
+        /// Everything owned now.
+        owned: Vec<TopicPartition>,
+        /// The generation the assignment belongs to.
+        generation: i32,
+    },
+    /// The member gives up `partitions` in a rebalance. Commit their offsets, stop processing
+    /// them, then hand the ticket back; the member rejoins only after that.
+    Revoking {
+        /// The partitions given up.
+        partitions: Vec<TopicPartition>,
+        /// Hand back with `complete_revocation`.
+        ticket: RevokeTicket,
+    },
+    /// The application gave up `partitions` itself (unsubscribe or close); no ticket is needed.
+    Revoked {
+        /// The partitions released.
+        partitions: Vec<TopicPartition>,
+    },
+    /// The member lost `partitions` without a chance to commit (fenced, expired, poll timeout):
+    /// another member may own them already, so do not commit them.
+    Lost {
+        /// The partitions lost.
+        partitions: Vec<TopicPartition>,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The member changed state (logged once as `from -> to (reason)`).
+    StateChanged {
+        /// Previous state name.
+        from: &'static str,
+        /// New state name.
+        to: &'static str,
+        /// Why.
+        reason: &'static str,
+        /// The member id now.
+        member_id: String,
+        /// The generation (classic) or member epoch now.
+        generation: i32,
+    },
+    /// A commit finished.
+    Committed {
+        /// Which commit.
+        id: CommitId,
+        /// Its outcome.
+        result: Result<(), CommitError>,
+    },
+    /// An offset fetch finished.
+    OffsetsFetched {
+        /// Which fetch.
+        id: FetchId,
+        /// The committed offsets, or why not.
+        result: Result<BTreeMap<TopicPartition, CommittedOffset>, CommitError>,
+    },
+    /// The member stopped for good.
+    Fatal(GroupError),
+    /// The member closed (after its LeaveGroup, if one was due).
+    Closed,
+}

@@ -1,0 +1,886 @@
+//! A real Java `KafkaConsumer` as a peer in the same group as our Rust member: Kafka's own
+//! system-test client `org.apache.kafka.tools.VerifiableConsumer` (kafka-tools, the broker's
+//! version), run as a child JVM. Its jars come from `tests/kafka/peer.sh libs`.
+//!
+//! VerifiableConsumer prints one JSON object per line on stdout; the events used here:
+//!
+//! * `startup_complete`: the `KafkaConsumer` is constructed, printed just *before*
+//!   `subscribe()`, so nothing has been sent to the broker yet;
+//! * `partitions_assigned` / `partitions_revoked`: `ConsumerRebalanceListener` callbacks,
+//!   `"partitions":[{"topic":..,"partition":..}]`. Eager assignors (classic Range,
+//!   RoundRobin, Sticky) revoke everything before a rebalance and then assign the full new
+//!   set; CooperativeSticky and the consumer protocol (KIP-848) call back with the
+//!   increments only (cooperative also with an empty `partitions_assigned` after every
+//!   rebalance). Lost partitions (`onPartitionsLost`, not overridden) appear as
+//!   `partitions_revoked`. Either way "assigned adds, revoked removes" gives the current
+//!   assignment;
+//! * `shutdown_requested` (SIGTERM received), `shutdown_complete` (after `close()`);
+//! * `records_consumed` / `offsets_committed` (also carry "partitions"/"offsets", ignored).
+//!
+//! The child's stderr (and its log4j output, WARN and up plus consumer internals at INFO) goes
+//! to `target/java-peer/<name>.stderr.log`; panic messages name that file.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use json::Json;
+
+/// A (topic, partition) as VerifiableConsumer reports it.
+pub type Tp = (String, i32);
+
+/// Classic-protocol assignors (`--assignment-strategy`).
+pub const RANGE: &str = "org.apache.kafka.clients.consumer.RangeAssignor";
+pub const ROUND_ROBIN: &str = "org.apache.kafka.clients.consumer.RoundRobinAssignor";
+pub const STICKY: &str = "org.apache.kafka.clients.consumer.StickyAssignor";
+pub const COOPERATIVE_STICKY: &str = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor";
+
+const MAIN_CLASS: &str = "org.apache.kafka.tools.VerifiableConsumer";
+const POLL: Duration = Duration::from_millis(50);
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// `--group-protocol`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupProtocol {
+    Classic,
+    /// KIP-848.
+    Consumer,
+}
+
+impl GroupProtocol {
+    fn arg(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        }
+    }
+}
+
+/// One stdout event of the Java consumer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerEvent {
+    /// When the line was read, counted from the spawn.
+    pub at: Duration,
+    /// `"name"`: startup_complete, partitions_assigned, partitions_revoked,
+    /// shutdown_requested, shutdown_complete, records_consumed, offsets_committed, ...
+    pub name: String,
+    /// `"partitions"` of partitions_assigned / partitions_revoked (empty for other events).
+    pub partitions: Vec<Tp>,
+}
+
+/// Builder of a [`JavaConsumer`]; see [`JavaConsumer::builder`].
+#[derive(Clone, Debug)]
+pub struct JavaConsumerBuilder {
+    bootstrap: String,
+    topic: String,
+    group: String,
+    protocol: GroupProtocol,
+    instance_id: Option<String>,
+    assignment_strategy: Option<String>,
+    remote_assignor: Option<String>,
+    session_timeout: Option<Duration>,
+    properties: Vec<(String, String)>,
+}
+
+impl JavaConsumerBuilder {
+    /// `--group-protocol` (default [`GroupProtocol::Classic`]).
+    pub fn protocol(mut self, protocol: GroupProtocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// `--group-instance-id` (static membership).
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// `--assignment-strategy`, a class name such as [`RANGE`] or [`COOPERATIVE_STICKY`]
+    /// (VerifiableConsumer's default is RangeAssignor). Classic protocol only.
+    pub fn assignment_strategy(mut self, class: impl Into<String>) -> Self {
+        self.assignment_strategy = Some(class.into());
+        self
+    }
+
+    /// `--group-remote-assignor` (`uniform` or `range`). Consumer protocol only.
+    pub fn remote_assignor(mut self, name: impl Into<String>) -> Self {
+        self.remote_assignor = Some(name.into());
+        self
+    }
+
+    /// `--session-timeout` (the client's default is 45 s). Classic protocol only: the
+    /// consumer protocol rejects `session.timeout.ms` (the broker's
+    /// `group.consumer.session.timeout.ms` applies).
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = Some(timeout);
+        self
+    }
+
+    /// An extra consumer property, passed in a `--command-config` file. Options that
+    /// VerifiableConsumer sets from its command line (group id, protocol, assignor, session
+    /// timeout, auto commit, reset policy, bootstrap) override these.
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// Starts the JVM (fetching the jars first if this process has not yet done so). Returns
+    /// at once; see [`JavaConsumer::wait_started`].
+    pub fn spawn(self) -> JavaConsumer {
+        JavaConsumer::spawn(self)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    events: Vec<PeerEvent>,
+    assignment: BTreeSet<Tp>,
+    started: bool,
+    /// stdout closed: the JVM exited (or is about to).
+    eof: bool,
+    /// Lines that were not events (e.g. a deprecation notice).
+    other_lines: Vec<String>,
+}
+
+/// A running Java consumer in a group; killed on drop.
+pub struct JavaConsumer {
+    name: String,
+    child: Option<Child>,
+    pid: u32,
+    spawned: Instant,
+    state: Arc<Mutex<State>>,
+    reader: Option<JoinHandle<()>>,
+    stderr_path: PathBuf,
+}
+
+impl JavaConsumer {
+    /// A consumer of `topic` in `group`, classic protocol, VerifiableConsumer's defaults
+    /// (RangeAssignor, manual sync commits, reset policy earliest).
+    pub fn builder(
+        bootstrap: impl Into<String>,
+        topic: impl Into<String>,
+        group: impl Into<String>,
+    ) -> JavaConsumerBuilder {
+        JavaConsumerBuilder {
+            bootstrap: bootstrap.into(),
+            topic: topic.into(),
+            group: group.into(),
+            protocol: GroupProtocol::Classic,
+            instance_id: None,
+            assignment_strategy: None,
+            remote_assignor: None,
+            session_timeout: None,
+            properties: Vec::new(),
+        }
+    }
+
+    fn spawn(b: JavaConsumerBuilder) -> JavaConsumer {
+        match b.protocol {
+            GroupProtocol::Classic => assert!(
+                b.remote_assignor.is_none(),
+                "remote_assignor is for the consumer protocol only"
+            ),
+            GroupProtocol::Consumer => {
+                assert!(
+                    b.assignment_strategy.is_none(),
+                    "assignment_strategy is for the classic protocol only (VerifiableConsumer ignores it)"
+                );
+                assert!(
+                    b.session_timeout.is_none(),
+                    "session_timeout is not supported with the consumer protocol (the broker's group.consumer.session.timeout.ms applies)"
+                );
+            }
+        }
+        let peer = peer_env();
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let label = b.instance_id.clone().unwrap_or_else(|| format!("m{seq}"));
+        let name = sanitize(&format!(
+            "{}-{}-{}-{}",
+            b.group,
+            label,
+            std::process::id(),
+            seq
+        ));
+        let stderr_path = peer.log_dir.join(format!("{name}.stderr.log"));
+        let stderr = File::create(&stderr_path)
+            .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
+
+        let mut args: Vec<String> = vec![
+            "-Xmx256m".into(),
+            "-XX:+UseSerialGC".into(),
+            "-XX:TieredStopAtLevel=1".into(),
+            "-XX:-UsePerfData".into(),
+            "-Djava.awt.headless=true".into(),
+            format!("-Dlog4j2.configurationFile={}", peer.log4j.display()),
+            "-cp".into(),
+            format!("{}/*", peer.libs.display()),
+            MAIN_CLASS.into(),
+            "--bootstrap-server".into(),
+            b.bootstrap.clone(),
+            "--topic".into(),
+            b.topic.clone(),
+            "--group-id".into(),
+            b.group.clone(),
+            "--group-protocol".into(),
+            b.protocol.arg().into(),
+            "--reset-policy".into(),
+            "earliest".into(),
+        ];
+        if let Some(id) = &b.instance_id {
+            args.extend(["--group-instance-id".into(), id.clone()]);
+        }
+        if let Some(class) = &b.assignment_strategy {
+            args.extend(["--assignment-strategy".into(), class.clone()]);
+        }
+        if let Some(assignor) = &b.remote_assignor {
+            args.extend(["--group-remote-assignor".into(), assignor.clone()]);
+        }
+        if let Some(t) = b.session_timeout {
+            args.extend(["--session-timeout".into(), t.as_millis().to_string()]);
+        }
+        if !b.properties.is_empty() {
+            let path = peer.log_dir.join(format!("{name}.properties"));
+            let text: String = b
+                .properties
+                .iter()
+                .map(|(k, v)| format!("{}={}\n", escape_property(k), escape_property(v)))
+                .collect();
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+            args.extend(["--command-config".into(), path.display().to_string()]);
+        }
+
+        // With setpriv (util-linux), the JVM gets SIGKILL when the thread that spawned it
+        // exits, so a test binary that dies (or is killed) leaves no consumer behind. setpriv
+        // execs java: the child's pid is the JVM's.
+        let mut cmd = match &peer.setpriv {
+            Some(setpriv) => {
+                let mut c = Command::new(setpriv);
+                c.args(["--pdeathsig", "KILL", "--"]).arg(&peer.java);
+                c
+            }
+            None => Command::new(&peer.java),
+        };
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        let spawned = Instant::now();
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {} ({MAIN_CLASS}): {e}", peer.java.display()));
+        let pid = child.id();
+        let stdout = child.stdout.take().expect("piped stdout");
+
+        let state = Arc::new(Mutex::new(State::default()));
+        let reader = {
+            let state = Arc::clone(&state);
+            std::thread::Builder::new()
+                .name(format!("java-peer-{seq}"))
+                .spawn(move || read_events(stdout, spawned, &state))
+                .expect("spawn the reader thread")
+        };
+        JavaConsumer {
+            name,
+            child: Some(child),
+            pid,
+            spawned,
+            state,
+            reader: Some(reader),
+            stderr_path,
+        }
+    }
+
+    /// The JVM's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The file that receives the JVM's stderr and log output.
+    pub fn stderr_path(&self) -> &Path {
+        &self.stderr_path
+    }
+
+    /// Waits for `startup_complete` (JVM up, `KafkaConsumer` built, about to subscribe), and
+    /// returns the time since the spawn. Panics on timeout or if the JVM exits first.
+    pub async fn wait_started(&self, timeout: Duration) -> Duration {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let s = self.lock();
+                if s.started {
+                    return s
+                        .events
+                        .iter()
+                        .find(|e| e.name == "startup_complete")
+                        .map_or(self.spawned.elapsed(), |e| e.at);
+                }
+                if s.eof {
+                    drop(s);
+                    panic!("{}", self.report("exited before startup_complete"));
+                }
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{}",
+                    self.report(&format!("no startup_complete within {timeout:?}"))
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The partitions currently assigned, from the assigned/revoked callbacks so far.
+    pub fn assignment(&self) -> BTreeSet<Tp> {
+        self.lock().assignment.clone()
+    }
+
+    /// Polls (every 50 ms) until `pred(assignment)` holds; false on timeout, or at once if
+    /// it does not hold and the JVM has exited.
+    pub async fn wait_for(&self, timeout: Duration, pred: impl Fn(&BTreeSet<Tp>) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let s = self.lock();
+                if pred(&s.assignment) {
+                    return true;
+                }
+                if s.eof {
+                    return false;
+                }
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Polls until an event named `name` has been printed; false on timeout or exit.
+    pub async fn wait_event(&self, timeout: Duration, name: &str) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let s = self.lock();
+                if s.events.iter().any(|e| e.name == name) {
+                    return true;
+                }
+                if s.eof {
+                    return false;
+                }
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The event names so far, in order.
+    pub fn events(&self) -> Vec<String> {
+        self.lock().events.iter().map(|e| e.name.clone()).collect()
+    }
+
+    /// The events so far with their partitions and arrival times.
+    pub fn event_log(&self) -> Vec<PeerEvent> {
+        self.lock().events.clone()
+    }
+
+    /// Whether the JVM has closed its stdout (exited).
+    pub fn exited(&self) -> bool {
+        self.lock().eof
+    }
+
+    /// A multi-line description for assertion messages: name, pid, assignment, events, the
+    /// stderr file and its last lines.
+    pub fn report(&self, what: &str) -> String {
+        let (events, assignment, other) = {
+            let s = self.lock();
+            let events: Vec<String> = s
+                .events
+                .iter()
+                .map(|e| {
+                    if e.partitions.is_empty() {
+                        format!("{:>7.3}s {}", e.at.as_secs_f64(), e.name)
+                    } else {
+                        format!("{:>7.3}s {} {:?}", e.at.as_secs_f64(), e.name, e.partitions)
+                    }
+                })
+                .collect();
+            (events, s.assignment.clone(), s.other_lines.clone())
+        };
+        let mut out = format!(
+            "java peer {} (pid {}): {what}\n  assignment: {assignment:?}\n  events:\n",
+            self.name, self.pid
+        );
+        for e in events {
+            out += &format!("    {e}\n");
+        }
+        for l in other {
+            out += &format!("  stdout: {l}\n");
+        }
+        out += &format!(
+            "  stderr: {} (last lines below)\n{}",
+            self.stderr_path.display(),
+            tail(&self.stderr_path, 30)
+        );
+        out
+    }
+
+    /// Graceful stop: SIGTERM (VerifiableConsumer's shutdown hook wakes the consumer, which
+    /// closes: revokes, leaves the group), then SIGKILL after 10 s. Blocks the calling thread;
+    /// see [`JavaConsumer::stop_async`]. Returns the final event log.
+    pub fn stop(mut self) -> Vec<PeerEvent> {
+        if let Some(mut child) = self.child.take() {
+            self.terminate();
+            let deadline = Instant::now() + STOP_GRACE;
+            while !reaped(&mut child) && Instant::now() < deadline {
+                std::thread::sleep(POLL);
+            }
+            self.finish(child);
+        }
+        self.event_log()
+    }
+
+    /// [`JavaConsumer::stop`] that sleeps with tokio instead of blocking the thread, so the
+    /// runtime's other tasks (e.g. our member's heartbeats) keep running meanwhile.
+    pub async fn stop_async(mut self) -> Vec<PeerEvent> {
+        if let Some(mut child) = self.child.take() {
+            self.terminate();
+            let deadline = Instant::now() + STOP_GRACE;
+            while !reaped(&mut child) && Instant::now() < deadline {
+                tokio::time::sleep(POLL).await;
+            }
+            self.finish(child);
+        }
+        self.event_log()
+    }
+
+    /// SIGKILL now: a crashed member (no LeaveGroup; the coordinator notices only when the
+    /// session times out).
+    pub fn kill(mut self) {
+        if let Some(child) = self.child.take() {
+            self.finish(child);
+        }
+    }
+
+    fn terminate(&self) {
+        // `kill` from procps/util-linux/bash: std has no SIGTERM and libc is no dependency.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// SIGKILL if still running, reap, and let the reader see EOF.
+    fn finish(&mut self, mut child: Child) -> Option<ExitStatus> {
+        if !reaped(&mut child) {
+            let _ = child.kill();
+        }
+        let status = child.wait().ok();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        status
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for JavaConsumer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            self.finish(child);
+        }
+    }
+}
+
+/// True once the child has exited (and is reaped).
+fn reaped(child: &mut Child) -> bool {
+    matches!(child.try_wait(), Ok(Some(_)))
+}
+
+// ---------------------------------------------------------------------------- environment
+
+struct PeerEnv {
+    java: PathBuf,
+    setpriv: Option<PathBuf>,
+    libs: PathBuf,
+    log4j: PathBuf,
+    log_dir: PathBuf,
+}
+
+/// Log4j2 config of the peers: everything to stderr (the default configuration would print
+/// errors on stdout, among the JSON events), the consumer's group-membership internals at INFO.
+const LOG4J2: &str = "\
+status = warn
+shutdownHook = disable
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = STDERR
+logger.internals.name = org.apache.kafka.clients.consumer.internals
+logger.internals.level = INFO
+";
+
+/// Runs `tests/kafka/peer.sh libs` once per test process.
+fn peer_env() -> &'static PeerEnv {
+    static ENV: OnceLock<Result<PeerEnv, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| {
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let script = repo.join("tests/kafka/peer.sh");
+        let out = Command::new(&script)
+            .arg("libs")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run {}: {e}", script.display()))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            return Err(format!(
+                "{} libs failed ({}):\n{stderr}",
+                script.display(),
+                out.status
+            ));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let libs = PathBuf::from(
+            stdout
+                .lines()
+                .last()
+                .ok_or_else(|| format!("peer.sh printed no directory; stderr:\n{stderr}"))?
+                .trim(),
+        );
+        eprint!("{stderr}");
+        let log_dir = repo.join("target").join("java-peer");
+        std::fs::create_dir_all(&log_dir)
+            .map_err(|e| format!("create {}: {e}", log_dir.display()))?;
+        let log4j = log_dir.join("log4j2.properties");
+        std::fs::write(&log4j, LOG4J2).map_err(|e| format!("write {}: {e}", log4j.display()))?;
+        let java = match (std::env::var_os("JAVA"), std::env::var_os("JAVA_HOME")) {
+            (Some(j), _) if !j.is_empty() => PathBuf::from(j),
+            (_, Some(h)) if !h.is_empty() => PathBuf::from(h).join("bin").join("java"),
+            _ => PathBuf::from("java"),
+        };
+        let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists());
+        Ok(PeerEnv {
+            java,
+            setpriv,
+            libs,
+            log4j,
+            log_dir,
+        })
+    });
+    match env {
+        Ok(env) => env,
+        Err(e) => panic!("java peer unavailable: {e}"),
+    }
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Escapes a key or value for a java.util.Properties file.
+fn escape_property(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '=' | ':' | '#' | '!' | ' ' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                out.push_str(&format!("\\u{:04x}", c as u32 & 0xffff));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The last `n` lines of `path` (at most its last 64 KiB), each cut at 400 characters.
+fn tail(path: &Path, n: usize) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| match l.char_indices().nth(400) {
+            Some((cut, _)) => format!("    | {} [...]\n", &l[..cut]),
+            None => format!("    | {l}\n"),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------- events
+
+fn read_events(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
+    let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = spawned.elapsed();
+        let mut s = lock();
+        match parse_event(line) {
+            Some((name, partitions)) => {
+                match name.as_str() {
+                    "startup_complete" => s.started = true,
+                    "partitions_assigned" => s.assignment.extend(partitions.iter().cloned()),
+                    "partitions_revoked" => {
+                        for tp in &partitions {
+                            s.assignment.remove(tp);
+                        }
+                    }
+                    // close() revokes first; whatever is left is not owned any more either.
+                    "shutdown_complete" => s.assignment.clear(),
+                    _ => {}
+                }
+                s.events.push(PeerEvent {
+                    at,
+                    name,
+                    partitions,
+                });
+            }
+            None => s.other_lines.push(line.to_owned()),
+        }
+    }
+    lock().eof = true;
+}
+
+/// `"name"` and, for the rebalance callbacks, `"partitions"` of one stdout line. None if the
+/// line is not a JSON object with a string name (or its partitions are malformed).
+fn parse_event(line: &str) -> Option<(String, Vec<Tp>)> {
+    let Json::Obj(fields) = json::parse(line)? else {
+        return None;
+    };
+    let field = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+    let Some(Json::Str(name)) = field("name") else {
+        return None;
+    };
+    let mut partitions = Vec::new();
+    if name == "partitions_assigned" || name == "partitions_revoked" {
+        let Some(Json::Arr(items)) = field("partitions") else {
+            return None;
+        };
+        for item in items {
+            let Json::Obj(tp) = item else { return None };
+            let get = |k: &str| tp.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+            let (Some(Json::Str(topic)), Some(Json::Num(p))) = (get("topic"), get("partition"))
+            else {
+                return None;
+            };
+            partitions.push((topic.clone(), p.parse::<i32>().ok()?));
+        }
+    }
+    Some((name.clone(), partitions))
+}
+
+/// Just enough JSON: a full RFC 8259 value parser (numbers kept as text) for one line.
+mod json {
+    #[derive(Debug, PartialEq)]
+    pub enum Json {
+        Null,
+        Bool(bool),
+        Num(String),
+        Str(String),
+        Arr(Vec<Json>),
+        Obj(Vec<(String, Json)>),
+    }
+
+    /// The value that is all of `s` (surrounding whitespace allowed).
+    pub fn parse(s: &str) -> Option<Json> {
+        let mut p = Parser {
+            b: s.as_bytes(),
+            i: 0,
+        };
+        let v = p.value(0)?;
+        p.ws();
+        (p.i == p.b.len()).then_some(v)
+    }
+
+    struct Parser<'a> {
+        b: &'a [u8],
+        i: usize,
+    }
+
+    impl Parser<'_> {
+        fn ws(&mut self) {
+            while matches!(self.b.get(self.i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+                self.i += 1;
+            }
+        }
+
+        fn eat(&mut self, c: u8) -> bool {
+            self.ws();
+            if self.b.get(self.i) == Some(&c) {
+                self.i += 1;
+                true
+            } else {
+                false
+            }
+        }
+
+        fn lit(&mut self, word: &str, v: Json) -> Option<Json> {
+            if self.b[self.i..].starts_with(word.as_bytes()) {
+                self.i += word.len();
+                Some(v)
+            } else {
+                None
+            }
+        }
+
+        fn value(&mut self, depth: usize) -> Option<Json> {
+            if depth > 64 {
+                return None;
+            }
+            self.ws();
+            match *self.b.get(self.i)? {
+                b'{' => {
+                    self.i += 1;
+                    let mut fields = Vec::new();
+                    if self.eat(b'}') {
+                        return Some(Json::Obj(fields));
+                    }
+                    loop {
+                        self.ws();
+                        let k = self.string()?;
+                        if !self.eat(b':') {
+                            return None;
+                        }
+                        fields.push((k, self.value(depth + 1)?));
+                        if self.eat(b'}') {
+                            return Some(Json::Obj(fields));
+                        }
+                        if !self.eat(b',') {
+                            return None;
+                        }
+                    }
+                }
+                b'[' => {
+                    self.i += 1;
+                    let mut items = Vec::new();
+                    if self.eat(b']') {
+                        return Some(Json::Arr(items));
+                    }
+                    loop {
+                        items.push(self.value(depth + 1)?);
+                        if self.eat(b']') {
+                            return Some(Json::Arr(items));
+                        }
+                        if !self.eat(b',') {
+                            return None;
+                        }
+                    }
+                }
+                b'"' => self.string().map(Json::Str),
+                b't' => self.lit("true", Json::Bool(true)),
+                b'f' => self.lit("false", Json::Bool(false)),
+                b'n' => self.lit("null", Json::Null),
+                b'-' | b'0'..=b'9' => {
+                    let start = self.i;
+                    while matches!(
+                        self.b.get(self.i),
+                        Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                    ) {
+                        self.i += 1;
+                    }
+                    let text = std::str::from_utf8(&self.b[start..self.i]).ok()?;
+                    text.parse::<f64>().ok()?;
+                    Some(Json::Num(text.to_owned()))
+                }
+                _ => None,
+            }
+        }
+
+        fn string(&mut self) -> Option<String> {
+            if self.b.get(self.i) != Some(&b'"') {
+                return None;
+            }
+            self.i += 1;
+            let mut out: Vec<u8> = Vec::new();
+            loop {
+                let c = *self.b.get(self.i)?;
+                self.i += 1;
+                match c {
+                    b'"' => return String::from_utf8(out).ok(),
+                    b'\\' => {
+                        let e = *self.b.get(self.i)?;
+                        self.i += 1;
+                        let ch = match e {
+                            b'"' => '"',
+                            b'\\' => '\\',
+                            b'/' => '/',
+                            b'b' => '\u{8}',
+                            b'f' => '\u{c}',
+                            b'n' => '\n',
+                            b'r' => '\r',
+                            b't' => '\t',
+                            b'u' => {
+                                let hi = self.hex4()?;
+                                if (0xd800..0xdc00).contains(&hi)
+                                    && self.b[self.i..].starts_with(b"\\u")
+                                {
+                                    self.i += 2;
+                                    let lo = self.hex4()?;
+                                    let cp = 0x10000
+                                        + ((hi - 0xd800) << 10)
+                                        + (lo.wrapping_sub(0xdc00) & 0x3ff);
+                                    char::from_u32(cp).unwrap_or('\u{fffd}')
+                                } else {
+                                    char::from_u32(hi).unwrap_or('\u{fffd}')
+                                }
+                            }
+                            _ => return None,
+                        };
+                        let mut buf = [0u8; 4];
+                        out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                    }
+                    c if c < 0x20 => return None,
+                    c => out.push(c),
+                }
+            }
+        }
+
+        fn hex4(&mut self) -> Option<u32> {
+            let h = self.b.get(self.i..self.i + 4)?;
+            self.i += 4;
+            u32::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()
+        }
+    }
+}
