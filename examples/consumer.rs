@@ -1,9 +1,10 @@
-//! Example group member. For now it does what the crate can do end to end: connect to the
-//! cluster, negotiate API versions, and find the group's coordinator.
+//! Example group member: connects, negotiates API versions, finds the group's coordinator, then
+//! joins the group as a classic member (static with `--instance-id`) and prints what happens
+//! until Ctrl-C or `--seconds` pass, and closes with the default leave semantics.
 //!
 //! ```text
-//! tests/kafka/with-broker.sh cargo run --example consumer -- --group demo
-//! cargo run --example consumer -- --bootstrap 127.0.0.1:9092 --group demo
+//! tests/kafka/with-broker.sh cargo run --example consumer -- --group demo --topic demo --seconds 10
+//! cargo run --example consumer -- --bootstrap 127.0.0.1:9092 --group demo --topic orders --instance-id w1
 //! ```
 //! Without `--bootstrap` it uses `KAFKA_BOOTSTRAP`, then the broker that tests/kafka/broker.sh
 //! started (target/kafka-it/bootstrap).
@@ -11,14 +12,19 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use consumer_membership::config::GroupConfig;
+use consumer_membership::core::events::{CloseOptions, Event};
 use consumer_membership::core::io::{Request, Target};
 use consumer_membership::core::metadata::ClusterMetadata;
+use consumer_membership::driver::GroupMember;
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, driver};
 use kafka_protocol::messages::ApiKey;
 
 fn usage() -> ! {
-    eprintln!("usage: consumer [--bootstrap HOST:PORT[,...]] [--group GROUP]");
+    eprintln!(
+        "usage: consumer [--bootstrap HOST:PORT[,...]] [--group GROUP] [--topic TOPIC] [--instance-id ID] [--seconds N]"
+    );
     std::process::exit(2)
 }
 
@@ -39,11 +45,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let mut bootstrap = None;
     let mut group = "consumer-membership-example".to_owned();
+    let mut topic: Option<String> = None;
+    let mut instance_id: Option<String> = None;
+    let mut seconds: Option<u64> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--bootstrap" => bootstrap = Some(args.next().unwrap_or_else(|| usage())),
             "--group" => group = args.next().unwrap_or_else(|| usage()),
+            "--topic" => topic = Some(args.next().unwrap_or_else(|| usage())),
+            "--instance-id" => instance_id = Some(args.next().unwrap_or_else(|| usage())),
+            "--seconds" => {
+                seconds = Some(
+                    args.next()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or_else(|| usage()),
+                )
+            }
             _ => usage(),
         }
     }
@@ -98,5 +116,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "group {group:?}: coordinator is {coordinator} (found in {:?})",
         started.elapsed()
     );
+
+    let Some(topic) = topic else { return Ok(()) };
+    // Let the broker auto-create the topic if it does not exist yet.
+    transport
+        .send(
+            Target::Bootstrap,
+            Request::Metadata {
+                topics: Some(vec![topic.clone()]),
+                allow_auto_topic_creation: true,
+            },
+            config.request_timeout,
+        )
+        .await?;
+    let mut group_config = GroupConfig::new(&group);
+    group_config.instance_id = instance_id;
+    // A transport of its own: the member's JoinGroup may be parked by the broker for a while.
+    let member_transport = Arc::new(TcpTransport::new(config.clone()));
+    let mut member = GroupMember::start(member_transport, group_config)?;
+    member.subscribe([topic]).await?;
+    let stop = async {
+        match seconds {
+            Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+            None => drop(tokio::signal::ctrl_c().await),
+        }
+    };
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            event = member.next_event() => match event {
+                Some(Event::Revoking { partitions, ticket }) => {
+                    println!("revoking {partitions:?}");
+                    // A real consumer commits the offsets it processed here, then hands the ticket back.
+                    member.complete_revocation(ticket).await?;
+                }
+                Some(Event::Fatal(e)) => return Err(e.into()),
+                Some(event) => println!("{event:?}"),
+                None => break,
+            },
+        }
+    }
+    if let Some(s) = member.snapshot().await {
+        println!(
+            "closing: member {} generation {} owns {:?}",
+            s.member_id, s.generation, s.assignment
+        );
+    }
+    member.close(CloseOptions::Default).await;
     Ok(())
 }

@@ -143,6 +143,10 @@ pub struct GroupConfig {
     pub retry_backoff: Duration,
     /// `retry.backoff.max.ms` (default 1 s).
     pub retry_backoff_max: Duration,
+    /// `metadata.max.age.ms` (default 5 min): how often the leader checks whether the
+    /// subscribed topics' partitions changed (sooner, after `retry.backoff.max.ms`, while a
+    /// subscribed topic has none).
+    pub metadata_max_age: Duration,
     /// Seed of the backoff jitter; `None` draws one at random.
     pub seed: Option<u64>,
 }
@@ -161,6 +165,7 @@ impl GroupConfig {
             request_timeout: Duration::from_secs(30),
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
+            metadata_max_age: Duration::from_secs(300),
             seed: None,
         }
     }

@@ -328,3 +328,26 @@ async fn commit_then_fetch_round_trips() {
     );
     assert_eq!(got[&TopicPartition::new(&topic, 1)].offset, Some(7));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_rebalances_when_a_subscribed_topic_appears() {
+    let Some(b) = common::bootstrap() else { return };
+    let (t, _) = common::transport(&b);
+    let topic = unique("later");
+    let group = unique("later");
+    let m = TestMember::start(
+        common::transport(&b).0,
+        group_config(&group, None),
+        &[&topic],
+    )
+    .await;
+    let first = m.wait_stable(Some(0), T).await;
+    common::create_topic(&*t, &topic, 3).await;
+    let started = Instant::now();
+    let s = m.wait_stable(Some(3), T).await;
+    println!(
+        "topic created -> partitions assigned in {:?}",
+        started.elapsed()
+    );
+    assert!(s.generation > first.generation);
+}

@@ -18,15 +18,18 @@ pub enum Timer {
     PollInterval,
     /// A (re)join waits: backoff after a retriable error, or a quarantine.
     Rejoin,
+    /// The leader checks whether the subscribed topics' partitions changed.
+    MetadataRefresh,
 }
 
 impl Timer {
-    const ALL: [Timer; 5] = [
+    const ALL: [Timer; 6] = [
         Timer::CoordinatorRetry,
         Timer::Heartbeat,
         Timer::Session,
         Timer::PollInterval,
         Timer::Rejoin,
+        Timer::MetadataRefresh,
     ];
 
     fn index(self) -> usize {

@@ -155,6 +155,8 @@ enum Sent {
         member_id: String,
     },
     Metadata,
+    /// The leader's periodic check for metadata changes.
+    MetadataRefresh,
     Sync {
         generation: i32,
         member_id: String,
@@ -203,6 +205,9 @@ pub struct ClassicMember {
     generation: i32,
     protocol_name: Option<String>,
     leader: bool,
+    /// Leader: partition counts its last assignment was computed from (`None`: not the leader).
+    assigned_metadata: Option<BTreeMap<String, i32>>,
+    metadata_refresh_in_flight: bool,
     owned: BTreeSet<TopicPartition>,
     lookup: CoordinatorLookup,
     ids: RequestIds,
@@ -265,6 +270,8 @@ impl ClassicMember {
             generation: -1,
             protocol_name: None,
             leader: false,
+            assigned_metadata: None,
+            metadata_refresh_in_flight: false,
             owned: BTreeSet::new(),
             lookup,
             ids: RequestIds::default(),
@@ -531,6 +538,17 @@ impl ClassicMember {
                 None => return Some(self.build_join(&coordinator)),
             }
         }
+        if matches!(self.phase, Phase::Stable)
+            && self.leader
+            && !self.metadata_refresh_in_flight
+            && self
+                .timers
+                .get(Timer::MetadataRefresh)
+                .is_some_and(|at| at <= self.now)
+            && let Some(out) = self.build_metadata_refresh()
+        {
+            return Some(out);
+        }
         if self.heartbeating() && !self.heartbeat_in_flight {
             match self.timers.get(Timer::Heartbeat) {
                 Some(at) if at > self.now => {}
@@ -556,6 +574,7 @@ impl ClassicMember {
             Timer::Heartbeat => self.heartbeating() && !self.heartbeat_in_flight,
             Timer::Session => self.heartbeating(),
             Timer::Rejoin => matches!(self.phase, Phase::Rejoin { .. }),
+            Timer::MetadataRefresh => self.leader && !self.metadata_refresh_in_flight,
             _ => true,
         });
         match (own, self.lookup.poll_timeout()) {
@@ -614,6 +633,7 @@ impl ClassicMember {
         match sent {
             Sent::Join { member_id } => self.on_join(id, member_id, result),
             Sent::Metadata => self.on_metadata(id, result),
+            Sent::MetadataRefresh => self.on_metadata_refresh(result),
             Sent::Sync {
                 generation,
                 member_id,
@@ -735,6 +755,7 @@ impl ClassicMember {
         self.generation = -1;
         self.protocol_name = None;
         self.leader = false;
+        self.assigned_metadata = None;
         self.heartbeat_failures = 0;
     }
 
@@ -1254,6 +1275,15 @@ impl ClassicMember {
             .expect("checked at join")
             .clone();
         let plan = assignor.assign(&partitions, &members);
+        // The leader watches these topics: a topic created or grown later triggers a rebalance
+        // (ConsumerCoordinator: assignmentSnapshot vs metadataSnapshot).
+        let mut watched: BTreeMap<String, i32> = members
+            .iter()
+            .flat_map(|m| m.subscription.topics.iter().map(|t| (t.clone(), 0)))
+            .collect();
+        watched.extend(partitions.iter().map(|(t, n)| (t.clone(), *n)));
+        self.arm_metadata_refresh(&watched);
+        self.assigned_metadata = Some(watched);
         let assignments = members
             .iter()
             .map(|m| {
@@ -1273,6 +1303,73 @@ impl ClassicMember {
             return self.rejoin_after_backoff("coordinator lost");
         };
         self.build_sync(&coordinator, assignments);
+    }
+
+    /// Leader: check metadata again soon when a watched topic had no partitions, else after
+    /// `metadata.max.age.ms`.
+    fn arm_metadata_refresh(&mut self, watched: &BTreeMap<String, i32>) {
+        let after = if watched.values().any(|n| *n == 0) {
+            self.config.retry_backoff_max
+        } else {
+            self.config.metadata_max_age
+        };
+        self.timers.set(Timer::MetadataRefresh, self.now + after);
+    }
+
+    fn build_metadata_refresh(&mut self) -> Option<Outbound> {
+        let watched = self.assigned_metadata.as_ref()?;
+        let topics = watched.keys().cloned().collect();
+        let id = self.ids.next();
+        self.sent.insert(id, Sent::MetadataRefresh);
+        self.metadata_refresh_in_flight = true;
+        self.timers.stop(Timer::MetadataRefresh);
+        Some(Outbound {
+            id,
+            target: Target::Bootstrap,
+            request: Request::Metadata {
+                topics: Some(topics),
+                allow_auto_topic_creation: false,
+            },
+            timeout: self.config.request_timeout,
+        })
+    }
+
+    fn on_metadata_refresh(&mut self, result: Result<Response, TransportError>) {
+        self.metadata_refresh_in_flight = false;
+        let Some(watched) = self.assigned_metadata.clone() else {
+            return;
+        };
+        let metadata = match result
+            .map_err(|e| e.to_string())
+            .and_then(|r| ClusterMetadata::from_response(&r).map_err(|e| e.to_string()))
+        {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(error = %e, "metadata refresh failed");
+                self.timers.set(
+                    Timer::MetadataRefresh,
+                    self.now + self.config.retry_backoff_max,
+                );
+                return;
+            }
+        };
+        let now: BTreeMap<String, i32> = watched
+            .keys()
+            .map(|t| {
+                let n = metadata
+                    .topics
+                    .get(t)
+                    .filter(|m| m.error_code == 0)
+                    .map_or(0, |m| m.partitions.len() as i32);
+                (t.clone(), n)
+            })
+            .collect();
+        if now != watched && matches!(self.phase, Phase::Stable) {
+            tracing::info!(group = %self.config.group_id, ?watched, ?now, "partitions of subscribed topics changed; rebalancing");
+            self.request_rejoin("metadata changed");
+        } else {
+            self.arm_metadata_refresh(&watched);
+        }
     }
 
     fn on_sync(
