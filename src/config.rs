@@ -118,6 +118,20 @@ mod tests {
     }
 }
 
+/// `group.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum GroupProtocol {
+    /// JoinGroup / SyncGroup / Heartbeat (the Java client's default).
+    #[default]
+    Classic,
+    /// KIP-848 ConsumerGroupHeartbeat.
+    Consumer,
+    /// The consumer protocol, falling back to classic (one way) when the broker answers the first
+    /// ConsumerGroupHeartbeat with UNSUPPORTED_VERSION.
+    Auto,
+}
+
 /// Group membership settings (Kafka's consumer config names in errors).
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
@@ -125,6 +139,11 @@ pub struct GroupConfig {
     pub group_id: String,
     /// `group.instance.id`: set for a static member.
     pub instance_id: Option<String>,
+    /// `group.protocol` (default classic, as the Java client).
+    pub protocol: GroupProtocol,
+    /// `group.remote.assignor`: the server-side assignor of the consumer protocol (`None`: the
+    /// broker's default).
+    pub remote_assignor: Option<String>,
     /// `session.timeout.ms` (default 45 s).
     pub session_timeout: Duration,
     /// `heartbeat.interval.ms` (default 3 s); must be below the session timeout.
@@ -157,6 +176,8 @@ impl GroupConfig {
         Self {
             group_id: group_id.into(),
             instance_id: None,
+            protocol: GroupProtocol::Classic,
+            remote_assignor: None,
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
             max_poll_interval: Duration::from_secs(300),
@@ -236,6 +257,24 @@ impl GroupConfig {
                     ),
                 );
             }
+        }
+        if self.protocol == GroupProtocol::Classic && self.remote_assignor.is_some() {
+            return err(
+                "group.remote.assignor",
+                "is only used with group.protocol=consumer".into(),
+            );
+        }
+        if self
+            .remote_assignor
+            .as_deref()
+            .is_some_and(|a| a.trim().is_empty())
+        {
+            return err("group.remote.assignor", "must not be blank".into());
+        }
+        if let Some(rack) = &self.rack_id
+            && rack.trim().is_empty()
+        {
+            return err("client.rack", "must not be blank".into());
         }
         if self.retry_backoff > self.retry_backoff_max {
             return err(

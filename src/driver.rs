@@ -85,11 +85,12 @@ use tokio::sync::oneshot;
 
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
-use crate::core::classic::{ApiMisuse, ClassicMember};
+use crate::core::classic::ApiMisuse;
 use crate::core::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
     RevokeTicket,
 };
+use crate::core::member::Member;
 
 type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
 
@@ -120,12 +121,14 @@ pub struct Snapshot {
     pub assignment: Vec<TopicPartition>,
     /// The coordinator's node id, when known.
     pub coordinator: Option<i32>,
-    /// Whether the member led its last rebalance.
+    /// Whether the member led its last rebalance (classic only).
     pub leader: bool,
+    /// The protocol in use: "classic" or "consumer".
+    pub protocol: &'static str,
 }
 
-/// A classic-protocol group member running on tokio: the async face of
-/// [`ClassicMember`].
+/// A group member running on tokio, classic or KIP-848 by `group.protocol`: the async face of
+/// [`Member`].
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -183,7 +186,7 @@ impl GroupMember {
         mut config: GroupConfig,
     ) -> Result<Self, crate::error::ConfigError> {
         config.seed = config.seed.or_else(|| Some(rand::random()));
-        let member = ClassicMember::new(config.clone(), Instant::now())?;
+        let member = Member::new(config.clone(), Instant::now())?;
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (event_tx, events) = mpsc::unbounded_channel();
         tokio::spawn(run_member(member, transport, command_rx, event_tx));
@@ -300,7 +303,7 @@ impl MemberHandle {
 }
 
 async fn run_member<T: Transport>(
-    mut member: ClassicMember,
+    mut member: Member,
     transport: Arc<T>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     events: mpsc::UnboundedSender<Event>,
@@ -366,6 +369,7 @@ async fn run_member<T: Transport>(
                         assignment: member.assignment(),
                         coordinator: member.coordinator().map(|b| b.node_id),
                         leader: member.is_leader(),
+                        protocol: member.protocol(),
                     })),
                     Some(Command::Close(options, tx)) => {
                         closing.push(tx);

@@ -173,6 +173,24 @@ pub enum GroupError {
         /// The instance id another process holds.
         instance_id: String,
     },
+    /// UNRELEASED_INSTANCE_ID (111): a consumer-protocol static member's instance id is still held
+    /// by another member, and this member's bounded recovery (leave with -2, rejoin) did not free it.
+    #[error(
+        "group {group:?}: group.instance.id {instance_id:?} is still held by another member (UNRELEASED_INSTANCE_ID)"
+    )]
+    UnreleasedInstanceId {
+        /// The group id.
+        group: String,
+        /// The instance id.
+        instance_id: String,
+    },
+    /// The broker does not run the KIP-848 consumer protocol for this group (UNSUPPORTED_VERSION on
+    /// ConsumerGroupHeartbeat, or the API is missing). With `group.protocol=auto` the member falls
+    /// back to the classic protocol instead of stopping.
+    #[error(
+        "the broker does not support the consumer group protocol (KIP-848); use group.protocol=classic"
+    )]
+    ConsumerProtocolUnsupported,
     /// A non-retriable error code with no more specific handling for this API.
     #[error("{api:?} failed with non-retriable error {code} ({name})", name = error_name(*.code))]
     Fatal {
@@ -235,6 +253,17 @@ pub enum ErrorAction {
     /// FENCED_INSTANCE_ID: another process holds the instance id; terminal unless the answer is
     /// stale.
     Fenced,
+    /// KIP-848 FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: partitions are lost; rejoin at epoch 0
+    /// with the same member id.
+    FencedMember,
+    /// KIP-848 UNRELEASED_INSTANCE_ID: another member still holds the static instance id.
+    UnreleasedInstance,
+    /// STALE_MEMBER_EPOCH on a commit or fetch: retry with the latest epoch while still a member.
+    StaleEpoch,
+    /// UNSUPPORTED_VERSION on ConsumerGroupHeartbeat: the broker does not run the consumer protocol.
+    UnsupportedProtocol,
+    /// A non-fatal error the application should hear about; the member carries on.
+    Report,
     /// Stop: the error is terminal (for a commit or fetch: that request failed for good).
     Fatal(GroupError),
 }
@@ -246,7 +275,10 @@ pub enum ErrorAction {
 /// stale (sent for an older generation) is decided by the caller before it acts.
 /// `group` names the group in typed errors.
 pub fn classify(api: ApiKey, code: i16, group: &str) -> ErrorAction {
-    use ApiKey::{FindCoordinator, Heartbeat, JoinGroup, OffsetCommit, OffsetFetch, SyncGroup};
+    use ApiKey::{
+        ConsumerGroupHeartbeat, FindCoordinator, Heartbeat, JoinGroup, OffsetCommit, OffsetFetch,
+        SyncGroup,
+    };
     use ErrorAction::*;
     const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     const REQUEST_TIMED_OUT: i16 = 7;
@@ -260,6 +292,12 @@ pub fn classify(api: ApiKey, code: i16, group: &str) -> ErrorAction {
     const MEMBER_ID_REQUIRED: i16 = 79;
     const FENCED_INSTANCE_ID: i16 = 82;
     const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    const UNSUPPORTED_VERSION: i16 = 35;
+    const UNKNOWN_TOPIC_ID: i16 = 100;
+    const FENCED_MEMBER_EPOCH: i16 = 110;
+    const UNRELEASED_INSTANCE_ID: i16 = 111;
+    const STALE_MEMBER_EPOCH: i16 = 113;
     let fatal = || Fatal(GroupError::Fatal { api, code });
     match (api, code) {
         (_, 0) => Proceed,
@@ -281,6 +319,17 @@ pub fn classify(api: ApiKey, code: i16, group: &str) -> ErrorAction {
         // and fetches are retriable. SyncGroup is not special-cased in Java (it surfaces a
         // KafkaException); here it rejoins after the backoff like JoinGroup.
         (_, COORDINATOR_LOAD_IN_PROGRESS) => RetryBackoff,
+        // ConsumerGroupHeartbeat (protocol.md §6.6, AbstractHeartbeatRequestManager /
+        // ConsumerHeartbeatRequestManager.handleErrorResponse).
+        (ConsumerGroupHeartbeat, FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID) => FencedMember,
+        (ConsumerGroupHeartbeat, UNRELEASED_INSTANCE_ID) => UnreleasedInstance,
+        (ConsumerGroupHeartbeat, FENCED_INSTANCE_ID) => Fenced,
+        (ConsumerGroupHeartbeat, UNSUPPORTED_VERSION) => UnsupportedProtocol,
+        // Not fatal in Java: an error event on the next poll, the member keeps its state.
+        (ConsumerGroupHeartbeat, TOPIC_AUTHORIZATION_FAILED) => Report,
+        // Commits and fetches of a consumer-protocol member (CommitRequestManager).
+        (OffsetCommit | OffsetFetch, STALE_MEMBER_EPOCH) => StaleEpoch,
+        (OffsetCommit | OffsetFetch, UNKNOWN_TOPIC_ID) => RetryBackoff,
         (JoinGroup, MEMBER_ID_REQUIRED) => AdoptMemberId,
         (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, UNKNOWN_MEMBER_ID) => ResetMemberId,
         (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, ILLEGAL_GENERATION) => ResetGeneration,
@@ -444,6 +493,45 @@ mod tests {
                     code: 20000,
                 }),
             ),
+        ];
+        for (api, code, want) in rows {
+            assert_eq!(&f(*api, *code), want, "{api:?} {code}");
+        }
+        // ConsumerGroupHeartbeat (protocol.md §6.6) and KIP-848 commits (§8).
+        let cgh = ConsumerGroupHeartbeat;
+        let rows: &[(ApiKey, i16, ErrorAction)] = &[
+            (cgh, 0, Proceed),
+            (cgh, 16, Rediscover),
+            (cgh, 15, Rediscover),
+            (cgh, 14, RetryBackoff),
+            (cgh, 110, FencedMember),
+            (cgh, 25, FencedMember),
+            (cgh, 111, UnreleasedInstance),
+            (cgh, 82, Fenced),
+            (cgh, 81, fatal(cgh, 81)),
+            (cgh, 112, fatal(cgh, 112)),
+            (cgh, 42, fatal(cgh, 42)),
+            (cgh, 35, UnsupportedProtocol),
+            (
+                cgh,
+                30,
+                Fatal(GroupError::GroupAuthorizationFailed { group: "g".into() }),
+            ),
+            (cgh, 29, Report),
+            (cgh, 128, fatal(cgh, 128)),
+            (cgh, 69, fatal(cgh, 69)),
+            (cgh, -1, fatal(cgh, -1)),
+            (
+                cgh,
+                20000,
+                Fatal(GroupError::UnknownErrorCode {
+                    api: cgh,
+                    code: 20000,
+                }),
+            ),
+            (OffsetCommit, 113, StaleEpoch),
+            (OffsetFetch, 113, StaleEpoch),
+            (OffsetCommit, 100, RetryBackoff),
         ];
         for (api, code, want) in rows {
             assert_eq!(&f(*api, *code), want, "{api:?} {code}");

@@ -9,9 +9,11 @@
 
 pub mod backoff;
 pub mod classic;
+pub mod consumer;
 pub mod coordinator;
 pub mod events;
 pub mod io;
+pub mod member;
 pub mod metadata;
 pub mod timer;
 

@@ -187,6 +187,8 @@ pub struct Seen {
     pub lost: usize,
     pub fatal: Option<consumer_membership::GroupError>,
     pub closed: bool,
+    /// (when, owned?, partition): every change of ownership as the application saw it.
+    pub ownership_log: Vec<(std::time::Instant, bool, TopicPartition)>,
 }
 
 /// A member whose events are handled by a background task: revocations are handed back at once.
@@ -259,11 +261,17 @@ impl TestMember {
                         s.assigned_generations.push(generation);
                     }
                     Event::Revoked { partitions } => {
+                        let now = std::time::Instant::now();
+                        s.ownership_log
+                            .extend(partitions.iter().map(|p| (now, false, p.clone())));
                         for p in &partitions {
                             s.owned.remove(p);
                         }
                     }
-                    Event::Lost { .. } => {
+                    Event::Lost { partitions, .. } => {
+                        let now = std::time::Instant::now();
+                        s.ownership_log
+                            .extend(partitions.iter().map(|p| (now, false, p.clone())));
                         s.owned.clear();
                         s.lost += 1;
                     }

@@ -1128,6 +1128,11 @@ impl ClassicMember {
             ErrorAction::RetryBackoff => self.rejoin_after_backoff("retriable JoinGroup error"),
             ErrorAction::Fenced => self.fenced(),
             ErrorAction::Fatal(e) => self.fail(e),
+            // Consumer-protocol actions never come out of `classify` for JoinGroup.
+            _ => self.fail(GroupError::Fatal {
+                api: ApiKey::JoinGroup,
+                code: r.error_code,
+            }),
         }
     }
 
@@ -1523,8 +1528,10 @@ impl ClassicMember {
                 self.coordinator_failed();
                 self.heartbeat_backoff();
             }
-            ErrorAction::RetryBackoff | ErrorAction::AdoptMemberId => self.heartbeat_backoff(),
             ErrorAction::Fatal(e) => self.fail(e),
+            // MEMBER_ID_REQUIRED and consumer-protocol actions do not come out of `classify`
+            // for Heartbeat; back off like any other retriable failure.
+            _ => self.heartbeat_backoff(),
         }
     }
 

@@ -1,0 +1,1452 @@
+//! The KIP-848 consumer-protocol member: ConsumerGroupHeartbeat v1 with a client-generated
+//! member id (KIP-1082).
+//!
+//! ```text
+//!               subscribe              answer (epoch > 0)        target differs
+//! Unsubscribed ──────────► Joining ─────────────────────► Stable ─────────────► Reconciling
+//!                            ▲                              ▲                       │ revoke first (ticket),
+//!   FENCED_MEMBER_EPOCH /    │                              │                       │ then assign
+//!   UNKNOWN_MEMBER_ID ───────┘ (same id, epoch 0)           └──── Acknowledging ◄───┘ (ack: owned partitions)
+//!   close / unsubscribe / poll timeout ──► Leaving (epoch -1, or -2 for a static member) ──► Closed | Unsubscribed | Stale
+//! ```
+//!
+//! Rules this member keeps (architecture "Identity rules"):
+//! - one [`MemberId`] per member instance, drawn at construction, sent on the first heartbeat and
+//!   on every retry, and kept through fencing, UNKNOWN_MEMBER_ID, leave and resubscribe;
+//! - a close before the first answer still sends the leave carrying that id, on the same
+//!   coordinator connection as the join (a broker reads a connection in order), so no ghost member
+//!   stays behind;
+//! - UNRELEASED_INSTANCE_ID while this member's own earlier join may be registered (a lost
+//!   answer, or after fencing): leave with -2 and the own id, rejoin at epoch 0, at most
+//!   [`UNRELEASED_RECOVERIES`] times, then a typed fatal error;
+//! - answers with a negative epoch are ignored; at most one regular heartbeat is in flight and
+//!   only a leave may overlap it; after any failure the next heartbeat is full.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::{
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId,
+    OffsetCommitRequest, OffsetFetchRequest, RequestKind, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use crate::config::GroupConfig;
+use crate::core::TopicPartition;
+use crate::core::backoff::{ExponentialBackoff, JitterRng};
+use crate::core::classic::ApiMisuse;
+use crate::core::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
+use crate::core::events::{
+    CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
+    RevokeTicket,
+};
+use crate::core::io::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
+use crate::core::metadata::ClusterMetadata;
+use crate::core::timer::{Timer, TimerTable};
+use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
+use crate::member_id::MemberId;
+
+/// How often a static member recovers from UNRELEASED_INSTANCE_ID caused by its own earlier join
+/// before it gives up.
+pub const UNRELEASED_RECOVERIES: u32 = 3;
+/// ConsumerGroupHeartbeat v1: client-generated member ids are mandatory (KIP-1082).
+const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 1..=1;
+/// OffsetCommit / OffsetFetch v9 are the first a consumer-protocol member may use (names, not ids).
+const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
+const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
+const LOOKUP_IDS: u64 = 1 << 48;
+/// Epochs with a meaning of their own (ConsumerGroupHeartbeatRequest.json).
+const LEAVE_EPOCH: i32 = -1;
+const STATIC_LEAVE_EPOCH: i32 = -2;
+
+#[derive(Debug)]
+enum Phase {
+    Unsubscribed,
+    /// Sending epoch-0 heartbeats until the coordinator answers.
+    Joining,
+    /// Applying the target assignment (waiting for metadata to resolve topic ids).
+    Reconciling,
+    /// Revoked partitions are with the application; the rest of the reconciliation waits.
+    AwaitRevoke {
+        ticket: u64,
+    },
+    /// The next heartbeat acknowledges the new assignment, sent at once.
+    Acknowledging,
+    Stable,
+    /// Left on poll timeout; the next poll rejoins.
+    Stale,
+    /// A leave heartbeat is due (`request` None) or in flight.
+    Leaving {
+        epoch: i32,
+        request: Option<RequestId>,
+        then: AfterLeave,
+    },
+    Closed,
+    Fatal(GroupError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterLeave {
+    Close,
+    Unsubscribe,
+    Stale,
+    /// UNRELEASED_INSTANCE_ID recovery: rejoin at epoch 0.
+    Rejoin,
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::Unsubscribed => "Unsubscribed",
+            Phase::Joining => "Joining",
+            Phase::Reconciling => "Reconciling",
+            Phase::AwaitRevoke { .. } => "AwaitRevoke",
+            Phase::Acknowledging => "Acknowledging",
+            Phase::Stable => "Stable",
+            Phase::Stale => "Stale",
+            Phase::Leaving { .. } => "Leaving",
+            Phase::Closed => "Closed",
+            Phase::Fatal(_) => "Fatal",
+        }
+    }
+}
+
+/// The fields a heartbeat carried; once answered they are what the broker knows, so later
+/// heartbeats leave unchanged fields out (protocol.md §6.3).
+#[derive(Debug, Clone, PartialEq, Default)]
+struct SentFields {
+    topics: Option<Vec<String>>,
+    regex: Option<String>,
+    rebalance_timeout: i32,
+    assignor: Option<String>,
+    owned: BTreeSet<(Uuid, i32)>,
+}
+
+#[derive(Debug)]
+enum Sent {
+    Heartbeat {
+        epoch: i32,
+        fields: SentFields,
+    },
+    Leave,
+    Metadata,
+    Commit {
+        id: CommitId,
+        epoch: i32,
+        partitions: Vec<TopicPartition>,
+    },
+    Fetch {
+        id: FetchId,
+    },
+}
+
+#[derive(Debug)]
+enum Queued {
+    Commit {
+        id: CommitId,
+        offsets: Vec<CommitOffset>,
+    },
+    Fetch {
+        id: FetchId,
+        partitions: Vec<TopicPartition>,
+    },
+}
+
+/// A KIP-848 consumer-protocol member (sans-IO), with the same inputs, outputs and events as
+/// [`ClassicMember`](crate::core::classic::ClassicMember).
+#[derive(Debug)]
+pub struct ConsumerMember {
+    config: GroupConfig,
+    member_id: MemberId,
+    epoch: i32,
+    phase: Phase,
+    now: Instant,
+    topics: BTreeSet<String>,
+    regex: Option<String>,
+    /// Owned partitions by topic id (what acknowledgements carry).
+    owned: BTreeSet<(Uuid, i32)>,
+    /// The latest target assignment from the coordinator, sanitised.
+    target: Option<BTreeSet<(Uuid, i32)>>,
+    names: BTreeMap<Uuid, String>,
+    lookup: CoordinatorLookup,
+    ids: RequestIds,
+    sent: HashMap<RequestId, Sent>,
+    timers: TimerTable,
+    backoff: ExponentialBackoff,
+    rng: JitterRng,
+    events: VecDeque<Event>,
+    queued: VecDeque<Queued>,
+    outbound: VecDeque<Outbound>,
+    heartbeat_in_flight: bool,
+    heartbeat_failures: u32,
+    interval: Duration,
+    /// What the broker knows; `None` makes the next heartbeat full.
+    known: Option<SentFields>,
+    metadata_in_flight: bool,
+    /// An epoch-0 heartbeat went out (the broker may know this member).
+    join_sent: bool,
+    /// This member may be registered under its instance id (lost join answer, or it held an
+    /// epoch before): an UNRELEASED_INSTANCE_ID may be its own doing.
+    may_be_registered: bool,
+    unreleased_recoveries: u32,
+    answered_once: bool,
+    next_ticket: u64,
+    next_op: u64,
+}
+
+impl ConsumerMember {
+    /// A member of `config.group_id` with a fresh KIP-1082 member id; not yet subscribed.
+    pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
+        Self::with_member_id(config, MemberId::generate(), now)
+    }
+
+    /// A member with a given id (for simulations and tests; production code uses [`new`](Self::new)).
+    pub fn with_member_id(
+        config: GroupConfig,
+        member_id: MemberId,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let seed = config.seed.unwrap_or(0x5eed);
+        let backoff = ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max);
+        let mut lookup = CoordinatorLookup::new(
+            [config.group_id.clone()],
+            LookupConfig {
+                backoff,
+                request_timeout: config.request_timeout,
+                seed: seed.wrapping_add(1),
+            },
+        );
+        lookup.set_request_ids(RequestIds::starting_at(LOOKUP_IDS));
+        Ok(Self {
+            member_id,
+            epoch: 0,
+            phase: Phase::Unsubscribed,
+            now,
+            topics: BTreeSet::new(),
+            regex: None,
+            owned: BTreeSet::new(),
+            target: None,
+            names: BTreeMap::new(),
+            lookup,
+            ids: RequestIds::default(),
+            sent: HashMap::new(),
+            timers: TimerTable::default(),
+            backoff,
+            rng: JitterRng::from_seed(seed),
+            events: VecDeque::new(),
+            queued: VecDeque::new(),
+            outbound: VecDeque::new(),
+            heartbeat_in_flight: false,
+            heartbeat_failures: 0,
+            interval: Duration::ZERO,
+            known: None,
+            metadata_in_flight: false,
+            join_sent: false,
+            may_be_registered: false,
+            unreleased_recoveries: 0,
+            answered_once: false,
+            next_ticket: 0,
+            next_op: 0,
+            config,
+        })
+    }
+
+    // ------------------------------------------------------------------ accessors
+
+    /// The member id, the same for the member's whole life.
+    pub fn member_id(&self) -> &str {
+        self.member_id.as_str()
+    }
+
+    /// The member epoch (0 before the first answer and after fencing).
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// Owned partitions, by name (partitions of topics not yet resolved are not owned yet).
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        let mut v: Vec<TopicPartition> =
+            self.owned.iter().filter_map(|tp| self.named(tp)).collect();
+        v.sort();
+        v
+    }
+
+    /// The state's name.
+    pub fn state(&self) -> &'static str {
+        self.phase.name()
+    }
+
+    /// The coordinator, when known.
+    pub fn coordinator(&self) -> Option<&Broker> {
+        self.lookup.coordinator(&self.config.group_id)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// The latest time the member was told.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Whether the coordinator ever answered a heartbeat successfully.
+    pub fn answered_once(&self) -> bool {
+        self.answered_once
+    }
+
+    /// The subscription (topic names), for a fallback to the classic protocol.
+    pub fn topics(&self) -> Vec<String> {
+        self.topics.iter().cloned().collect()
+    }
+
+    /// The terminal error, once stopped on one.
+    pub fn fatal_error(&self) -> Option<&GroupError> {
+        match &self.phase {
+            Phase::Fatal(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn is_static(&self) -> bool {
+        self.config.instance_id.is_some()
+    }
+
+    fn stopped(&self) -> bool {
+        matches!(self.phase, Phase::Closed | Phase::Fatal(_))
+    }
+
+    fn in_group(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Joining
+                | Phase::Reconciling
+                | Phase::AwaitRevoke { .. }
+                | Phase::Acknowledging
+                | Phase::Stable
+        )
+    }
+
+    fn named(&self, (id, p): &(Uuid, i32)) -> Option<TopicPartition> {
+        self.names
+            .get(id)
+            .map(|n| TopicPartition::new(n.clone(), *p))
+    }
+
+    // ------------------------------------------------------------------ commands
+
+    /// Subscribes to `topics` by name and joins (or tells the coordinator the new subscription).
+    pub fn subscribe(
+        &mut self,
+        topics: impl IntoIterator<Item = String>,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        self.advance(now);
+        if self.stopped() {
+            return Err(ApiMisuse::Stopped);
+        }
+        let topics: BTreeSet<String> = topics.into_iter().collect();
+        if topics.is_empty() {
+            return Err(ApiMisuse::EmptySubscription);
+        }
+        self.topics = topics;
+        self.regex = None;
+        self.start(now);
+        Ok(())
+    }
+
+    /// Subscribes by a server-side regular expression (RE2/J syntax, `SubscribedTopicRegex`, v1).
+    pub fn subscribe_regex(
+        &mut self,
+        pattern: impl Into<String>,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        self.advance(now);
+        if self.stopped() {
+            return Err(ApiMisuse::Stopped);
+        }
+        let pattern = pattern.into();
+        if pattern.trim().is_empty() {
+            return Err(ApiMisuse::EmptySubscription);
+        }
+        self.topics.clear();
+        self.regex = Some(pattern);
+        self.start(now);
+        Ok(())
+    }
+
+    fn start(&mut self, now: Instant) {
+        self.timers
+            .set(Timer::PollInterval, now + self.config.max_poll_interval);
+        match self.phase {
+            Phase::Unsubscribed | Phase::Stale => self.join("subscribed"),
+            // A member in the group sends the changed subscription with its next heartbeat
+            // (the field differs from what the broker knows); send it now.
+            _ if self.in_group() => self.timers.stop(Timer::Heartbeat),
+            _ => {}
+        }
+    }
+
+    /// Leaves the subscription: the application releases its partitions ([`Event::Revoked`]) and
+    /// the member leaves (-1; -2 for a static member, which keeps its partitions at the broker for
+    /// a return within the session timeout).
+    pub fn unsubscribe(&mut self, now: Instant) {
+        self.advance(now);
+        if self.stopped() || !self.in_group() {
+            return;
+        }
+        self.topics.clear();
+        self.regex = None;
+        self.timers.stop(Timer::PollInterval);
+        self.release_owned();
+        self.leave(
+            CloseOptions::Default,
+            AfterLeave::Unsubscribe,
+            "unsubscribed",
+        );
+    }
+
+    /// Records that the application is alive; after a poll timeout, rejoins.
+    pub fn poll(&mut self, now: Instant) {
+        self.advance(now);
+        if self.stopped() || (self.topics.is_empty() && self.regex.is_none()) {
+            return;
+        }
+        self.timers
+            .set(Timer::PollInterval, now + self.config.max_poll_interval);
+        if matches!(self.phase, Phase::Stale) {
+            self.join("polled again after poll timeout");
+        }
+    }
+
+    /// Hands back the ticket of an [`Event::Revoking`]; the reconciliation goes on (assign, then
+    /// acknowledge).
+    pub fn complete_revocation(
+        &mut self,
+        ticket: RevokeTicket,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        self.advance(now);
+        match self.phase {
+            Phase::AwaitRevoke { ticket: t } if t == ticket.id => {
+                self.set_phase(Phase::Reconciling, "revocation completed");
+                self.reconcile();
+                Ok(())
+            }
+            _ => Err(ApiMisuse::UnknownTicket),
+        }
+    }
+
+    /// Commits `offsets` with the member id and epoch (OffsetCommit v9). Outside the group:
+    /// [`CommitError::NotMember`] at once.
+    pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+        self.advance(now);
+        self.next_op += 1;
+        let id = CommitId(self.next_op);
+        if self.stopped() {
+            let e = CommitError::Stopped(self.phase.name().into());
+            self.events
+                .push_back(Event::Committed { id, result: Err(e) });
+        } else if self.epoch <= 0 || !self.in_group() {
+            let e = CommitError::NotMember {
+                reason: "the member holds no epoch".into(),
+            };
+            self.events
+                .push_back(Event::Committed { id, result: Err(e) });
+        } else {
+            self.queued.push_back(Queued::Commit { id, offsets });
+        }
+        id
+    }
+
+    /// Fetches committed offsets (OffsetFetch v9 with member id and epoch while in the group).
+    pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
+        self.advance(now);
+        self.next_op += 1;
+        let id = FetchId(self.next_op);
+        if self.stopped() {
+            let e = CommitError::Stopped(self.phase.name().into());
+            self.events
+                .push_back(Event::OffsetsFetched { id, result: Err(e) });
+        } else {
+            self.queued.push_back(Queued::Fetch { id, partitions });
+        }
+        id
+    }
+
+    /// Closes the member: partitions released ([`Event::Revoked`]), the leave heartbeat sent as
+    /// `options` ask (default: -2 static, -1 dynamic; leave-group: -1; remain-in-group: -2 static,
+    /// nothing dynamic), then [`Event::Closed`]. A close before the first answer still sends the
+    /// leave with the member id.
+    pub fn close(&mut self, options: CloseOptions, now: Instant) {
+        self.advance(now);
+        if self.stopped() {
+            return;
+        }
+        self.topics.clear();
+        self.regex = None;
+        self.timers.stop(Timer::PollInterval);
+        if let Phase::Leaving { then, .. } = &mut self.phase {
+            *then = AfterLeave::Close;
+            return;
+        }
+        self.release_owned();
+        self.leave(options, AfterLeave::Close, "closed");
+    }
+
+    // ------------------------------------------------------------------ outputs
+
+    /// The next request to send. Drain until `None` after every input.
+    pub fn poll_request(&mut self) -> Option<Outbound> {
+        if let Some(out) = self.outbound.pop_front() {
+            return Some(out);
+        }
+        let needed = !self.stopped()
+            && (!matches!(self.phase, Phase::Unsubscribed | Phase::Stale)
+                || !self.queued.is_empty());
+        if needed && let Some(out) = self.lookup.poll_request() {
+            return Some(out);
+        }
+        if self.stopped() {
+            return None;
+        }
+        let Some(coordinator) = self.coordinator().cloned() else {
+            // A leave that cannot be sent completes the leave (AbstractHeartbeatRequestManager).
+            if let Phase::Leaving {
+                request: None,
+                then,
+                ..
+            } = self.phase
+                && !self.join_sent
+            {
+                self.finish_leave(then);
+            }
+            return None;
+        };
+        // A leave goes out at once, even with a heartbeat in flight.
+        if let Phase::Leaving {
+            epoch,
+            request: None,
+            then,
+        } = self.phase
+        {
+            let id = self.build_leave(&coordinator, epoch);
+            self.phase = Phase::Leaving {
+                epoch,
+                request: Some(id),
+                then,
+            };
+            return self.outbound.pop_front();
+        }
+        if matches!(self.phase, Phase::Leaving { .. }) {
+            return None;
+        }
+        if let Some(q) = self.queued.pop_front() {
+            return self.build_queued(q, &coordinator);
+        }
+        if self.in_group() && !self.heartbeat_in_flight {
+            let urgent = matches!(self.phase, Phase::Joining | Phase::Acknowledging);
+            let due = self
+                .timers
+                .get(Timer::Heartbeat)
+                .is_none_or(|at| at <= self.now);
+            if urgent
+                && self
+                    .timers
+                    .get(Timer::Rejoin)
+                    .is_none_or(|at| at <= self.now)
+                || due
+            {
+                return Some(self.build_heartbeat(&coordinator));
+            }
+        }
+        None
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        while let Some(e) = self.lookup.poll_event() {
+            if let LookupEvent::Failed { error, .. } = e {
+                self.fail(error);
+            }
+        }
+        self.events.pop_front()
+    }
+
+    /// The earliest deadline and its timer.
+    pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        let own = self.timers.next().filter(|(_, t)| match t {
+            Timer::Heartbeat | Timer::Rejoin => self.in_group() && !self.heartbeat_in_flight,
+            Timer::MetadataRefresh => !self.metadata_in_flight,
+            _ => true,
+        });
+        match (own, self.lookup.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ------------------------------------------------------------------ inputs
+
+    /// Advances the clock and fires due timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        self.lookup.handle_timeout(self.now);
+        self.timers.expire(Timer::Heartbeat, self.now);
+        self.timers.expire(Timer::Rejoin, self.now);
+        if self.timers.expire(Timer::MetadataRefresh, self.now) {
+            self.reconcile();
+        }
+        if self.timers.expire(Timer::PollInterval, self.now) && self.in_group() {
+            tracing::warn!(group = %self.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
+            self.lose_owned("poll timeout");
+            self.leave(CloseOptions::Default, AfterLeave::Stale, "poll timeout");
+        }
+    }
+
+    /// Feeds the outcome of a request this member emitted.
+    pub fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        self.advance(now);
+        if self.lookup.is_waiting_for(id) {
+            self.lookup.handle_response(id, result, self.now);
+            return;
+        }
+        let Some(sent) = self.sent.remove(&id) else {
+            tracing::debug!(%id, "ignoring an answer to no request in flight");
+            return;
+        };
+        match sent {
+            Sent::Heartbeat { epoch, fields } => self.on_heartbeat(epoch, fields, result),
+            Sent::Leave => self.on_leave(id, result),
+            Sent::Metadata => self.on_metadata(result),
+            Sent::Commit {
+                id,
+                epoch,
+                partitions,
+            } => self.on_commit(id, epoch, partitions, result),
+            Sent::Fetch { id } => self.on_fetch(id, result),
+        }
+    }
+
+    // ------------------------------------------------------------------ transitions
+
+    fn advance(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    fn set_phase(&mut self, next: Phase, reason: &'static str) {
+        let from = self.phase.name();
+        let to = next.name();
+        self.phase = next;
+        if from != to {
+            tracing::info!(group = %self.config.group_id, member_id = %self.member_id, epoch = self.epoch, "{from} -> {to} ({reason})");
+            self.events.push_back(Event::StateChanged {
+                from,
+                to,
+                reason,
+                member_id: self.member_id.to_string(),
+                generation: self.epoch,
+            });
+        }
+    }
+
+    fn fail(&mut self, error: GroupError) {
+        if self.stopped() {
+            return;
+        }
+        tracing::error!(group = %self.config.group_id, %error, "member stopped");
+        self.lose_owned("fatal error");
+        self.fail_queued(CommitError::Stopped(error.to_string()));
+        self.set_phase(Phase::Fatal(error.clone()), "fatal error");
+        self.events.push_back(Event::Fatal(error));
+    }
+
+    fn join(&mut self, reason: &'static str) {
+        self.epoch = 0;
+        self.known = None;
+        self.target = None;
+        self.timers.stop(Timer::Heartbeat);
+        self.set_phase(Phase::Joining, reason);
+    }
+
+    fn release_owned(&mut self) {
+        if !self.owned.is_empty() {
+            let partitions = self.assignment();
+            self.owned.clear();
+            self.events.push_back(Event::Revoked { partitions });
+        }
+    }
+
+    fn lose_owned(&mut self, reason: &'static str) {
+        if !self.owned.is_empty() {
+            let partitions = self.assignment();
+            self.owned.clear();
+            self.events.push_back(Event::Lost { partitions, reason });
+        }
+    }
+
+    /// Fenced (FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID): partitions lost, rejoin at epoch 0 with
+    /// the same member id (AbstractMembershipManager.transitionToFenced).
+    fn fenced(&mut self, reason: &'static str) {
+        if let Phase::Leaving { then, .. } = self.phase {
+            // Fenced while leaving completes the leave.
+            return self.finish_leave(then);
+        }
+        self.lose_owned(reason);
+        self.may_be_registered = true;
+        self.join(reason);
+    }
+
+    /// Decides the leave epoch and starts leaving; without a leave due, finishes at once.
+    fn leave(&mut self, options: CloseOptions, then: AfterLeave, reason: &'static str) {
+        // ConsumerMembershipManager.leaveGroupEpoch, and dynamic + remain-in-group sends nothing.
+        let epoch = match options {
+            CloseOptions::LeaveGroup => Some(LEAVE_EPOCH),
+            _ if self.is_static() => Some(STATIC_LEAVE_EPOCH),
+            CloseOptions::Default => Some(LEAVE_EPOCH),
+            CloseOptions::RemainInGroup => None,
+        };
+        // The broker may know this member once an epoch-0 heartbeat went out, answered or not.
+        let known = self.join_sent || self.epoch > 0;
+        match epoch {
+            Some(epoch) if known => self.set_phase(
+                Phase::Leaving {
+                    epoch,
+                    request: None,
+                    then,
+                },
+                reason,
+            ),
+            _ => self.finish_leave(then),
+        }
+    }
+
+    fn finish_leave(&mut self, then: AfterLeave) {
+        self.epoch = 0;
+        self.known = None;
+        self.target = None;
+        self.join_sent = false;
+        self.heartbeat_in_flight = false;
+        match then {
+            AfterLeave::Close => {
+                self.fail_queued(CommitError::Stopped("closed".into()));
+                self.set_phase(Phase::Closed, "left");
+                self.events.push_back(Event::Closed);
+            }
+            AfterLeave::Unsubscribe if !self.topics.is_empty() || self.regex.is_some() => {
+                self.join("resubscribed")
+            }
+            AfterLeave::Unsubscribe => self.set_phase(Phase::Unsubscribed, "left"),
+            AfterLeave::Stale => self.set_phase(Phase::Stale, "left on poll timeout"),
+            AfterLeave::Rejoin => self.join("rejoin after releasing the instance id"),
+        }
+    }
+
+    fn fail_queued(&mut self, e: CommitError) {
+        for q in std::mem::take(&mut self.queued) {
+            match q {
+                Queued::Commit { id, .. } => self.events.push_back(Event::Committed {
+                    id,
+                    result: Err(e.clone()),
+                }),
+                Queued::Fetch { id, .. } => self.events.push_back(Event::OffsetsFetched {
+                    id,
+                    result: Err(e.clone()),
+                }),
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ requests
+
+    fn group_id(&self) -> GroupId {
+        GroupId(StrBytes::from_string(self.config.group_id.clone()))
+    }
+
+    fn push(
+        &mut self,
+        target: Target,
+        body: RequestKind,
+        versions: std::ops::RangeInclusive<i16>,
+        sent: Sent,
+    ) -> RequestId {
+        let id = self.ids.next();
+        self.sent.insert(id, sent);
+        self.outbound.push_back(Outbound {
+            id,
+            target,
+            request: Request::Raw {
+                body: Box::new(body),
+                versions,
+            },
+            timeout: self.config.request_timeout,
+        });
+        id
+    }
+
+    fn base_heartbeat(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(self.group_id())
+            .with_member_id(StrBytes::from_string(self.member_id.to_string()))
+            .with_member_epoch(epoch)
+            // The Java client always sends the instance id, though the schema allows leaving it out.
+            .with_instance_id(self.config.instance_id.clone().map(StrBytes::from_string))
+            .with_rebalance_timeout_ms(-1)
+    }
+
+    /// Full when joining or after any failure (the known fields were reset), else only what
+    /// changed since the broker last answered (HeartbeatState.buildRequestData).
+    fn build_heartbeat(&mut self, coordinator: &Broker) -> Outbound {
+        let full = self.epoch == 0 || self.known.is_none();
+        let known = if full {
+            SentFields::default()
+        } else {
+            self.known.clone().unwrap_or_default()
+        };
+        let fields = SentFields {
+            topics: self
+                .regex
+                .is_none()
+                .then(|| self.topics.iter().cloned().collect()),
+            regex: self.regex.clone(),
+            rebalance_timeout: millis(self.config.max_poll_interval),
+            assignor: self.config.remote_assignor.clone(),
+            owned: self.owned.clone(),
+        };
+        let mut r = self.base_heartbeat(self.epoch);
+        if full || fields.rebalance_timeout != known.rebalance_timeout {
+            r.rebalance_timeout_ms = fields.rebalance_timeout;
+        }
+        if full || fields.topics != known.topics {
+            r.subscribed_topic_names = fields.topics.as_ref().map(|ts| {
+                ts.iter()
+                    .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                    .collect()
+            });
+        }
+        if full && fields.regex.is_some() || fields.regex != known.regex {
+            // "" clears a pattern the broker knows when the member switched to names.
+            r.subscribed_topic_regex = Some(StrBytes::from_string(
+                fields.regex.clone().unwrap_or_default(),
+            ));
+        }
+        if (full || fields.assignor != known.assignor) && fields.assignor.is_some() {
+            r.server_assignor = fields.assignor.clone().map(StrBytes::from_string);
+        }
+        if full || fields.owned != known.owned {
+            let mut by_topic: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
+            for (id, p) in &fields.owned {
+                by_topic.entry(*id).or_default().push(*p);
+            }
+            r.topic_partitions = Some(
+                by_topic
+                    .into_iter()
+                    .map(|(id, ps)| {
+                        TopicPartitions::default()
+                            .with_topic_id(id)
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        }
+        if self.epoch == 0 {
+            r.rack_id = self.config.rack_id.clone().map(StrBytes::from_string);
+            self.join_sent = true;
+        }
+        self.heartbeat_in_flight = true;
+        let epoch = self.epoch;
+        self.push(
+            Target::Coordinator(coordinator.clone()),
+            RequestKind::ConsumerGroupHeartbeat(r),
+            HEARTBEAT_VERSIONS,
+            Sent::Heartbeat { epoch, fields },
+        );
+        self.outbound.pop_front().expect("just pushed")
+    }
+
+    fn build_leave(&mut self, coordinator: &Broker, epoch: i32) -> RequestId {
+        let r = self.base_heartbeat(epoch);
+        self.push(
+            Target::Coordinator(coordinator.clone()),
+            RequestKind::ConsumerGroupHeartbeat(r),
+            HEARTBEAT_VERSIONS,
+            Sent::Leave,
+        )
+    }
+
+    fn build_queued(&mut self, q: Queued, coordinator: &Broker) -> Option<Outbound> {
+        let target = Target::Coordinator(coordinator.clone());
+        match q {
+            Queued::Commit { id, offsets } => {
+                if self.epoch <= 0 {
+                    let e = CommitError::NotMember {
+                        reason: "the member lost its epoch".into(),
+                    };
+                    self.events
+                        .push_back(Event::Committed { id, result: Err(e) });
+                    return self.poll_request();
+                }
+                let partitions = offsets.iter().map(|o| o.partition.clone()).collect();
+                let mut by_topic: BTreeMap<String, Vec<OffsetCommitRequestPartition>> =
+                    BTreeMap::new();
+                for o in offsets {
+                    by_topic.entry(o.partition.topic).or_default().push(
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(o.partition.partition)
+                            .with_committed_offset(o.offset)
+                            .with_committed_leader_epoch(-1)
+                            .with_committed_metadata(o.metadata.map(StrBytes::from_string)),
+                    );
+                }
+                let body = OffsetCommitRequest::default()
+                    .with_group_id(self.group_id())
+                    .with_generation_id_or_member_epoch(self.epoch)
+                    .with_member_id(StrBytes::from_string(self.member_id.to_string()))
+                    .with_group_instance_id(
+                        self.config.instance_id.clone().map(StrBytes::from_string),
+                    )
+                    .with_topics(
+                        by_topic
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                OffsetCommitRequestTopic::default()
+                                    .with_name(TopicName(StrBytes::from_string(t)))
+                                    .with_partitions(ps)
+                            })
+                            .collect(),
+                    );
+                let epoch = self.epoch;
+                self.push(
+                    target,
+                    RequestKind::OffsetCommit(body),
+                    COMMIT_VERSIONS,
+                    Sent::Commit {
+                        id,
+                        epoch,
+                        partitions,
+                    },
+                );
+            }
+            Queued::Fetch { id, partitions } => {
+                let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+                for tp in partitions {
+                    by_topic.entry(tp.topic).or_default().push(tp.partition);
+                }
+                let member = self.epoch > 0 && self.in_group();
+                let group = OffsetFetchRequestGroup::default()
+                    .with_group_id(self.group_id())
+                    .with_member_id(
+                        member.then(|| StrBytes::from_string(self.member_id.to_string())),
+                    )
+                    .with_member_epoch(if member { self.epoch } else { -1 })
+                    .with_topics(Some(
+                        by_topic
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                OffsetFetchRequestTopics::default()
+                                    .with_name(TopicName(StrBytes::from_string(t)))
+                                    .with_partition_indexes(ps)
+                            })
+                            .collect(),
+                    ));
+                let body = OffsetFetchRequest::default()
+                    .with_groups(vec![group])
+                    .with_require_stable(true);
+                self.push(
+                    target,
+                    RequestKind::OffsetFetch(body),
+                    FETCH_VERSIONS,
+                    Sent::Fetch { id },
+                );
+            }
+        }
+        self.outbound.pop_front()
+    }
+
+    // ------------------------------------------------------------------ answers
+
+    fn backoff_heartbeat(&mut self) {
+        let delay = self.backoff.delay(self.heartbeat_failures, &mut self.rng);
+        self.heartbeat_failures = self.heartbeat_failures.saturating_add(1);
+        self.timers.set(Timer::Heartbeat, self.now + delay);
+        self.timers.set(Timer::Rejoin, self.now + delay);
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        sent_epoch: i32,
+        fields: SentFields,
+        result: Result<Response, TransportError>,
+    ) {
+        self.heartbeat_in_flight = false;
+        if !self.in_group() {
+            // Answers after the member left (or stopped) change nothing.
+            return;
+        }
+        let r: ConsumerGroupHeartbeatResponse = match result {
+            Ok(Response {
+                body: ResponseKind::ConsumerGroupHeartbeat(r),
+                ..
+            }) => r,
+            Ok(_) => {
+                return self.fail(invalid(
+                    "the answer is not a ConsumerGroupHeartbeat response",
+                ));
+            }
+            Err(TransportError::UnsupportedApi { .. }) => {
+                return self.fail(GroupError::ConsumerProtocolUnsupported);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "heartbeat failed in the transport");
+                if sent_epoch == 0 {
+                    // The join may have landed: the broker may know this member.
+                    self.may_be_registered = true;
+                }
+                self.known = None;
+                self.lookup.rediscover(&self.config.group_id);
+                return self.backoff_heartbeat();
+            }
+        };
+        if r.error_code != 0 {
+            // Every failed attempt makes the next heartbeat full (resetHeartbeatState).
+            self.known = None;
+        }
+        match classify(
+            ApiKey::ConsumerGroupHeartbeat,
+            r.error_code,
+            &self.config.group_id,
+        ) {
+            ErrorAction::Proceed => self.heartbeat_ok(sent_epoch, fields, r),
+            ErrorAction::FencedMember => {
+                tracing::info!(group = %self.config.group_id, code = r.error_code, "fenced; rejoining with the same member id");
+                self.fenced(if r.error_code == 110 {
+                    "FENCED_MEMBER_EPOCH"
+                } else {
+                    "UNKNOWN_MEMBER_ID"
+                });
+            }
+            ErrorAction::UnreleasedInstance => self.unreleased(),
+            ErrorAction::Fenced => {
+                let instance_id = self.config.instance_id.clone().unwrap_or_default();
+                self.fail(GroupError::FencedInstanceId {
+                    group: self.config.group_id.clone(),
+                    instance_id,
+                });
+            }
+            ErrorAction::UnsupportedProtocol => self.fail(GroupError::ConsumerProtocolUnsupported),
+            ErrorAction::Rediscover => {
+                self.lookup.rediscover(&self.config.group_id);
+                // Retry as soon as the coordinator is found again.
+                self.heartbeat_failures = 0;
+                self.timers.stop(Timer::Heartbeat);
+                self.timers.stop(Timer::Rejoin);
+            }
+            ErrorAction::Report => {
+                tracing::warn!(group = %self.config.group_id, code = r.error_code, message = ?r.error_message, "heartbeat error reported, member carries on");
+                self.backoff_heartbeat();
+            }
+            ErrorAction::Fatal(e) => self.fail(e),
+            _ => self.backoff_heartbeat(),
+        }
+    }
+
+    /// UNRELEASED_INSTANCE_ID: our own earlier registration may hold the instance id; release it
+    /// with a -2 leave under our id and rejoin, a bounded number of times.
+    fn unreleased(&mut self) {
+        let instance_id = self.config.instance_id.clone().unwrap_or_default();
+        if self.may_be_registered && self.unreleased_recoveries < UNRELEASED_RECOVERIES {
+            self.unreleased_recoveries += 1;
+            tracing::warn!(group = %self.config.group_id, %instance_id, attempt = self.unreleased_recoveries, "UNRELEASED_INSTANCE_ID after this member's own join may have landed; leaving with -2 and rejoining");
+            self.lose_owned("UNRELEASED_INSTANCE_ID");
+            self.set_phase(
+                Phase::Leaving {
+                    epoch: STATIC_LEAVE_EPOCH,
+                    request: None,
+                    then: AfterLeave::Rejoin,
+                },
+                "UNRELEASED_INSTANCE_ID recovery",
+            );
+        } else {
+            self.fail(GroupError::UnreleasedInstanceId {
+                group: self.config.group_id.clone(),
+                instance_id,
+            });
+        }
+    }
+
+    fn heartbeat_ok(
+        &mut self,
+        sent_epoch: i32,
+        fields: SentFields,
+        r: ConsumerGroupHeartbeatResponse,
+    ) {
+        // Successful answers with a negative epoch are ignored (they only complete leaves).
+        if r.member_epoch < 0 {
+            return;
+        }
+        if let Some(id) = r.member_id.as_deref()
+            && id != self.member_id.as_str()
+        {
+            return self.fail(invalid(&format!(
+                "the coordinator answered for member {id:?}, not {}",
+                self.member_id
+            )));
+        }
+        self.answered_once = true;
+        self.heartbeat_failures = 0;
+        self.timers.stop(Timer::Rejoin);
+        if r.member_epoch > 0 {
+            self.may_be_registered = true;
+        }
+        self.interval = Duration::from_millis(r.heartbeat_interval_ms.max(0) as u64);
+        self.timers.set(Timer::Heartbeat, self.now + self.interval);
+        self.epoch = r.member_epoch;
+        // What this heartbeat carried is what the broker knows now.
+        let mut known = self.known.take().unwrap_or_default();
+        if sent_epoch == 0 {
+            known = fields;
+        } else {
+            known.rebalance_timeout = fields.rebalance_timeout;
+            known.topics = fields.topics;
+            known.regex = fields.regex;
+            known.assignor = fields.assignor;
+            known.owned = fields.owned;
+        }
+        self.known = Some(known);
+        if let Some(a) = r.assignment {
+            // Sanitised: sorted, no duplicates, no negative partitions.
+            let target: BTreeSet<(Uuid, i32)> = a
+                .topic_partitions
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .filter(|p| **p >= 0)
+                        .map(move |p| (t.topic_id, *p))
+                })
+                .collect();
+            self.target = Some(target);
+        }
+        match self.phase {
+            Phase::Joining | Phase::Acknowledging | Phase::Stable | Phase::Reconciling => {
+                self.reconcile()
+            }
+            _ => {}
+        }
+    }
+
+    /// Revoke first, then assign, then acknowledge (AbstractMembershipManager.maybeReconcile).
+    fn reconcile(&mut self) {
+        let Some(target) = self.target.clone() else {
+            if matches!(self.phase, Phase::Joining) {
+                self.set_phase(Phase::Stable, "joined");
+            }
+            return;
+        };
+        let unresolved: BTreeSet<Uuid> = target
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !self.names.contains_key(id))
+            .collect();
+        if !unresolved.is_empty() {
+            self.request_metadata();
+        }
+        let resolved: BTreeSet<(Uuid, i32)> = target
+            .iter()
+            .filter(|(id, _)| self.names.contains_key(id))
+            .cloned()
+            .collect();
+        let revoked: Vec<(Uuid, i32)> = self.owned.difference(&target).cloned().collect();
+        let added: Vec<(Uuid, i32)> = resolved.difference(&self.owned).cloned().collect();
+        if !revoked.is_empty() {
+            let partitions = revoked.iter().filter_map(|tp| self.named(tp)).collect();
+            for tp in &revoked {
+                self.owned.remove(tp);
+            }
+            self.next_ticket += 1;
+            let ticket = self.next_ticket;
+            self.events.push_back(Event::Revoking {
+                partitions,
+                ticket: RevokeTicket { id: ticket },
+            });
+            return self.set_phase(Phase::AwaitRevoke { ticket }, "revoking");
+        }
+        if !added.is_empty() {
+            self.owned.extend(added.iter().cloned());
+            let added = added.iter().filter_map(|tp| self.named(tp)).collect();
+            self.events.push_back(Event::Assigned {
+                added,
+                owned: self.assignment(),
+                generation: self.epoch,
+            });
+        } else if matches!(self.phase, Phase::Joining) {
+            self.events.push_back(Event::Assigned {
+                added: Vec::new(),
+                owned: self.assignment(),
+                generation: self.epoch,
+            });
+        }
+        let acked = self.known.as_ref().is_some_and(|k| k.owned == self.owned);
+        if !acked {
+            self.set_phase(Phase::Acknowledging, "acknowledging the assignment");
+        } else if unresolved.is_empty() {
+            self.set_phase(Phase::Stable, "assignment reconciled");
+        } else {
+            self.set_phase(Phase::Reconciling, "waiting for topic metadata");
+        }
+    }
+
+    fn request_metadata(&mut self) {
+        if self.metadata_in_flight {
+            return;
+        }
+        self.metadata_in_flight = true;
+        let id = self.ids.next();
+        self.sent.insert(id, Sent::Metadata);
+        // Subscribed by names: those topics; by pattern: every topic.
+        let topics = self
+            .regex
+            .is_none()
+            .then(|| self.topics.iter().cloned().collect());
+        self.outbound.push_back(Outbound {
+            id,
+            target: Target::Bootstrap,
+            request: Request::Metadata {
+                topics,
+                allow_auto_topic_creation: false,
+            },
+            timeout: self.config.request_timeout,
+        });
+    }
+
+    fn on_metadata(&mut self, result: Result<Response, TransportError>) {
+        self.metadata_in_flight = false;
+        match result
+            .map_err(|e| e.to_string())
+            .and_then(|r| ClusterMetadata::from_response(&r).map_err(|e| e.to_string()))
+        {
+            Ok(m) => {
+                for (name, t) in m.topics {
+                    if !t.id.is_nil() {
+                        self.names.insert(t.id, name);
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "metadata for topic ids failed"),
+        }
+        // Ids still unknown are carried until metadata catches up.
+        let unresolved = self
+            .target
+            .as_ref()
+            .is_some_and(|t| t.iter().any(|(id, _)| !self.names.contains_key(id)));
+        if unresolved {
+            self.timers.set(
+                Timer::MetadataRefresh,
+                self.now + self.config.retry_backoff_max,
+            );
+        }
+        if matches!(
+            self.phase,
+            Phase::Reconciling | Phase::Stable | Phase::Acknowledging
+        ) {
+            self.reconcile();
+        }
+    }
+
+    fn on_leave(&mut self, id: RequestId, result: Result<Response, TransportError>) {
+        let Phase::Leaving {
+            request: Some(r),
+            then,
+            ..
+        } = self.phase
+        else {
+            return;
+        };
+        if r != id {
+            return;
+        }
+        if let Ok(Response {
+            body: ResponseKind::ConsumerGroupHeartbeat(r),
+            ..
+        }) = &result
+            && r.error_code != 0
+        {
+            tracing::info!(
+                code = r.error_code,
+                "leave heartbeat answered with an error"
+            );
+        }
+        // Fire once: the leave completes whatever the answer.
+        self.finish_leave(then);
+    }
+
+    fn on_commit(
+        &mut self,
+        id: CommitId,
+        epoch: i32,
+        partitions: Vec<TopicPartition>,
+        result: Result<Response, TransportError>,
+    ) {
+        let r = match result {
+            Ok(Response {
+                body: ResponseKind::OffsetCommit(r),
+                ..
+            }) => r,
+            Ok(_) => {
+                return self.events.push_back(Event::Committed {
+                    id,
+                    result: Err(CommitError::Rejected {
+                        partition: None,
+                        code: -1,
+                    }),
+                });
+            }
+            Err(e) => {
+                self.lookup.rediscover(&self.config.group_id);
+                return self.events.push_back(Event::Committed {
+                    id,
+                    result: Err(e.into()),
+                });
+            }
+        };
+        let mut answered = BTreeSet::new();
+        let mut first_error = None;
+        for t in &r.topics {
+            for p in &t.partitions {
+                let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
+                if p.error_code != 0 && first_error.is_none() {
+                    first_error = Some((tp.clone(), p.error_code));
+                }
+                answered.insert(tp);
+            }
+        }
+        let result = match first_error {
+            None if partitions.iter().all(|p| answered.contains(p)) => Ok(()),
+            None => Err(CommitError::Rejected {
+                partition: None,
+                code: -1,
+            }),
+            Some((tp, code)) => Err(
+                match classify(ApiKey::OffsetCommit, code, &self.config.group_id) {
+                    // Retried by the caller with the latest epoch while still a member; never a silent
+                    // fallback.
+                    ErrorAction::StaleEpoch if self.epoch > 0 && self.in_group() => {
+                        CommitError::Retriable { code }
+                    }
+                    ErrorAction::StaleEpoch
+                    | ErrorAction::ResetMemberId
+                    | ErrorAction::ResetGeneration => CommitError::NotMember {
+                        reason: format!(
+                            "sent with epoch {epoch}: {}",
+                            crate::error::error_name(code)
+                        ),
+                    },
+                    ErrorAction::Rediscover => {
+                        self.lookup.rediscover(&self.config.group_id);
+                        CommitError::Retriable { code }
+                    }
+                    ErrorAction::RetryBackoff => CommitError::Retriable { code },
+                    ErrorAction::RejoinNow => CommitError::RebalanceInProgress,
+                    _ => CommitError::Rejected {
+                        partition: Some(tp),
+                        code,
+                    },
+                },
+            ),
+        };
+        self.events.push_back(Event::Committed { id, result });
+    }
+
+    fn on_fetch(&mut self, id: FetchId, result: Result<Response, TransportError>) {
+        let r = match result {
+            Ok(Response {
+                body: ResponseKind::OffsetFetch(r),
+                ..
+            }) => r,
+            Ok(_) => {
+                return self.events.push_back(Event::OffsetsFetched {
+                    id,
+                    result: Err(CommitError::Rejected {
+                        partition: None,
+                        code: -1,
+                    }),
+                });
+            }
+            Err(e) => {
+                self.lookup.rediscover(&self.config.group_id);
+                return self.events.push_back(Event::OffsetsFetched {
+                    id,
+                    result: Err(e.into()),
+                });
+            }
+        };
+        let check = |code: i16, partition: Option<TopicPartition>, member: bool| match classify(
+            ApiKey::OffsetFetch,
+            code,
+            "",
+        ) {
+            ErrorAction::Proceed => Ok(()),
+            ErrorAction::StaleEpoch if member => Err(CommitError::Retriable { code }),
+            ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
+                Err(CommitError::Retriable { code })
+            }
+            _ => Err(CommitError::Rejected { partition, code }),
+        };
+        let member = self.epoch > 0 && self.in_group();
+        let result = (|| {
+            let group = r
+                .groups
+                .iter()
+                .find(|g| g.group_id.as_str() == self.config.group_id)
+                .ok_or(CommitError::Rejected {
+                    partition: None,
+                    code: -1,
+                })?;
+            check(group.error_code, None, member)?;
+            let mut out = BTreeMap::new();
+            for t in &group.topics {
+                for p in &t.partitions {
+                    let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
+                    check(p.error_code, Some(tp.clone()), member)?;
+                    out.insert(
+                        tp,
+                        CommittedOffset {
+                            offset: (p.committed_offset >= 0).then_some(p.committed_offset),
+                            metadata: p.metadata.as_ref().map(|m| m.to_string()),
+                        },
+                    );
+                }
+            }
+            Ok(out)
+        })();
+        self.events.push_back(Event::OffsetsFetched { id, result });
+    }
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+fn invalid(reason: &str) -> GroupError {
+    GroupError::InvalidResponse {
+        api: ApiKey::ConsumerGroupHeartbeat,
+        reason: reason.to_owned(),
+    }
+}

@@ -1,0 +1,186 @@
+//! One member type for both protocols, chosen by `group.protocol`; with `auto`, a consumer
+//! protocol member that the broker refuses on its first heartbeat becomes a classic member (one
+//! way).
+
+use std::time::Instant;
+
+use super::TopicPartition;
+use super::classic::{ApiMisuse, ClassicMember};
+use super::consumer::ConsumerMember;
+use super::events::{CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket};
+use super::io::{Broker, Outbound, RequestId, Response};
+use super::timer::Timer;
+use crate::config::{GroupConfig, GroupProtocol};
+use crate::error::{ConfigError, GroupError, TransportError};
+
+/// A group member of either protocol (sans-IO); see [`ClassicMember`] and [`ConsumerMember`].
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Member {
+    /// JoinGroup / SyncGroup / Heartbeat.
+    Classic(ClassicMember),
+    /// KIP-848 ConsumerGroupHeartbeat.
+    Consumer(ConsumerMember),
+}
+
+macro_rules! delegate {
+    ($self:ident, $m:ident => $e:expr) => {
+        match $self {
+            Member::Classic($m) => $e,
+            Member::Consumer($m) => $e,
+        }
+    };
+}
+
+impl Member {
+    /// A member speaking `config.protocol` (auto starts with the consumer protocol).
+    pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
+        Ok(match config.protocol {
+            GroupProtocol::Classic => Member::Classic(ClassicMember::new(config, now)?),
+            GroupProtocol::Consumer | GroupProtocol::Auto => {
+                Member::Consumer(ConsumerMember::new(config, now)?)
+            }
+        })
+    }
+
+    /// The protocol in use: "classic" or "consumer".
+    pub fn protocol(&self) -> &'static str {
+        match self {
+            Member::Classic(_) => "classic",
+            Member::Consumer(_) => "consumer",
+        }
+    }
+
+    /// The member id.
+    pub fn member_id(&self) -> &str {
+        delegate!(self, m => m.member_id())
+    }
+
+    /// Classic: the generation; consumer: the member epoch.
+    pub fn generation(&self) -> i32 {
+        match self {
+            Member::Classic(m) => m.generation(),
+            Member::Consumer(m) => m.epoch(),
+        }
+    }
+
+    /// The state's name.
+    pub fn state(&self) -> &'static str {
+        delegate!(self, m => m.state())
+    }
+
+    /// Owned partitions.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        delegate!(self, m => m.assignment())
+    }
+
+    /// The coordinator, when known.
+    pub fn coordinator(&self) -> Option<&Broker> {
+        delegate!(self, m => m.coordinator())
+    }
+
+    /// Classic: whether the member led its last rebalance (the consumer protocol has no leader).
+    pub fn is_leader(&self) -> bool {
+        match self {
+            Member::Classic(m) => m.is_leader(),
+            Member::Consumer(_) => false,
+        }
+    }
+
+    /// Subscribes by topic names.
+    pub fn subscribe(
+        &mut self,
+        topics: impl IntoIterator<Item = String>,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        delegate!(self, m => m.subscribe(topics, now))
+    }
+
+    /// Unsubscribes.
+    pub fn unsubscribe(&mut self, now: Instant) {
+        delegate!(self, m => m.unsubscribe(now))
+    }
+
+    /// Records application liveness.
+    pub fn poll(&mut self, now: Instant) {
+        delegate!(self, m => m.poll(now))
+    }
+
+    /// Hands back a revocation ticket.
+    pub fn complete_revocation(
+        &mut self,
+        ticket: RevokeTicket,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        delegate!(self, m => m.complete_revocation(ticket, now))
+    }
+
+    /// Commits offsets.
+    pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+        delegate!(self, m => m.commit(offsets, now))
+    }
+
+    /// Fetches committed offsets.
+    pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
+        delegate!(self, m => m.fetch_offsets(partitions, now))
+    }
+
+    /// Closes the member.
+    pub fn close(&mut self, options: CloseOptions, now: Instant) {
+        delegate!(self, m => m.close(options, now))
+    }
+
+    /// The next request to send.
+    pub fn poll_request(&mut self) -> Option<Outbound> {
+        delegate!(self, m => m.poll_request())
+    }
+
+    /// The earliest deadline.
+    pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        delegate!(self, m => m.poll_timeout())
+    }
+
+    /// Feeds a response.
+    pub fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        delegate!(self, m => m.handle_response(id, result, now))
+    }
+
+    /// Advances the clock.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        delegate!(self, m => m.handle_timeout(now))
+    }
+
+    /// The next event. With `group.protocol=auto`, a consumer-protocol member the broker refuses
+    /// before its first successful heartbeat turns into a classic member here, subscribed to the
+    /// same topics; the refusal is not reported as fatal.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let event = delegate!(self, m => m.poll_event())?;
+        if let (Event::Fatal(GroupError::ConsumerProtocolUnsupported), Member::Consumer(c)) =
+            (&event, &*self)
+            && c.config().protocol == GroupProtocol::Auto
+            && !c.answered_once()
+        {
+            let (config, topics, now) = (c.config().clone(), c.topics(), c.now());
+            tracing::info!(group = %config.group_id, "the broker refuses the consumer protocol; falling back to classic");
+            if let Ok(mut classic) = ClassicMember::new(config, now) {
+                if !topics.is_empty() {
+                    let _ = classic.subscribe(topics, now);
+                }
+                *self = Member::Classic(classic);
+                return Some(Event::StateChanged {
+                    from: "Consumer",
+                    to: "Classic",
+                    reason: "broker refused the consumer protocol (group.protocol=auto)",
+                    member_id: String::new(),
+                    generation: -1,
+                });
+            }
+        }
+        Some(event)
+    }
+}

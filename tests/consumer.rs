@@ -1,0 +1,325 @@
+//! KIP-848 consumer-protocol members against the real Kafka 4.x broker.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Recorder, TestMember, unique, wait_balanced};
+use consumer_membership::config::{GroupConfig, GroupProtocol};
+use consumer_membership::core::TopicPartition;
+use consumer_membership::core::events::{CloseOptions, CommitOffset};
+use consumer_membership::core::io::{Request, Response, Target};
+use consumer_membership::error::TransportError;
+use consumer_membership::transport::{TcpTransport, Transport};
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+
+const T: Duration = Duration::from_secs(30);
+
+fn config(group: &str, instance: Option<&str>) -> GroupConfig {
+    let mut c = common::group_config(group, instance);
+    c.protocol = GroupProtocol::Consumer;
+    c
+}
+
+async fn topic(b: &str, prefix: &str, partitions: i32) -> String {
+    let (t, _) = common::transport(b);
+    let name = unique(prefix);
+    common::create_topic(&*t, &name, partitions).await;
+    name
+}
+
+/// Member ids the coordinator lists for `group` (ConsumerGroupDescribe).
+async fn described_members(b: &str, group: &str) -> Vec<String> {
+    let (t, _) = common::transport(b);
+    let r = t
+        .send(
+            Target::Bootstrap,
+            Request::Raw {
+                body: Box::new(RequestKind::ConsumerGroupDescribe(
+                    ConsumerGroupDescribeRequest::default()
+                        .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
+                )),
+                versions: 0..=1,
+            },
+            Duration::from_secs(10),
+        )
+        .await;
+    // The describe goes to the coordinator; with one broker that is the bootstrap node.
+    let Ok(Response {
+        body: ResponseKind::ConsumerGroupDescribe(r),
+        ..
+    }) = r
+    else {
+        panic!("{r:?}")
+    };
+    let g = &r.groups[0];
+    if g.error_code == 69 {
+        return Vec::new(); // GROUP_ID_NOT_FOUND
+    }
+    assert_eq!(g.error_code, 0, "{:?}", g.error_message);
+    g.members.iter().map(|m| m.member_id.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_sends_the_generated_id_at_epoch_zero_and_reaches_stable() {
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "join848", 3).await;
+    let group = unique("join848");
+    let (t, c) = common::transport(&b);
+    drop(t);
+    let rec = Recorder::new(TcpTransport::new(c));
+    let started = Instant::now();
+    let m = TestMember::start(rec.clone(), config(&group, None), &[&topic]).await;
+    let s = m.wait_stable(Some(3), T).await;
+    println!("KIP-848 join -> 3 partitions in {:?}", started.elapsed());
+    assert!(s.generation > 0, "epoch {}", s.generation);
+    assert_eq!(s.protocol, "consumer");
+    let first = rec
+        .sent
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|(_, r)| match r {
+            Request::Raw { body, .. } => match &**body {
+                RequestKind::ConsumerGroupHeartbeat(h) => Some(h.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("a heartbeat");
+    assert_eq!(first.member_epoch, 0);
+    assert_eq!(first.member_id.len(), 22);
+    assert!(
+        first
+            .member_id
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    );
+    assert_eq!(first.member_id.as_str(), s.member_id);
+    assert_eq!(
+        described_members(&b, &group).await,
+        vec![s.member_id.clone()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fourth_member_moves_partitions_revoke_before_assign() {
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "four848", 12).await;
+    let group = unique("four848");
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        members.push(
+            TestMember::start(common::transport(&b).0, config(&group, None), &[&topic]).await,
+        );
+    }
+    let refs: Vec<&TestMember> = members.iter().collect();
+    let snaps = wait_balanced(&refs, 12, Duration::from_secs(60)).await;
+    assert!(snaps.iter().all(|s| s.assignment.len() == 4), "{snaps:?}");
+    members.push(TestMember::start(common::transport(&b).0, config(&group, None), &[&topic]).await);
+    let refs: Vec<&TestMember> = members.iter().collect();
+    let snaps = wait_balanced(&refs, 12, Duration::from_secs(60)).await;
+    assert!(snaps.iter().all(|s| s.assignment.len() == 3), "{snaps:?}");
+    // Global check over every member's event log: no instant where two members own a partition.
+    let mut timeline: Vec<(Instant, usize, bool, TopicPartition)> = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        for (at, owned, tp) in m.seen().ownership_log {
+            timeline.push((at, i, owned, tp));
+        }
+    }
+    timeline.sort_by_key(|e| (e.0, !e.2)); // at the same instant, releases first
+    let mut owner: BTreeMap<TopicPartition, usize> = BTreeMap::new();
+    for (_, who, owned, tp) in timeline {
+        if owned {
+            if let Some(prev) = owner.insert(tp.clone(), who) {
+                panic!("{tp} owned by {prev} and {who} at once");
+            }
+        } else {
+            owner.remove(&tp);
+        }
+    }
+    for m in &members {
+        assert_eq!(m.seen().lost, 0);
+    }
+}
+
+/// A transport that loses the answer to the first ConsumerGroupHeartbeat (the request reaches
+/// the broker; the client sees a disconnect).
+struct LoseFirstAnswer {
+    inner: TcpTransport,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+impl Transport for LoseFirstAnswer {
+    async fn send(
+        &self,
+        target: Target,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, TransportError> {
+        let heartbeat = matches!(&request, Request::Raw { body, .. } if matches!(**body, RequestKind::ConsumerGroupHeartbeat(_)));
+        let r = self.inner.send(target, request, timeout).await;
+        if heartbeat && !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(TransportError::Disconnected {
+                addr: "test".into(),
+                reason: "answer lost".into(),
+            });
+        }
+        r
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_first_answer_leaves_no_ghost_member() {
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "ghost848", 2).await;
+    for instance in [None, Some("static-ghost")] {
+        let group = unique("ghost848");
+        let (_, c) = common::transport(&b);
+        let t = Arc::new(LoseFirstAnswer {
+            inner: TcpTransport::new(c),
+            lost: false.into(),
+        });
+        let m = TestMember::start(t, config(&group, instance), &[&topic]).await;
+        let s = m.wait_stable(Some(2), T).await;
+        let listed = described_members(&b, &group).await;
+        assert_eq!(
+            listed,
+            vec![s.member_id.clone()],
+            "exactly one member ({instance:?})"
+        );
+        assert!(m.seen().fatal.is_none(), "{:?}", m.seen().fatal);
+    }
+}
+
+/// A transport that holds ConsumerGroupHeartbeat answers until released (the request is sent).
+struct SlowAnswers {
+    inner: TcpTransport,
+    delay: Duration,
+}
+
+impl Transport for SlowAnswers {
+    async fn send(
+        &self,
+        target: Target,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, TransportError> {
+        let join = matches!(&request, Request::Raw { body, .. } if matches!(&**body, RequestKind::ConsumerGroupHeartbeat(h) if h.member_epoch == 0));
+        let r = self.inner.send(target, request, timeout).await;
+        if join {
+            tokio::time::sleep(self.delay).await;
+        }
+        r
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_before_the_first_answer_still_leaves() {
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "early848", 2).await;
+    // Dynamic: the group is empty right after close, not after the session timeout.
+    let group = unique("early848");
+    let (_, c) = common::transport(&b);
+    let t = Arc::new(SlowAnswers {
+        inner: TcpTransport::new(c.clone()),
+        delay: Duration::from_secs(3),
+    });
+    let m = TestMember::start(t, config(&group, None), &[&topic]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(m.snapshot().await.generation, 0, "no answer yet");
+    m.handle.close(CloseOptions::Default).await;
+    let listed = described_members(&b, &group).await;
+    assert!(listed.is_empty(), "ghost member after close: {listed:?}");
+
+    // Static: the -2 leave lands; the same instance id rejoins at once.
+    let group = unique("early848s");
+    let t = Arc::new(SlowAnswers {
+        inner: TcpTransport::new(c),
+        delay: Duration::from_secs(3),
+    });
+    let m = TestMember::start(t, config(&group, Some("early")), &[&topic]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    m.handle.close(CloseOptions::Default).await;
+    let again = TestMember::start(
+        common::transport(&b).0,
+        config(&group, Some("early")),
+        &[&topic],
+    )
+    .await;
+    let s = again.wait_stable(Some(2), T).await;
+    assert!(again.seen().fatal.is_none(), "{:?}", again.seen().fatal);
+    assert_eq!(described_members(&b, &group).await, vec![s.member_id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_restart_gets_the_same_partitions_back() {
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "static848", 4).await;
+    let group = unique("static848");
+    let a = TestMember::start(
+        common::transport(&b).0,
+        config(&group, Some("a")),
+        &[&topic],
+    )
+    .await;
+    let other = TestMember::start(
+        common::transport(&b).0,
+        config(&group, Some("b")),
+        &[&topic],
+    )
+    .await;
+    wait_balanced(&[&a, &other], 4, T).await;
+    let before = a.wait_stable(Some(2), T).await;
+    let other_before = other.snapshot().await.assignment;
+    a.handle.close(CloseOptions::Default).await; // -2
+    let started = Instant::now();
+    let back = TestMember::start(
+        common::transport(&b).0,
+        config(&group, Some("a")),
+        &[&topic],
+    )
+    .await;
+    let s = back.wait_stable(Some(2), T).await;
+    println!(
+        "KIP-848 static restart -> assignment back in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(s.assignment, before.assignment);
+    assert_ne!(
+        s.member_id, before.member_id,
+        "a new process has a new member id"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        other.snapshot().await.assignment,
+        other_before,
+        "the other member's assignment did not change"
+    );
+    assert!(other.seen().revoked.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_and_fetch_with_member_epoch() {
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "commit848", 2).await;
+    let group = unique("commit848");
+    let m = TestMember::start(common::transport(&b).0, config(&group, None), &[&topic]).await;
+    m.wait_stable(Some(2), T).await;
+    let tp = TopicPartition::new(&topic, 1);
+    m.handle
+        .commit(vec![CommitOffset {
+            partition: tp.clone(),
+            offset: 99,
+            metadata: None,
+        }])
+        .await
+        .expect("commit");
+    let got = m.handle.committed(vec![tp.clone()]).await.expect("fetch");
+    assert_eq!(got[&tp].offset, Some(99));
+    let all: BTreeSet<_> = m.snapshot().await.assignment.into_iter().collect();
+    assert!(all.contains(&tp));
+}
