@@ -130,7 +130,11 @@ async fn fourth_member_moves_partitions_revoke_before_assign() {
             timeline.push((at, i, owned, tp));
         }
     }
-    timeline.sort_by_key(|e| (e.0, !e.2)); // at the same instant, releases first
+    assert!(
+        timeline.len() >= 12 + 3,
+        "every assignment and move is logged: {timeline:?}"
+    );
+    timeline.sort_by_key(|e| (e.0, e.2)); // at the same instant, releases (false) first
     let mut owner: BTreeMap<TopicPartition, usize> = BTreeMap::new();
     for (_, who, owned, tp) in timeline {
         if owned {
@@ -322,4 +326,152 @@ async fn commit_and_fetch_with_member_epoch() {
     assert_eq!(got[&tp].offset, Some(99));
     let all: BTreeSet<_> = m.snapshot().await.assignment.into_iter().collect();
     assert!(all.contains(&tp));
+}
+
+/// A transport that holds ConsumerGroupHeartbeat requests back (not sent) while `stalled`.
+struct Stall {
+    inner: TcpTransport,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Transport for Stall {
+    async fn send(
+        &self,
+        target: Target,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, TransportError> {
+        let heartbeat = matches!(&request, Request::Raw { body, .. } if matches!(**body, RequestKind::ConsumerGroupHeartbeat(_)));
+        while heartbeat && self.stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.inner.send(target, request, timeout).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expiry_fences_then_the_member_rejoins_with_the_same_id() {
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "fence848", 2).await;
+    let group = unique("fence848");
+    let (_, c) = common::transport(&b);
+    let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let t = Arc::new(Stall {
+        inner: TcpTransport::new(c),
+        stalled: stalled.clone(),
+    });
+    let m = TestMember::start(t, config(&group, None), &[&topic]).await;
+    let before = m.wait_stable(Some(2), T).await;
+    // No heartbeat reaches the broker for longer than its session timeout (6 s in tests/kafka).
+    stalled.store(true, std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !described_members(&b, &group).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the broker never expired the member"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    stalled.store(false, std::sync::atomic::Ordering::SeqCst);
+    let after = m.wait_stable(Some(2), T).await;
+    let seen = m.wait_seen(T, |s| s.lost >= 1 && s.owned.len() == 2).await;
+    assert_eq!(seen.lost, 1, "partitions reported lost once: {seen:?}");
+    assert_eq!(
+        after.member_id, before.member_id,
+        "same member id after fencing"
+    );
+    assert!(seen.fatal.is_none());
+    assert_eq!(described_members(&b, &group).await, vec![before.member_id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_consumer_protocol_member_in_the_same_group() {
+    use common::java_peer::{GroupProtocol as JavaProtocol, JavaConsumer};
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "java848", 6).await;
+    let group = unique("java848");
+    let ours = TestMember::start(common::transport(&b).0, config(&group, None), &[&topic]).await;
+    ours.wait_stable(Some(6), T).await;
+    let java = JavaConsumer::builder(&b, &topic, &group)
+        .protocol(JavaProtocol::Consumer)
+        .spawn();
+    let all: BTreeSet<(String, i32)> = (0..6).map(|p| (topic.clone(), p)).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = ours.snapshot().await;
+        let mine: BTreeSet<(String, i32)> = s
+            .assignment
+            .iter()
+            .map(|tp| (tp.topic.clone(), tp.partition))
+            .collect();
+        let theirs = java.assignment();
+        if s.state == "Stable"
+            && !mine.is_empty()
+            && !theirs.is_empty()
+            && mine.is_disjoint(&theirs)
+            && mine.union(&theirs).cloned().collect::<BTreeSet<_>>() == all
+        {
+            println!("KIP-848 with Java: ours {mine:?} java {theirs:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}\nours: {s:?}",
+            java.report("not disjoint and complete")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    java.stop_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_and_consumer_members_in_one_group() {
+    let Some(b) = common::bootstrap() else { return };
+    let topic = topic(&b, "mixed848", 6).await;
+    let group = unique("mixed848");
+    // The group starts classic; a consumer-protocol member joining upgrades it online
+    // (group.consumer.migration.policy=bidirectional, the broker default).
+    let classic = TestMember::start(
+        common::transport(&b).0,
+        common::group_config(&group, Some("old")),
+        &[&topic],
+    )
+    .await;
+    classic.wait_stable(Some(6), T).await;
+    let modern = TestMember::start(
+        common::transport(&b).0,
+        config(&group, Some("new")),
+        &[&topic],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (a, m) = (classic.snapshot().await, modern.snapshot().await);
+        let x: BTreeSet<TopicPartition> = a.assignment.iter().cloned().collect();
+        let y: BTreeSet<TopicPartition> = m.assignment.iter().cloned().collect();
+        if a.state == "Stable"
+            && m.state == "Stable"
+            && !x.is_empty()
+            && !y.is_empty()
+            && x.is_disjoint(&y)
+            && x.len() + y.len() == 6
+        {
+            println!(
+                "mixed group: classic {} partitions (generation {}), consumer {} (epoch {})",
+                x.len(),
+                a.generation,
+                y.len(),
+                m.generation
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "classic {a:?} {:?}\nconsumer {m:?} {:?}",
+            classic.seen(),
+            modern.seen()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(classic.seen().fatal.is_none() && modern.seen().fatal.is_none());
 }

@@ -244,6 +244,9 @@ impl TestMember {
                         for p in &partitions {
                             s.owned.remove(p);
                         }
+                        let now = std::time::Instant::now();
+                        s.ownership_log
+                            .extend(partitions.iter().map(|p| (now, false, p.clone())));
                         s.revoked.extend(partitions);
                     }
                     member
@@ -255,8 +258,13 @@ impl TestMember {
                 let mut s = record.lock().unwrap();
                 match event {
                     Event::Assigned {
-                        owned, generation, ..
+                        owned,
+                        generation,
+                        added,
                     } => {
+                        let now = std::time::Instant::now();
+                        s.ownership_log
+                            .extend(added.iter().map(|p| (now, true, p.clone())));
                         s.owned = owned.into_iter().collect();
                         s.assigned_generations.push(generation);
                     }
@@ -286,6 +294,22 @@ impl TestMember {
 
     pub fn seen(&self) -> Seen {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until what the application saw satisfies `pred` (events arrive asynchronously).
+    pub async fn wait_seen(&self, timeout: Duration, pred: impl Fn(&Seen) -> bool) -> Seen {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let s = self.seen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not seen within {timeout:?}: {s:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub async fn snapshot(&self) -> Snapshot {
