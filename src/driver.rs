@@ -96,6 +96,7 @@ type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
 
 enum Command {
     Subscribe(Vec<String>, oneshot::Sender<Result<(), ApiMisuse>>),
+    SubscribeRegex(String, oneshot::Sender<Result<(), ApiMisuse>>),
     Unsubscribe,
     Poll,
     CompleteRevocation(RevokeTicket, oneshot::Sender<Result<(), ApiMisuse>>),
@@ -241,6 +242,15 @@ impl MemberHandle {
             .unwrap_or(Err(ApiMisuse::Stopped))
     }
 
+    /// Subscribes by a regular expression the broker evaluates (RE2/J syntax; consumer protocol
+    /// only).
+    pub async fn subscribe_regex(&self, pattern: impl Into<String>) -> Result<(), ApiMisuse> {
+        let pattern = pattern.into();
+        self.ask(|tx| Command::SubscribeRegex(pattern, tx))
+            .await
+            .unwrap_or(Err(ApiMisuse::Stopped))
+    }
+
     /// Unsubscribes (a static member keeps its member id and sends no LeaveGroup).
     pub fn unsubscribe(&self) {
         let _ = self.commands.send(Command::Unsubscribe);
@@ -353,6 +363,7 @@ async fn run_member<T: Transport>(
                 let now = Instant::now();
                 match command {
                     Some(Command::Subscribe(topics, tx)) => drop(tx.send(member.subscribe(topics, now))),
+                    Some(Command::SubscribeRegex(pattern, tx)) => drop(tx.send(member.subscribe_regex(pattern, now))),
                     Some(Command::Unsubscribe) => member.unsubscribe(now),
                     Some(Command::Poll) => member.poll(now),
                     Some(Command::CompleteRevocation(ticket, tx)) => drop(tx.send(member.complete_revocation(ticket, now))),

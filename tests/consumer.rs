@@ -475,3 +475,36 @@ async fn classic_and_consumer_members_in_one_group() {
     }
     assert!(classic.seen().fatal.is_none() && modern.seen().fatal.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regex_subscription_with_a_server_assignor() {
+    let Some(b) = common::bootstrap() else { return };
+    let prefix = unique("rx848");
+    let (t, _) = common::transport(&b);
+    for suffix in ["a", "b"] {
+        common::create_topic(&*t, &format!("{prefix}-{suffix}"), 2).await;
+    }
+    common::create_topic(&*t, &format!("other-{prefix}"), 2).await;
+    let group = unique("rx848");
+    let mut c = config(&group, None);
+    c.remote_assignor = Some("range".into());
+    let pattern = format!("{}-.*", prefix.replace('-', "\\-"));
+    let m = TestMember::start_regex(common::transport(&b).0, c, &pattern).await;
+    let s = m.wait_stable(Some(4), Duration::from_secs(60)).await;
+    let topics: BTreeSet<String> = s.assignment.iter().map(|tp| tp.topic.clone()).collect();
+    assert_eq!(
+        topics,
+        BTreeSet::from([format!("{prefix}-a"), format!("{prefix}-b")]),
+        "only the matching topics"
+    );
+    // The classic protocol cannot subscribe by pattern: typed misuse, not silence.
+    let classic = consumer_membership::driver::GroupMember::start(
+        common::transport(&b).0,
+        common::group_config(&unique("rxc"), None),
+    )
+    .unwrap();
+    assert_eq!(
+        classic.subscribe_regex("x.*").await,
+        Err(consumer_membership::core::classic::ApiMisuse::RegexNeedsConsumerProtocol)
+    );
+}

@@ -96,6 +96,19 @@ impl Member {
         delegate!(self, m => m.subscribe(topics, now))
     }
 
+    /// Subscribes by a regular expression the broker evaluates (consumer protocol only; a
+    /// classic member answers [`ApiMisuse::RegexNeedsConsumerProtocol`]).
+    pub fn subscribe_regex(
+        &mut self,
+        pattern: impl Into<String>,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        match self {
+            Member::Classic(_) => Err(ApiMisuse::RegexNeedsConsumerProtocol),
+            Member::Consumer(m) => m.subscribe_regex(pattern, now),
+        }
+    }
+
     /// Unsubscribes.
     pub fn unsubscribe(&mut self, now: Instant) {
         delegate!(self, m => m.unsubscribe(now))

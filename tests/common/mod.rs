@@ -228,11 +228,31 @@ impl TestMember {
         topics: &[&str],
     ) -> TestMember {
         init_tracing();
-        let mut member = GroupMember::start(transport, config).expect("valid config");
+        let member = GroupMember::start(transport, config).expect("valid config");
         member
             .subscribe(topics.iter().map(|t| t.to_string()))
             .await
             .expect("subscribe");
+        Self::watch(member)
+    }
+
+    /// A member subscribed by a broker-side regular expression (consumer protocol).
+    pub async fn start_regex<T: Transport>(
+        transport: Arc<T>,
+        config: GroupConfig,
+        pattern: &str,
+    ) -> TestMember {
+        init_tracing();
+        let member = GroupMember::start(transport, config).expect("valid config");
+        member
+            .subscribe_regex(pattern)
+            .await
+            .expect("subscribe_regex");
+        Self::watch(member)
+    }
+
+    /// Handles `member`'s events in a background task.
+    fn watch(mut member: GroupMember) -> TestMember {
         let handle = member.handle();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let record = seen.clone();

@@ -94,6 +94,9 @@ pub enum ApiMisuse {
     /// The member was closed or stopped.
     #[error("the member is closed or stopped")]
     Stopped,
+    /// Regular-expression subscriptions are evaluated by the broker, in the consumer protocol only.
+    #[error("subscribing by regular expression needs group.protocol=consumer")]
+    RegexNeedsConsumerProtocol,
 }
 
 /// Where the member stands. Each variant holds only its own data.
