@@ -4,6 +4,77 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 
+/// `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SecurityProtocol {
+    /// No TLS, no SASL.
+    #[default]
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// SASL without TLS.
+    SaslPlaintext,
+    /// SASL over TLS.
+    SaslSsl,
+}
+
+/// `sasl.mechanism`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// PLAIN (RFC 4616).
+    Plain,
+    /// SCRAM-SHA-256 (RFC 5802, RFC 7677).
+    ScramSha256,
+    /// SCRAM-SHA-512.
+    ScramSha512,
+}
+
+/// A secret that never shows in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// TLS and SASL settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SecurityConfig {
+    /// `security.protocol`.
+    pub protocol: SecurityProtocol,
+    /// `sasl.mechanism` (required for the SASL protocols).
+    pub sasl_mechanism: Option<SaslMechanism>,
+    /// `sasl.username`.
+    pub sasl_username: Option<String>,
+    /// `sasl.password`.
+    pub sasl_password: Option<Secret>,
+    /// `ssl.ca.location`: PEM file of trusted CAs; `None` uses the system roots.
+    pub ssl_ca_location: Option<std::path::PathBuf>,
+    /// `ssl.certificate.location`: PEM client certificate chain (mTLS).
+    pub ssl_certificate_location: Option<std::path::PathBuf>,
+    /// `ssl.key.location`: PEM private key of the client certificate.
+    pub ssl_key_location: Option<std::path::PathBuf>,
+    /// `ssl.endpoint.identification.algorithm`: `true` (default, "https") verifies the broker's
+    /// host name; `false` ("") turns that off.
+    pub ssl_verify_hostname: bool,
+}
+
 /// How to reach the cluster (the transport's settings).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -25,6 +96,10 @@ pub struct ClientConfig {
     /// `socket.request.max.bytes`); a larger size prefix fails the connection before any
     /// allocation.
     pub max_response_size: usize,
+    /// `client.rack`.
+    pub client_rack: Option<String>,
+    /// TLS and SASL.
+    pub security: SecurityConfig,
 }
 
 impl Default for ClientConfig {
@@ -38,6 +113,11 @@ impl Default for ClientConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             max_response_size: 100 * 1024 * 1024,
+            client_rack: None,
+            security: SecurityConfig {
+                ssl_verify_hostname: true,
+                ..SecurityConfig::default()
+            },
         }
     }
 }

@@ -115,6 +115,22 @@ pub enum TransportError {
         /// The timeout that ran out.
         timeout: Duration,
     },
+    /// SASL authentication failed (wrong credentials, mechanism not enabled, a broker that does
+    /// not prove it knows the password). Not retried: the same credentials fail again.
+    #[error("SASL {mechanism} authentication failed: {reason}")]
+    Authentication {
+        /// The mechanism.
+        mechanism: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// TLS failed (untrusted or mismatched certificate, handshake, unreadable key files). Not
+    /// retried.
+    #[error("TLS: {reason}")]
+    Tls {
+        /// Why.
+        reason: String,
+    },
     /// The transport was shut down.
     #[error("transport closed")]
     Closed,

@@ -47,6 +47,9 @@ pub(crate) struct Connection {
     frames: mpsc::UnboundedSender<BytesMut>,
     next_correlation: AtomicI32,
     tasks: [JoinHandle<()>; 2],
+    /// End of the SASL session (KIP-368): new requests then go to a fresh, re-authenticated
+    /// connection.
+    expires: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Drop for Connection {
@@ -90,6 +93,7 @@ impl Connection {
             frames,
             next_correlation: AtomicI32::new(0),
             tasks: [reader, writer],
+            expires: Mutex::new(None),
         };
         conn.versions = conn.api_versions(timeout).await?;
         Ok(conn)
@@ -139,9 +143,22 @@ impl Connection {
         &self.versions
     }
 
-    /// Whether the connection failed (a new one is needed).
+    /// Whether a new connection is needed: this one failed, or its SASL session is about to end.
     pub(crate) fn is_failed(&self) -> bool {
-        self.shared.lock().expect("lock").failed.is_some()
+        let expired = self
+            .expires
+            .lock()
+            .expect("lock")
+            .is_some_and(|at| tokio::time::Instant::now() >= at);
+        expired || self.shared.lock().expect("lock").failed.is_some()
+    }
+
+    /// The broker granted a SASL session of `lifetime` (KIP-368). The connection is retired at
+    /// 85% of it, so requests move to a fresh, re-authenticated connection before the broker
+    /// would close this one.
+    pub(crate) fn set_session_lifetime(&self, lifetime: Duration) {
+        let at = tokio::time::Instant::now() + lifetime.mul_f64(0.85);
+        *self.expires.lock().expect("lock") = Some(at);
     }
 
     /// Sends `request` at the negotiated version and waits for its answer.

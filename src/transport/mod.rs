@@ -8,7 +8,10 @@
 
 mod conn;
 mod memory;
+mod sasl;
 mod tcp;
+#[cfg(feature = "tls")]
+mod tls;
 pub mod wire;
 
 use std::future::Future;

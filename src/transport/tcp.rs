@@ -36,7 +36,13 @@ pub struct TcpTransport {
 struct Inner {
     config: ClientConfig,
     slots: Mutex<HashMap<Key, Slot>>,
+    #[cfg(feature = "tls")]
+    tls: std::sync::OnceLock<Result<tokio_rustls::TlsConnector, TransportError>>,
 }
+
+/// A byte stream a connection runs over: TCP, or TLS over TCP.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 impl std::fmt::Debug for TcpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,6 +59,8 @@ impl TcpTransport {
             inner: Arc::new(Inner {
                 config,
                 slots: Mutex::new(HashMap::new()),
+                #[cfg(feature = "tls")]
+                tls: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -132,14 +140,21 @@ impl TcpTransport {
                 })?;
             let _ = stream.set_nodelay(true);
             tracing::debug!(%addr, "connected");
-            Connection::establish(
-                stream,
+            let host = addr
+                .rsplit_once(':')
+                .map_or(addr.as_str(), |(h, _)| h)
+                .to_owned();
+            let io = self.secure(&host, stream).await?;
+            let conn = Connection::establish(
+                io,
                 addr,
                 cfg.client_id.clone(),
                 cfg.max_response_size,
                 timeout,
             )
-            .await
+            .await?;
+            self.authenticate(&conn, timeout).await?;
+            Ok(conn)
         };
         let backoff = ExponentialBuilder::default()
             .with_min_delay(cfg.reconnect_backoff)
@@ -172,6 +187,63 @@ impl TcpTransport {
                 reason: format!("gave up after {timeout:?}: {}", last.lock().expect("lock")),
             }),
         }
+    }
+}
+
+impl TcpTransport {
+    /// TLS when `security.protocol` asks for it.
+    async fn secure(&self, host: &str, stream: TcpStream) -> Result<Box<dyn Io>, TransportError> {
+        use crate::config::SecurityProtocol::{SaslSsl, Ssl};
+        if !matches!(self.inner.config.security.protocol, Ssl | SaslSsl) {
+            return Ok(Box::new(stream));
+        }
+        #[cfg(feature = "tls")]
+        {
+            let connector = self
+                .inner
+                .tls
+                .get_or_init(|| super::tls::connector(&self.inner.config.security))
+                .clone()?;
+            Ok(Box::new(
+                super::tls::handshake(&connector, host, stream).await?,
+            ))
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            let _ = (host, stream);
+            Err(TransportError::Tls {
+                reason: "security.protocol needs TLS, but this build has no `tls` feature".into(),
+            })
+        }
+    }
+
+    /// SASL when `security.protocol` asks for it.
+    async fn authenticate(
+        &self,
+        conn: &Connection,
+        timeout: Duration,
+    ) -> Result<(), TransportError> {
+        use crate::config::SecurityProtocol::{SaslPlaintext, SaslSsl};
+        let security = &self.inner.config.security;
+        if !matches!(security.protocol, SaslPlaintext | SaslSsl) {
+            return Ok(());
+        }
+        let (Some(mechanism), Some(user), Some(password)) = (
+            security.sasl_mechanism,
+            &security.sasl_username,
+            &security.sasl_password,
+        ) else {
+            return Err(TransportError::Authentication {
+                mechanism: security.sasl_mechanism.map_or("none", |m| m.name()),
+                reason: "sasl.mechanism, sasl.username and sasl.password are required".into(),
+            });
+        };
+        if let Some(lifetime) =
+            super::sasl::authenticate(conn, mechanism, user, password, timeout).await?
+        {
+            conn.set_session_lifetime(lifetime);
+        }
+        Ok(())
     }
 }
 
