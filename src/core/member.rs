@@ -173,6 +173,14 @@ impl Member {
     /// same topics; the refusal is not reported as fatal.
     pub fn poll_event(&mut self) -> Option<Event> {
         let event = delegate!(self, m => m.poll_event())?;
+        // The consumer member's own "-> Fatal" state change is not news when it falls back.
+        if let (Event::StateChanged { to: "Fatal", .. }, Member::Consumer(c)) = (&event, &*self)
+            && c.config().protocol == GroupProtocol::Auto
+            && !c.answered_once()
+            && c.fatal_error() == Some(&GroupError::ConsumerProtocolUnsupported)
+        {
+            return self.poll_event();
+        }
         if let (Event::Fatal(GroupError::ConsumerProtocolUnsupported), Member::Consumer(c)) =
             (&event, &*self)
             && c.config().protocol == GroupProtocol::Auto

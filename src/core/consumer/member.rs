@@ -77,6 +77,9 @@ enum Phase {
     /// Revoked partitions are with the application; the rest of the reconciliation waits.
     AwaitRevoke {
         ticket: u64,
+        /// Still reported as owned to the broker until the ticket comes back, so no heartbeat
+        /// acknowledges the revocation before the application committed.
+        revoking: BTreeSet<(Uuid, i32)>,
     },
     /// The next heartbeat acknowledges the new assignment, sent at once.
     Acknowledging,
@@ -274,8 +277,16 @@ impl ConsumerMember {
 
     /// Owned partitions, by name (partitions of topics not yet resolved are not owned yet).
     pub fn assignment(&self) -> Vec<TopicPartition> {
-        let mut v: Vec<TopicPartition> =
-            self.owned.iter().filter_map(|tp| self.named(tp)).collect();
+        let revoking = match &self.phase {
+            Phase::AwaitRevoke { revoking, .. } => Some(revoking),
+            _ => None,
+        };
+        let mut v: Vec<TopicPartition> = self
+            .owned
+            .iter()
+            .filter(|tp| revoking.is_none_or(|r| !r.contains(tp)))
+            .filter_map(|tp| self.named(tp))
+            .collect();
         v.sort();
         v
     }
@@ -402,12 +413,19 @@ impl ConsumerMember {
     /// a return within the session timeout).
     pub fn unsubscribe(&mut self, now: Instant) {
         self.advance(now);
-        if self.stopped() || !self.in_group() {
+        if self.stopped() {
             return;
         }
+        // The subscription goes in every state, so a later poll() does not rejoin.
         self.topics.clear();
         self.regex = None;
         self.timers.stop(Timer::PollInterval);
+        if matches!(self.phase, Phase::Stale) {
+            return self.set_phase(Phase::Unsubscribed, "unsubscribed");
+        }
+        if !self.in_group() {
+            return;
+        }
         self.release_owned();
         self.leave(
             CloseOptions::Default,
@@ -437,8 +455,14 @@ impl ConsumerMember {
         now: Instant,
     ) -> Result<(), ApiMisuse> {
         self.advance(now);
-        match self.phase {
-            Phase::AwaitRevoke { ticket: t } if t == ticket.id => {
+        match &self.phase {
+            Phase::AwaitRevoke {
+                ticket: t,
+                revoking,
+            } if *t == ticket.id => {
+                for tp in revoking.clone() {
+                    self.owned.remove(&tp);
+                }
                 self.set_phase(Phase::Reconciling, "revocation completed");
                 self.reconcile();
                 Ok(())
@@ -604,7 +628,12 @@ impl ConsumerMember {
         self.lookup.handle_timeout(self.now);
         self.timers.expire(Timer::Heartbeat, self.now);
         self.timers.expire(Timer::Rejoin, self.now);
-        if self.timers.expire(Timer::MetadataRefresh, self.now) {
+        if self.timers.expire(Timer::MetadataRefresh, self.now)
+            && matches!(
+                self.phase,
+                Phase::Reconciling | Phase::Stable | Phase::Acknowledging
+            )
+        {
             self.reconcile();
         }
         if self.timers.expire(Timer::PollInterval, self.now) && self.in_group() {
@@ -834,12 +863,17 @@ impl ConsumerMember {
         if full || fields.rebalance_timeout != known.rebalance_timeout {
             r.rebalance_timeout_ms = fields.rebalance_timeout;
         }
-        if full || fields.topics != known.topics {
-            r.subscribed_topic_names = fields.topics.as_ref().map(|ts| {
-                ts.iter()
-                    .map(|t| TopicName(StrBytes::from_string(t.clone())))
-                    .collect()
-            });
+        let names = |ts: &[String]| {
+            ts.iter()
+                .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                .collect()
+        };
+        if full {
+            r.subscribed_topic_names = fields.topics.as_deref().map(names);
+        } else if fields.topics != known.topics {
+            // Null would mean "unchanged": an empty list clears names the broker knows when the
+            // member switched to a pattern.
+            r.subscribed_topic_names = Some(names(fields.topics.as_deref().unwrap_or_default()));
         }
         if full && fields.regex.is_some() || fields.regex != known.regex {
             // "" clears a pattern the broker knows when the member switched to names.
@@ -1097,7 +1131,10 @@ impl ConsumerMember {
         fields: SentFields,
         r: ConsumerGroupHeartbeatResponse,
     ) {
-        // Successful answers with a negative epoch are ignored (they only complete leaves).
+        // Every error-free answer restarts the interval (HeartbeatRequestState.resetTimer)...
+        self.interval = Duration::from_millis(r.heartbeat_interval_ms.max(0) as u64);
+        self.timers.set(Timer::Heartbeat, self.now + self.interval);
+        // ...but one with a negative epoch is otherwise ignored (it only completes leaves).
         if r.member_epoch < 0 {
             return;
         }
@@ -1114,9 +1151,9 @@ impl ConsumerMember {
         self.timers.stop(Timer::Rejoin);
         if r.member_epoch > 0 {
             self.may_be_registered = true;
+            // A successful join ends an UNRELEASED_INSTANCE_ID episode: the bound is per episode.
+            self.unreleased_recoveries = 0;
         }
-        self.interval = Duration::from_millis(r.heartbeat_interval_ms.max(0) as u64);
-        self.timers.set(Timer::Heartbeat, self.now + self.interval);
         self.epoch = r.member_epoch;
         // What this heartbeat carried is what the broker knows now.
         let mut known = self.known.take().unwrap_or_default();
@@ -1165,7 +1202,7 @@ impl ConsumerMember {
             .map(|(id, _)| *id)
             .filter(|id| !self.names.contains_key(id))
             .collect();
-        if !unresolved.is_empty() {
+        if !unresolved.is_empty() && self.timers.get(Timer::MetadataRefresh).is_none() {
             self.request_metadata();
         }
         let resolved: BTreeSet<(Uuid, i32)> = target
@@ -1177,16 +1214,14 @@ impl ConsumerMember {
         let added: Vec<(Uuid, i32)> = resolved.difference(&self.owned).cloned().collect();
         if !revoked.is_empty() {
             let partitions = revoked.iter().filter_map(|tp| self.named(tp)).collect();
-            for tp in &revoked {
-                self.owned.remove(tp);
-            }
             self.next_ticket += 1;
             let ticket = self.next_ticket;
             self.events.push_back(Event::Revoking {
                 partitions,
                 ticket: RevokeTicket { id: ticket },
             });
-            return self.set_phase(Phase::AwaitRevoke { ticket }, "revoking");
+            let revoking = revoked.into_iter().collect();
+            return self.set_phase(Phase::AwaitRevoke { ticket, revoking }, "revoking");
         }
         if !added.is_empty() {
             self.owned.extend(added.iter().cloned());
