@@ -17,9 +17,23 @@
 #   nX/            node X: server.properties, data/, out.log (broker console), pid,
 #                  format.log
 #   bootstrap      bootstrap address of the running broker
+#   certs/         single node only: test CA and certificates made by certs.sh (fresh
+#                  on every start, kept after stop like the logs)
+#   security.env   single node only, while running: the extra listeners and the test
+#                  credentials as shell assignments (with-broker.sh exports them):
+#                    KAFKA_SASL_SSL_BOOTSTRAP=127.0.0.1:port  SASL_SSL listener
+#                    KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:port  SASL_PLAINTEXT
+#                    KAFKA_TLS_CA=DIR/certs/ca.pem     CA that signed the broker cert
+#                    KAFKA_TLS_UNTRUSTED_CA=DIR/certs/untrusted-ca.pem  a CA that did not
+#                    KAFKA_TLS_CLIENT_CERT=DIR/certs/client.pem  client cert (CA-signed)
+#                    KAFKA_TLS_CLIENT_KEY=DIR/certs/client.key   its PKCS#8 PEM key
+#                    KAFKA_SASL_USER=alice  KAFKA_SASL_PASSWORD=alice-secret
+#                  Both SASL listeners take PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 and
+#                  report a 60 s session lifetime (KIP-368). The PLAINTEXT bootstrap
+#                  above stays the one printed and used by everything else.
 #
 # Environment: JAVA (default $JAVA_HOME/bin/java or java; JDK 17+ for the broker),
-# MVN (default mvn), KAFKA_IT_DIR.
+# MVN (default mvn), KAFKA_IT_DIR, OPENSSL (default openssl; single node only).
 set -euo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -39,6 +53,11 @@ broker_jvm_opts=(-Xms128m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
 # Short-lived tools (StorageTool, WaitCoordinator).
 tool_jvm_opts=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData
     -Djava.awt.headless=true)
+
+# Test user of the single node's SASL listeners: PLAIN in single.properties.in, SCRAM
+# written into the metadata at format time.
+SASL_USER=alice
+SASL_PASSWORD=alice-secret
 
 log() { printf 'broker.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -214,24 +233,46 @@ stop_nodes() {
     for n in $(node_ids); do
         rm -rf "$dir/n$n/data" "$dir/n$n/pid"
     done
-    rm -f "$dir/bootstrap"
+    rm -f "$dir/bootstrap" "$dir/security.env"
 }
 
 # One attempt at a fresh cluster of $nodes nodes. Returns 3 on a port clash (retry).
 start_once() {
     local ports cport=() kport=() voters="" n nd tmpl cid t0 rc
+    # Single node only: the SASL_SSL and SASL_PLAINTEXT listeners (single.properties.in).
+    local sslport="" saslport="" secure=0 scram=() port
+    ((nodes == 1)) && secure=1
 
     # Fresh state: remove every node dir, also those of a larger earlier cluster.
     for n in $(node_ids); do rm -rf "$dir/n$n"; done
+    rm -rf "$dir/certs" "$dir/certs.log"
 
-    # Two ports per node: client (PLAINTEXT) and controller (CONTROLLER).
-    read -r -a ports <<<"$(free_ports $((2 * nodes)))"
-    ((${#ports[@]} == 2 * nodes)) || die "could not pick $((2 * nodes)) free ports"
+    # Two ports per node: client (PLAINTEXT) and controller (CONTROLLER); a single node
+    # takes two more for its security listeners.
+    local nports=$((2 * nodes + 2 * secure))
+    read -r -a ports <<<"$(free_ports "$nports")"
+    ((${#ports[@]} == nports)) || die "could not pick $nports free ports"
     for ((n = 1; n <= nodes; n++)); do
         cport[n]=${ports[2 * n - 2]}
         kport[n]=${ports[2 * n - 1]}
         voters+="${voters:+,}$n@127.0.0.1:${kport[n]}"
     done
+    if ((secure)); then
+        sslport=${ports[2]}
+        saslport=${ports[3]}
+        # Fresh CA and certificates (openssl only, about 0.1 s).
+        t0=$(now_ms)
+        command -v "${OPENSSL:-openssl}" >/dev/null || die "openssl not found (set OPENSSL)"
+        if ! "$here/certs.sh" "$dir/certs" >"$dir/certs.log" 2>&1 9>&-; then
+            cat "$dir/certs.log" >&2
+            die "could not make the test certificates (log: $dir/certs.log)"
+        fi
+        log "certs: test CA and certificates in $dir/certs in $(since "$t0") s"
+        # SCRAM credentials go into the bootstrap metadata (there is no broker to
+        # talk to yet); PLAIN users are in the JAAS config of the template.
+        scram=(--add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]"
+            --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$SASL_PASSWORD]")
+    fi
 
     # One node: offsets RF 1. Three nodes: RF 3 and failover timings (see the templates).
     if ((nodes == 1)); then tmpl=$here/single.properties.in; else tmpl=$here/cluster.properties.in; fi
@@ -240,6 +281,8 @@ start_once() {
         mkdir -p "$nd"
         sed -e "s|@NODE_ID@|$n|g" -e "s|@VOTERS@|$voters|g" \
             -e "s|@CLIENT_PORT@|${cport[n]}|g" -e "s|@CONTROLLER_PORT@|${kport[n]}|g" \
+            -e "s|@SASL_SSL_PORT@|$sslport|g" -e "s|@SASL_PLAINTEXT_PORT@|$saslport|g" \
+            -e "s|@CERT_DIR@|$(sed_escape "$dir/certs")|g" \
             -e "s|@DATA_DIR@|$(sed_escape "$nd/data")|g" "$tmpl" >"$nd/server.properties"
         if grep -v '^#' "$nd/server.properties" | grep -q '@[A-Z_]*@'; then
             die "unfilled placeholder in $nd/server.properties"
@@ -260,7 +303,7 @@ start_once() {
         nd=$dir/n$n
         "$JAVA" "${tool_jvm_opts[@]}" -Dlog4j2.configurationFile="$here/log4j2.yaml" \
             -cp "$dir/libs/*" kafka.tools.StorageTool format -t "$cid" \
-            -c "$nd/server.properties" >"$nd/format.log" 2>&1 &
+            -c "$nd/server.properties" "${scram[@]}" >"$nd/format.log" 2>&1 &
         fpids[n]=$!
     done
     for ((n = 1; n <= nodes; n++)); do
@@ -311,6 +354,15 @@ start_once() {
             return 1
         fi
     done
+    # The security listeners' acceptors start together with the PLAINTEXT one; check
+    # anyway, so a test never gets an address that refuses connections.
+    if ((secure)); then
+        for port in "$sslport" "$saslport"; do
+            rc=0
+            wait_port 1 "$port" $(($(now_ms) + 10000)) || rc=$?
+            if ((rc)); then stop_nodes; return "$rc"; fi
+        done
+    fi
     log "coordinator: ready after $(since "$t1") s"
     log "start-to-ready: $(since "$t0") s for $nodes node(s)"
 
@@ -320,6 +372,23 @@ start_once() {
         rss=$(awk '/^VmRSS:/ {printf "%d MiB", $2 / 1024}' "/proc/$pid/status")
         log "node $n: pid $pid, 127.0.0.1:${cport[n]} (controller ${kport[n]}), RSS $rss"
     done
+
+    if ((secure)); then
+        local c=$dir/certs
+        log "security listeners: SASL_SSL 127.0.0.1:$sslport, SASL_PLAINTEXT 127.0.0.1:$saslport"
+        {
+            printf '%s=%q\n' \
+                KAFKA_SASL_SSL_BOOTSTRAP "127.0.0.1:$sslport" \
+                KAFKA_SASL_PLAINTEXT_BOOTSTRAP "127.0.0.1:$saslport" \
+                KAFKA_TLS_CA "$c/ca.pem" \
+                KAFKA_TLS_UNTRUSTED_CA "$c/untrusted-ca.pem" \
+                KAFKA_TLS_CLIENT_CERT "$c/client.pem" \
+                KAFKA_TLS_CLIENT_KEY "$c/client.key" \
+                KAFKA_SASL_USER "$SASL_USER" \
+                KAFKA_SASL_PASSWORD "$SASL_PASSWORD"
+        } >"$dir/security.env.tmp"
+        mv "$dir/security.env.tmp" "$dir/security.env"
+    fi
 
     echo "$bootstrap" >"$dir/bootstrap.tmp"
     mv "$dir/bootstrap.tmp" "$dir/bootstrap"

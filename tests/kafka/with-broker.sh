@@ -3,6 +3,12 @@
 # broker.sh, exports its address as KAFKA_BOOTSTRAP, runs the command, and stops the broker
 # (data removed) however the command ends. Exits with the command's status.
 #
+# Also exported, from the broker's security.env (see broker.sh): the SASL_SSL and
+# SASL_PLAINTEXT listeners (KAFKA_SASL_SSL_BOOTSTRAP, KAFKA_SASL_PLAINTEXT_BOOTSTRAP),
+# the test CA, a CA that did not sign the broker, a client certificate and key
+# (KAFKA_TLS_CA, KAFKA_TLS_UNTRUSTED_CA, KAFKA_TLS_CLIENT_CERT, KAFKA_TLS_CLIENT_KEY) and
+# the SASL user (KAFKA_SASL_USER, KAFKA_SASL_PASSWORD).
+#
 #   tests/kafka/with-broker.sh cargo test
 #   tests/kafka/with-broker.sh cargo run --example consumer
 set -euo pipefail
@@ -13,6 +19,7 @@ dir=${KAFKA_IT_DIR:-$repo/target/kafka-it}
 
 [[ $# -gt 0 ]] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
 
+# shellcheck disable=SC2317 # only called through the EXIT trap
 stop() { "$here/broker.sh" stop --dir "$dir" >/dev/null 2>&1 || true; }
 trap stop EXIT
 trap 'exit 130' INT
@@ -20,7 +27,13 @@ trap 'exit 143' TERM
 
 started=$(date +%s%N)
 bootstrap=$("$here/broker.sh" start --dir "$dir" | tail -n 1)
-echo "with-broker.sh: Kafka broker at $bootstrap (ready in $(( ($(date +%s%N) - started) / 1000000 )) ms)" >&2
+[[ -s $dir/security.env ]] || { echo "with-broker.sh: broker.sh wrote no $dir/security.env" >&2; exit 1; }
+set -a
+# shellcheck source=/dev/null # written by broker.sh start
+. "$dir/security.env"
+set +a
+echo "with-broker.sh: Kafka broker at $bootstrap, SASL_SSL $KAFKA_SASL_SSL_BOOTSTRAP," \
+    "SASL_PLAINTEXT $KAFKA_SASL_PLAINTEXT_BOOTSTRAP (ready in $(( ($(date +%s%N) - started) / 1000000 )) ms)" >&2
 
 status=0
 KAFKA_BOOTSTRAP=$bootstrap "$@" || status=$?
