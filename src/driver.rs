@@ -187,10 +187,12 @@ impl GroupMember {
         mut config: GroupConfig,
     ) -> Result<Self, crate::error::ConfigError> {
         config.seed = config.seed.or_else(|| Some(rand::random()));
-        let member = Member::new(config.clone(), Instant::now())?;
+        let now = Instant::now();
+        let member = Member::new(config.clone(), now)?;
+        let metrics = crate::metrics::MemberMetrics::new(&config.group_id, member.protocol(), now);
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (event_tx, events) = mpsc::unbounded_channel();
-        tokio::spawn(run_member(member, transport, command_rx, event_tx));
+        tokio::spawn(run_member(member, metrics, transport, command_rx, event_tx));
         let handle = MemberHandle {
             commands,
             request_timeout: config.request_timeout,
@@ -314,6 +316,7 @@ impl MemberHandle {
 
 async fn run_member<T: Transport>(
     mut member: Member,
+    mut metrics: crate::metrics::MemberMetrics,
     transport: Arc<T>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     events: mpsc::UnboundedSender<Event>,
@@ -327,6 +330,7 @@ async fn run_member<T: Transport>(
     let mut handles_gone = false;
     loop {
         while let Some(out) = member.poll_request() {
+            metrics.on_request(out.id, out.request.api_key(), Instant::now());
             let (transport, tx) = (transport.clone(), resp_tx.clone());
             tokio::spawn(async move {
                 let result = transport.send(out.target, out.request, out.timeout).await;
@@ -335,6 +339,7 @@ async fn run_member<T: Transport>(
         }
         let mut closed = false;
         while let Some(event) = member.poll_event() {
+            metrics.on_event(&event, Instant::now());
             match event {
                 Event::Committed { id, result } => match commits.remove(&id) {
                     Some(tx) => drop(tx.send(result)),
@@ -401,7 +406,11 @@ async fn run_member<T: Transport>(
                     }
                 }
             }
-            Some((id, result)) = responses.recv() => member.handle_response(id, result, Instant::now()),
+            Some((id, result)) = responses.recv() => {
+                let now = Instant::now();
+                metrics.on_response(id, &result, now);
+                member.handle_response(id, result, now);
+            }
             _ = sleep_until(deadline) => member.handle_timeout(Instant::now()),
         }
     }

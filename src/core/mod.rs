@@ -9,6 +9,7 @@
 
 pub mod backoff;
 pub mod classic;
+pub mod commit;
 pub mod consumer;
 pub mod coordinator;
 pub mod events;

@@ -35,17 +35,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::offset_fetch_request::{
-    OffsetFetchRequestGroup, OffsetFetchRequestTopics,
-};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     ApiKey, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    OffsetCommitRequest, OffsetFetchRequest, RequestKind, ResponseKind, SyncGroupRequest,
-    TopicName,
+    RequestKind, ResponseKind, SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -54,10 +47,10 @@ use super::subscription::{Assignment, Subscription};
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
 use crate::core::backoff::{ExponentialBackoff, JitterRng};
+use crate::core::commit::{self, Queued};
 use crate::core::coordinator::{CoordinatorLookup, LookupConfig};
 use crate::core::events::{
-    CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
-    RevokeTicket,
+    CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
 use crate::core::io::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
 use crate::core::metadata::ClusterMetadata;
@@ -180,19 +173,6 @@ enum Sent {
     },
 }
 
-/// A commit or fetch waiting for the coordinator.
-#[derive(Debug)]
-enum Queued {
-    Commit {
-        id: CommitId,
-        offsets: Vec<CommitOffset>,
-    },
-    Fetch {
-        id: FetchId,
-        partitions: Vec<TopicPartition>,
-    },
-}
-
 /// A classic-protocol group member (sans-IO). See the module docs for the state diagram and the
 /// identity rules, and [`crate::core`] for the drive contract.
 #[derive(Debug)]
@@ -231,6 +211,9 @@ pub struct ClassicMember {
     empty_join_quarantine: Option<Instant>,
     next_ticket: u64,
     next_op: u64,
+    /// Simulation only: wipe the member id on a suppressed LeaveGroup, as the Java client does.
+    #[cfg(feature = "sim")]
+    java_reset_policy: bool,
     /// Reason a rejoin was requested while stable (for the JoinGroup `Reason`).
     rejoin_reason: &'static str,
 }
@@ -293,6 +276,8 @@ impl ClassicMember {
             next_ticket: 0,
             next_op: 0,
             rejoin_reason: "subscribed",
+            #[cfg(feature = "sim")]
+            java_reset_policy: false,
             config,
         })
     }
@@ -340,6 +325,13 @@ impl ClassicMember {
     /// The configuration.
     pub fn config(&self) -> &GroupConfig {
         &self.config
+    }
+
+    /// Simulation only: behave like the Java client and wipe the member id whenever a LeaveGroup
+    /// is suppressed (the root of KAFKA-20985), so a simulation can show the difference.
+    #[cfg(feature = "sim")]
+    pub fn set_java_reset_policy(&mut self, on: bool) {
+        self.java_reset_policy = on;
     }
 
     #[cfg(test)]
@@ -806,6 +798,12 @@ impl ClassicMember {
             );
         } else {
             // No LeaveGroup: keep the member id (KAFKA-20985); only the generation goes.
+            #[cfg(feature = "sim")]
+            if self.java_reset_policy {
+                // What the Java client does (resetGenerationOnLeaveGroup): for simulations that
+                // show why this crate does not.
+                self.member_id.clear();
+            }
             self.reset_generation();
             self.finish_leave(then_close, reason);
         }
@@ -824,18 +822,7 @@ impl ClassicMember {
     }
 
     fn queued_fail(&mut self, e: CommitError) {
-        for q in std::mem::take(&mut self.queued) {
-            match q {
-                Queued::Commit { id, .. } => self.events.push_back(Event::Committed {
-                    id,
-                    result: Err(e.clone()),
-                }),
-                Queued::Fetch { id, .. } => self.events.push_back(Event::OffsetsFetched {
-                    id,
-                    result: Err(e.clone()),
-                }),
-            }
-        }
+        commit::fail_all(&mut self.queued, &mut self.events, e);
     }
 
     // ------------------------------------------------------------------ requests
@@ -975,75 +962,41 @@ impl ClassicMember {
     }
 
     fn build_queued(&mut self, q: Queued, coordinator: &Broker) -> Outbound {
+        let group = self.config.group_id.clone();
         match q {
             Queued::Commit { id, offsets } => {
-                let mut by_topic: BTreeMap<String, Vec<OffsetCommitRequestPartition>> =
-                    BTreeMap::new();
-                let partitions = offsets.iter().map(|o| o.partition.clone()).collect();
-                for o in offsets {
-                    by_topic.entry(o.partition.topic).or_default().push(
-                        OffsetCommitRequestPartition::default()
-                            .with_partition_index(o.partition.partition)
-                            .with_committed_offset(o.offset)
-                            .with_committed_leader_epoch(-1)
-                            .with_committed_metadata(o.metadata.map(StrBytes::from_string)),
-                    );
-                }
-                let body = OffsetCommitRequest::default()
-                    .with_group_id(self.group_id())
-                    .with_generation_id_or_member_epoch(self.generation)
-                    .with_member_id(StrBytes::from_string(self.member_id.clone()))
-                    .with_group_instance_id(self.instance_id())
-                    .with_topics(
-                        by_topic
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                OffsetCommitRequestTopic::default()
-                                    .with_name(TopicName(StrBytes::from_string(t)))
-                                    .with_partitions(ps)
-                            })
-                            .collect(),
-                    );
+                let (body, partitions) = commit::commit_request(
+                    &group,
+                    self.generation,
+                    &self.member_id,
+                    self.config.instance_id.as_deref(),
+                    offsets,
+                );
                 let sent = Sent::Commit {
                     id,
                     generation: self.generation,
                     member_id: self.member_id.clone(),
                     partitions,
                 };
+                let timeout = self.config.request_timeout;
                 self.push(
                     coordinator,
                     RequestKind::OffsetCommit(body),
                     COMMIT_VERSIONS,
                     sent,
-                    self.config.request_timeout,
+                    timeout,
                 );
             }
             Queued::Fetch { id, partitions } => {
-                let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                for tp in partitions {
-                    by_topic.entry(tp.topic).or_default().push(tp.partition);
-                }
-                let group = OffsetFetchRequestGroup::default()
-                    .with_group_id(self.group_id())
-                    .with_topics(Some(
-                        by_topic
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                OffsetFetchRequestTopics::default()
-                                    .with_name(TopicName(StrBytes::from_string(t)))
-                                    .with_partition_indexes(ps)
-                            })
-                            .collect(),
-                    ));
-                let body = OffsetFetchRequest::default()
-                    .with_groups(vec![group])
-                    .with_require_stable(true);
+                // The classic member fetches without member fields (the Java classic client).
+                let body = commit::fetch_request(&group, None, partitions);
+                let timeout = self.config.request_timeout;
                 self.push(
                     coordinator,
                     RequestKind::OffsetFetch(body),
                     FETCH_VERSIONS,
                     Sent::Fetch { id },
-                    self.config.request_timeout,
+                    timeout,
                 );
             }
         }
@@ -1626,36 +1579,8 @@ impl ClassicMember {
                 });
             }
         };
-        let mut errors = r.topics.iter().flat_map(|t| {
-            t.partitions
-                .iter()
-                .filter(|p| p.error_code != 0)
-                .map(move |p| {
-                    (
-                        TopicPartition::new(t.name.to_string(), p.partition_index),
-                        p.error_code,
-                    )
-                })
-        });
-        let first = errors.next();
-        // Every partition must be answered; a silent gap would be a lost commit.
-        let answered: BTreeSet<TopicPartition> = r
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .map(move |p| TopicPartition::new(t.name.to_string(), p.partition_index))
-            })
-            .collect();
-        let result = match first {
-            None if partitions.iter().all(|p| answered.contains(p)) => Ok(()),
-            None => Err(CommitError::Rejected {
-                partition: None,
-                code: -1,
-            }),
-            Some((tp, code)) => Err(self.commit_error(generation, &member_id, tp, code)),
-        };
+        let result = commit::commit_answer(&r, &partitions)
+            .map_err(|(tp, code)| self.commit_error(generation, &member_id, tp, code));
         self.events.push_back(Event::Committed { id, result });
     }
 
@@ -1664,7 +1589,7 @@ impl ClassicMember {
         &mut self,
         generation: i32,
         member_id: &str,
-        tp: TopicPartition,
+        tp: Option<TopicPartition>,
         code: i16,
     ) -> CommitError {
         let current = generation == self.generation && member_id == self.member_id;
@@ -1726,7 +1651,7 @@ impl ClassicMember {
                 CommitError::Stopped(format!("not authorized to use group {group:?}"))
             }
             _ => CommitError::Rejected {
-                partition: Some(tp),
+                partition: tp,
                 code,
             },
         }
@@ -1755,43 +1680,16 @@ impl ClassicMember {
                 });
             }
         };
-        let result = (|| {
-            let group = r
-                .groups
-                .iter()
-                .find(|g| g.group_id.as_str() == self.config.group_id)
-                .ok_or(CommitError::Rejected {
-                    partition: None,
-                    code: -1,
-                })?;
-            let mut out = BTreeMap::new();
-            let check = |code: i16, partition: Option<TopicPartition>| match classify(
-                ApiKey::OffsetFetch,
-                code,
-                &self.config.group_id,
-            ) {
+        let group = self.config.group_id.clone();
+        let result = commit::fetch_answer(&r, &group, |code, partition| {
+            match classify(ApiKey::OffsetFetch, code, &group) {
                 ErrorAction::Proceed => Ok(()),
                 ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
                     Err(CommitError::Retriable { code })
                 }
                 _ => Err(CommitError::Rejected { partition, code }),
-            };
-            check(group.error_code, None)?;
-            for t in &group.topics {
-                for p in &t.partitions {
-                    let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
-                    check(p.error_code, Some(tp.clone()))?;
-                    out.insert(
-                        tp,
-                        CommittedOffset {
-                            offset: (p.committed_offset >= 0).then_some(p.committed_offset),
-                            metadata: p.metadata.as_ref().map(|m| m.to_string()),
-                        },
-                    );
-                }
             }
-            Ok(out)
-        })();
+        });
         if let Err(CommitError::Retriable { code: 15 | 16 }) = &result {
             self.coordinator_failed();
         }

@@ -26,15 +26,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::offset_fetch_request::{
-    OffsetFetchRequestGroup, OffsetFetchRequestTopics,
-};
 use kafka_protocol::messages::{
-    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId,
-    OffsetCommitRequest, OffsetFetchRequest, RequestKind, ResponseKind, TopicName,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId, RequestKind,
+    ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -43,10 +37,10 @@ use crate::config::GroupConfig;
 use crate::core::TopicPartition;
 use crate::core::backoff::{ExponentialBackoff, JitterRng};
 use crate::core::classic::ApiMisuse;
+use crate::core::commit::{self, Queued};
 use crate::core::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
 use crate::core::events::{
-    CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
-    RevokeTicket,
+    CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
 use crate::core::io::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
 use crate::core::metadata::ClusterMetadata;
@@ -148,18 +142,6 @@ enum Sent {
     },
     Fetch {
         id: FetchId,
-    },
-}
-
-#[derive(Debug)]
-enum Queued {
-    Commit {
-        id: CommitId,
-        offsets: Vec<CommitOffset>,
-    },
-    Fetch {
-        id: FetchId,
-        partitions: Vec<TopicPartition>,
     },
 }
 
@@ -789,18 +771,7 @@ impl ConsumerMember {
     }
 
     fn fail_queued(&mut self, e: CommitError) {
-        for q in std::mem::take(&mut self.queued) {
-            match q {
-                Queued::Commit { id, .. } => self.events.push_back(Event::Committed {
-                    id,
-                    result: Err(e.clone()),
-                }),
-                Queued::Fetch { id, .. } => self.events.push_back(Event::OffsetsFetched {
-                    id,
-                    result: Err(e.clone()),
-                }),
-            }
-        }
+        commit::fail_all(&mut self.queued, &mut self.events, e);
     }
 
     // ------------------------------------------------------------------ requests
@@ -927,6 +898,7 @@ impl ConsumerMember {
 
     fn build_queued(&mut self, q: Queued, coordinator: &Broker) -> Option<Outbound> {
         let target = Target::Coordinator(coordinator.clone());
+        let group = self.config.group_id.clone();
         match q {
             Queued::Commit { id, offsets } => {
                 if self.epoch <= 0 {
@@ -937,35 +909,13 @@ impl ConsumerMember {
                         .push_back(Event::Committed { id, result: Err(e) });
                     return self.poll_request();
                 }
-                let partitions = offsets.iter().map(|o| o.partition.clone()).collect();
-                let mut by_topic: BTreeMap<String, Vec<OffsetCommitRequestPartition>> =
-                    BTreeMap::new();
-                for o in offsets {
-                    by_topic.entry(o.partition.topic).or_default().push(
-                        OffsetCommitRequestPartition::default()
-                            .with_partition_index(o.partition.partition)
-                            .with_committed_offset(o.offset)
-                            .with_committed_leader_epoch(-1)
-                            .with_committed_metadata(o.metadata.map(StrBytes::from_string)),
-                    );
-                }
-                let body = OffsetCommitRequest::default()
-                    .with_group_id(self.group_id())
-                    .with_generation_id_or_member_epoch(self.epoch)
-                    .with_member_id(StrBytes::from_string(self.member_id.to_string()))
-                    .with_group_instance_id(
-                        self.config.instance_id.clone().map(StrBytes::from_string),
-                    )
-                    .with_topics(
-                        by_topic
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                OffsetCommitRequestTopic::default()
-                                    .with_name(TopicName(StrBytes::from_string(t)))
-                                    .with_partitions(ps)
-                            })
-                            .collect(),
-                    );
+                let (body, partitions) = commit::commit_request(
+                    &group,
+                    self.epoch,
+                    self.member_id.as_str(),
+                    self.config.instance_id.as_deref(),
+                    offsets,
+                );
                 let epoch = self.epoch;
                 self.push(
                     target,
@@ -979,30 +929,10 @@ impl ConsumerMember {
                 );
             }
             Queued::Fetch { id, partitions } => {
-                let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                for tp in partitions {
-                    by_topic.entry(tp.topic).or_default().push(tp.partition);
-                }
-                let member = self.epoch > 0 && self.in_group();
-                let group = OffsetFetchRequestGroup::default()
-                    .with_group_id(self.group_id())
-                    .with_member_id(
-                        member.then(|| StrBytes::from_string(self.member_id.to_string())),
-                    )
-                    .with_member_epoch(if member { self.epoch } else { -1 })
-                    .with_topics(Some(
-                        by_topic
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                OffsetFetchRequestTopics::default()
-                                    .with_name(TopicName(StrBytes::from_string(t)))
-                                    .with_partition_indexes(ps)
-                            })
-                            .collect(),
-                    ));
-                let body = OffsetFetchRequest::default()
-                    .with_groups(vec![group])
-                    .with_require_stable(true);
+                // Member fields only while in the group: the broker then checks them (v9).
+                let member = (self.epoch > 0 && self.in_group())
+                    .then(|| (self.member_id.as_str(), self.epoch));
+                let body = commit::fetch_request(&group, member, partitions);
                 self.push(
                     target,
                     RequestKind::OffsetFetch(body),
@@ -1361,51 +1291,33 @@ impl ConsumerMember {
                 });
             }
         };
-        let mut answered = BTreeSet::new();
-        let mut first_error = None;
-        for t in &r.topics {
-            for p in &t.partitions {
-                let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
-                if p.error_code != 0 && first_error.is_none() {
-                    first_error = Some((tp.clone(), p.error_code));
+        let result = commit::commit_answer(&r, &partitions).map_err(|(tp, code)| {
+            match classify(ApiKey::OffsetCommit, code, &self.config.group_id) {
+                // Retried by the caller with the latest epoch while still a member; never a
+                // silent fallback.
+                ErrorAction::StaleEpoch if self.epoch > 0 && self.in_group() => {
+                    CommitError::Retriable { code }
                 }
-                answered.insert(tp);
-            }
-        }
-        let result = match first_error {
-            None if partitions.iter().all(|p| answered.contains(p)) => Ok(()),
-            None => Err(CommitError::Rejected {
-                partition: None,
-                code: -1,
-            }),
-            Some((tp, code)) => Err(
-                match classify(ApiKey::OffsetCommit, code, &self.config.group_id) {
-                    // Retried by the caller with the latest epoch while still a member; never a silent
-                    // fallback.
-                    ErrorAction::StaleEpoch if self.epoch > 0 && self.in_group() => {
-                        CommitError::Retriable { code }
-                    }
-                    ErrorAction::StaleEpoch
-                    | ErrorAction::ResetMemberId
-                    | ErrorAction::ResetGeneration => CommitError::NotMember {
-                        reason: format!(
-                            "sent with epoch {epoch}: {}",
-                            crate::error::error_name(code)
-                        ),
-                    },
-                    ErrorAction::Rediscover => {
-                        self.lookup.rediscover(&self.config.group_id);
-                        CommitError::Retriable { code }
-                    }
-                    ErrorAction::RetryBackoff => CommitError::Retriable { code },
-                    ErrorAction::RejoinNow => CommitError::RebalanceInProgress,
-                    _ => CommitError::Rejected {
-                        partition: Some(tp),
-                        code,
-                    },
+                ErrorAction::StaleEpoch
+                | ErrorAction::ResetMemberId
+                | ErrorAction::ResetGeneration => CommitError::NotMember {
+                    reason: format!(
+                        "sent with epoch {epoch}: {}",
+                        crate::error::error_name(code)
+                    ),
                 },
-            ),
-        };
+                ErrorAction::Rediscover => {
+                    self.lookup.rediscover(&self.config.group_id);
+                    CommitError::Retriable { code }
+                }
+                ErrorAction::RetryBackoff => CommitError::Retriable { code },
+                ErrorAction::RejoinNow => CommitError::RebalanceInProgress,
+                _ => CommitError::Rejected {
+                    partition: tp,
+                    code,
+                },
+            }
+        });
         self.events.push_back(Event::Committed { id, result });
     }
 
@@ -1432,45 +1344,18 @@ impl ConsumerMember {
                 });
             }
         };
-        let check = |code: i16, partition: Option<TopicPartition>, member: bool| match classify(
-            ApiKey::OffsetFetch,
-            code,
-            "",
-        ) {
-            ErrorAction::Proceed => Ok(()),
-            ErrorAction::StaleEpoch if member => Err(CommitError::Retriable { code }),
-            ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
-                Err(CommitError::Retriable { code })
-            }
-            _ => Err(CommitError::Rejected { partition, code }),
-        };
         let member = self.epoch > 0 && self.in_group();
-        let result = (|| {
-            let group = r
-                .groups
-                .iter()
-                .find(|g| g.group_id.as_str() == self.config.group_id)
-                .ok_or(CommitError::Rejected {
-                    partition: None,
-                    code: -1,
-                })?;
-            check(group.error_code, None, member)?;
-            let mut out = BTreeMap::new();
-            for t in &group.topics {
-                for p in &t.partitions {
-                    let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
-                    check(p.error_code, Some(tp.clone()), member)?;
-                    out.insert(
-                        tp,
-                        CommittedOffset {
-                            offset: (p.committed_offset >= 0).then_some(p.committed_offset),
-                            metadata: p.metadata.as_ref().map(|m| m.to_string()),
-                        },
-                    );
+        let result = commit::fetch_answer(&r, &self.config.group_id, |code, partition| {
+            match classify(ApiKey::OffsetFetch, code, "") {
+                ErrorAction::Proceed => Ok(()),
+                // Retried with the latest epoch only while still in the group.
+                ErrorAction::StaleEpoch if member => Err(CommitError::Retriable { code }),
+                ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
+                    Err(CommitError::Retriable { code })
                 }
+                _ => Err(CommitError::Rejected { partition, code }),
             }
-            Ok(out)
-        })();
+        });
         self.events.push_back(Event::OffsetsFetched { id, result });
     }
 }

@@ -1,0 +1,806 @@
+//! Rebalance metrics through the [`metrics`](https://docs.rs/metrics) facade: install any recorder
+//! (Prometheus, OpenTelemetry, StatsD, ...) and the members report to it; without one, recording
+//! costs next to nothing.
+//!
+//! A [`MemberMetrics`] watches one member: the driver hands it every [`Event`] the member emits,
+//! and the send and answer of every request. The names mirror the Java client's
+//! `consumer-coordinator-metrics` group; where Java keeps an `-avg`/`-max`/`-rate` sensor, this
+//! crate records a histogram or counter from which the recorder derives those. Every metric has
+//! the labels `group` (`group.id`) and `protocol` (`classic` or `consumer`; it changes to
+//! `classic` when `group.protocol=auto` falls back).
+//!
+//! | metric | kind | extra labels | Java (`consumer-coordinator-metrics`) |
+//! |---|---|---|---|
+//! | `consumer_coordinator.rebalance_total` | counter | | `rebalance-total`, `rebalance-rate-per-hour` |
+//! | `consumer_coordinator.rebalance_latency_ms` | histogram | | `rebalance-latency-avg`, `-max`, `-total` |
+//! | `consumer_coordinator.failed_rebalance_total` | counter | | `failed-rebalance-total`, `failed-rebalance-rate-per-hour` |
+//! | `consumer_coordinator.time_to_first_assignment_ms` | histogram | | none (this crate's) |
+//! | `consumer_coordinator.heartbeat_response_time_ms` | histogram | | `heartbeat-response-time-max`; its count: `heartbeat-total`, `heartbeat-rate` |
+//! | `consumer_coordinator.join_time_ms` | histogram | | `join-time-avg`, `-max`; its count: `join-total`, `join-rate` |
+//! | `consumer_coordinator.sync_time_ms` | histogram | | `sync-time-avg`, `-max`; its count: `sync-total`, `sync-rate` |
+//! | `consumer_coordinator.commit_latency_ms` | histogram | | `commit-latency-avg`, `-max`; its count: `commit-total`, `commit-rate` |
+//! | `consumer_coordinator.commit_failed_total` | counter | `reason` | none (Java throws `CommitFailedException` and friends) |
+//! | `consumer_coordinator.fenced_total` | counter | `reason` | none (Java logs the fencing) |
+//! | `consumer_coordinator.assigned_partitions` | gauge | | `assigned-partitions` |
+//!
+//! What each one measures:
+//! - A rebalance starts when the member enters a rebalancing state (anything but `Stable`,
+//!   `Unsubscribed`, `Leaving`, `PollExpired`, `Stale`, `Closed`, `Fatal`) while none is under way:
+//!   on leaving `Stable`, on the first join, and on a rejoin after an unsubscribe or a poll
+//!   timeout. It succeeds at the next change to `Stable` (`rebalance_total` plus one,
+//!   `rebalance_latency_ms` the time since the start, retries included, as Java's
+//!   `rebalance-latency` is). A member that unsubscribes, closes or misses its poll deadline
+//!   meanwhile abandons it: neither counted nor timed.
+//! - `failed_rebalance_total`: a rebalance under way that loses partitions (`Event::Lost`) or
+//!   stops the member (`Event::Fatal`); a Lost followed by the Fatal counts once. Java counts
+//!   every JoinGroup/SyncGroup round that failed, `MEMBER_ID_REQUIRED` and
+//!   `REBALANCE_IN_PROGRESS` included, so its number is higher for the same history.
+//! - `time_to_first_assignment_ms`: from the observer's creation (the member's start) to the first
+//!   `Event::Assigned`.
+//! - `heartbeat_response_time_ms`: Heartbeat and ConsumerGroupHeartbeat answers, errors
+//!   included (Java records every answer); `commit_latency_ms` likewise for OffsetCommit;
+//!   `join_time_ms` and `sync_time_ms` only answers without an error (as Java). A request that
+//!   got no answer (a transport error) is not timed.
+//! - `commit_failed_total`: every `Event::Committed` with an error, including attempts the
+//!   handle retries, with `reason` one of `rebalance_in_progress`, `not_member`,
+//!   `fenced_instance_id`, `retriable`, `rejected`, `stopped`, `transport`.
+//! - `fenced_total`: a state change whose reason is `UNKNOWN_MEMBER_ID`, `ILLEGAL_GENERATION`,
+//!   `FENCED_MEMBER_EPOCH` or `self-fenced` (the member rejoins), and a fatal `FENCED_INSTANCE_ID`
+//!   (another process holds the static member's `group.instance.id`); `reason` names which.
+//!
+//! Not mapped: Java's `last-rebalance-seconds-ago` and `last-heartbeat-seconds-ago` (a recorder
+//! keeps when it last saw a sample) and `partition-{assigned,revoked,lost}-latency` (the
+//! application handles those events at its own pace).
+//!
+//! Call [`describe`] once after installing a recorder to give exporters the units and help texts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::metrics::{
+    Label, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+
+use crate::core::events::{CommitError, Event};
+use crate::core::io::{RequestId, Response};
+use crate::error::{GroupError, TransportError};
+
+/// Successful rebalances (counter).
+pub const REBALANCE_TOTAL: &str = "consumer_coordinator.rebalance_total";
+/// Rebalances that lost partitions or stopped the member (counter).
+pub const FAILED_REBALANCE_TOTAL: &str = "consumer_coordinator.failed_rebalance_total";
+/// Time from the start of a rebalance to `Stable`, in milliseconds (histogram).
+pub const REBALANCE_LATENCY_MS: &str = "consumer_coordinator.rebalance_latency_ms";
+/// Time from the member's start to its first assignment, in milliseconds (histogram).
+pub const TIME_TO_FIRST_ASSIGNMENT_MS: &str = "consumer_coordinator.time_to_first_assignment_ms";
+/// Heartbeat / ConsumerGroupHeartbeat round trips, in milliseconds (histogram).
+pub const HEARTBEAT_RESPONSE_TIME_MS: &str = "consumer_coordinator.heartbeat_response_time_ms";
+/// Successful JoinGroup round trips, in milliseconds (histogram).
+pub const JOIN_TIME_MS: &str = "consumer_coordinator.join_time_ms";
+/// Successful SyncGroup round trips, in milliseconds (histogram).
+pub const SYNC_TIME_MS: &str = "consumer_coordinator.sync_time_ms";
+/// OffsetCommit round trips, in milliseconds (histogram).
+pub const COMMIT_LATENCY_MS: &str = "consumer_coordinator.commit_latency_ms";
+/// Commits that failed, by `reason` (counter).
+pub const COMMIT_FAILED_TOTAL: &str = "consumer_coordinator.commit_failed_total";
+/// Times the member was fenced, by `reason` (counter).
+pub const FENCED_TOTAL: &str = "consumer_coordinator.fenced_total";
+/// Partitions the member owns (gauge).
+pub const ASSIGNED_PARTITIONS: &str = "consumer_coordinator.assigned_partitions";
+
+/// State-change reasons that mean the coordinator fenced the member (the strings the core's
+/// `set_phase` calls use).
+const FENCING_REASONS: &[&str] = &[
+    "UNKNOWN_MEMBER_ID",
+    "ILLEGAL_GENERATION",
+    "FENCED_MEMBER_EPOCH",
+    "self-fenced",
+];
+
+/// More requests in flight than this means answers went missing; the oldest timings are dropped
+/// rather than kept for ever.
+const MAX_IN_FLIGHT: usize = 1024;
+
+/// Registers units and help texts of every metric with the installed recorder.
+pub fn describe() {
+    describe_counter!(REBALANCE_TOTAL, Unit::Count, "Successful rebalances");
+    describe_counter!(
+        FAILED_REBALANCE_TOTAL,
+        Unit::Count,
+        "Rebalances that lost partitions or stopped the member"
+    );
+    describe_histogram!(
+        REBALANCE_LATENCY_MS,
+        Unit::Milliseconds,
+        "Time from the start of a rebalance (retries included) until the member is stable"
+    );
+    describe_histogram!(
+        TIME_TO_FIRST_ASSIGNMENT_MS,
+        Unit::Milliseconds,
+        "Time from the member's start to its first assignment"
+    );
+    describe_histogram!(
+        HEARTBEAT_RESPONSE_TIME_MS,
+        Unit::Milliseconds,
+        "Heartbeat and ConsumerGroupHeartbeat round trips"
+    );
+    describe_histogram!(
+        JOIN_TIME_MS,
+        Unit::Milliseconds,
+        "Successful JoinGroup round trips"
+    );
+    describe_histogram!(
+        SYNC_TIME_MS,
+        Unit::Milliseconds,
+        "Successful SyncGroup round trips"
+    );
+    describe_histogram!(
+        COMMIT_LATENCY_MS,
+        Unit::Milliseconds,
+        "OffsetCommit round trips"
+    );
+    describe_counter!(COMMIT_FAILED_TOTAL, Unit::Count, "Failed commits by reason");
+    describe_counter!(
+        FENCED_TOTAL,
+        Unit::Count,
+        "Times the coordinator fenced the member, by reason"
+    );
+    describe_gauge!(
+        ASSIGNED_PARTITIONS,
+        Unit::Count,
+        "Partitions the member owns"
+    );
+}
+
+/// Records one member's metrics (see the module docs). The driver owns it and feeds it; it keeps
+/// no reference to the member and reads no clock.
+#[derive(Debug)]
+pub struct MemberMetrics {
+    group: SharedString,
+    labels: Vec<Label>,
+    created: Instant,
+    assigned_once: bool,
+    /// Start of the rebalance under way.
+    rebalance: Option<Instant>,
+    /// The rebalance under way already counted as failed (an `Event::Lost`); the `Fatal` that may
+    /// follow is not counted again.
+    failure_counted: bool,
+    /// A rebalance that ended in state `Fatal`: counted as failed when `Event::Fatal` follows, or
+    /// resumed when `group.protocol=auto` falls back to classic instead.
+    ended_fatal: Option<Instant>,
+    owned: usize,
+    in_flight: HashMap<RequestId, (ApiKey, Instant)>,
+}
+
+impl MemberMetrics {
+    /// An observer for a member of `group` speaking `protocol` ("classic" or "consumer"), started
+    /// at `now`.
+    pub fn new(group: &str, protocol: &'static str, now: Instant) -> Self {
+        let group = SharedString::from_shared(Arc::<str>::from(group));
+        Self {
+            labels: Self::labels_for(&group, protocol),
+            group,
+            created: now,
+            assigned_once: false,
+            rebalance: None,
+            failure_counted: false,
+            ended_fatal: None,
+            owned: 0,
+            in_flight: HashMap::new(),
+        }
+    }
+
+    fn labels_for(group: &SharedString, protocol: &'static str) -> Vec<Label> {
+        vec![
+            Label::new("group", group.clone()),
+            Label::new("protocol", protocol),
+        ]
+    }
+
+    fn labels_with(&self, key: &'static str, value: &'static str) -> Vec<Label> {
+        let mut labels = self.labels.clone();
+        labels.push(Label::new(key, value));
+        labels
+    }
+
+    /// Feeds an event the member emitted at `now` (before the driver routes or drops it).
+    pub fn on_event(&mut self, event: &Event, now: Instant) {
+        match event {
+            Event::StateChanged {
+                from, to, reason, ..
+            } => self.on_state_changed(from, to, reason, now),
+            Event::Assigned { owned, .. } => {
+                if !self.assigned_once {
+                    self.assigned_once = true;
+                    histogram!(TIME_TO_FIRST_ASSIGNMENT_MS, self.labels.iter())
+                        .record(millis(now.saturating_duration_since(self.created)));
+                }
+                self.set_owned(owned.len());
+            }
+            Event::Revoking { partitions, .. } | Event::Revoked { partitions } => {
+                self.set_owned(self.owned.saturating_sub(partitions.len()));
+            }
+            Event::Lost { partitions, .. } => {
+                self.set_owned(self.owned.saturating_sub(partitions.len()));
+                if self.rebalance.is_some() && !self.failure_counted {
+                    self.failure_counted = true;
+                    counter!(FAILED_REBALANCE_TOTAL, self.labels.iter()).increment(1);
+                }
+            }
+            Event::Committed { result: Err(e), .. } => {
+                counter!(
+                    COMMIT_FAILED_TOTAL,
+                    self.labels_with("reason", commit_error_reason(e))
+                )
+                .increment(1);
+            }
+            Event::Fatal(e) => {
+                if matches!(e, GroupError::FencedInstanceId { .. }) {
+                    self.fenced("FENCED_INSTANCE_ID");
+                }
+                if self.ended_fatal.take().is_some() && !self.failure_counted {
+                    counter!(FAILED_REBALANCE_TOTAL, self.labels.iter()).increment(1);
+                }
+                self.failure_counted = false;
+            }
+            _ => {}
+        }
+    }
+
+    fn on_state_changed(&mut self, from: &str, to: &str, reason: &'static str, now: Instant) {
+        if (from, to) == ("Consumer", "Classic") {
+            // group.protocol=auto fell back: the refused consumer-protocol join was not a failed
+            // rebalance, and the classic join continues it.
+            self.labels = Self::labels_for(&self.group, "classic");
+            self.rebalance = self.ended_fatal.take().or(self.rebalance);
+            self.failure_counted = false;
+            return;
+        }
+        if let Some(reason) = FENCING_REASONS.iter().find(|r| **r == reason) {
+            self.fenced(reason);
+        }
+        match to {
+            "Stable" => {
+                if let Some(started) = self.rebalance.take() {
+                    counter!(REBALANCE_TOTAL, self.labels.iter()).increment(1);
+                    histogram!(REBALANCE_LATENCY_MS, self.labels.iter())
+                        .record(millis(now.saturating_duration_since(started)));
+                }
+                self.failure_counted = false;
+            }
+            // The Event::Fatal that follows decides (see `ended_fatal`).
+            "Fatal" => self.ended_fatal = self.rebalance.take(),
+            // May end in Closed or Unsubscribed, or rejoin: decided by the next state.
+            "Leaving" => {}
+            "Unsubscribed" | "Closed" | "PollExpired" | "Stale" => {
+                self.rebalance = None;
+                self.failure_counted = false;
+            }
+            _ => {
+                self.rebalance.get_or_insert(now);
+                self.failure_counted = false;
+            }
+        }
+    }
+
+    fn fenced(&self, reason: &'static str) {
+        counter!(FENCED_TOTAL, self.labels_with("reason", reason)).increment(1);
+    }
+
+    fn set_owned(&mut self, owned: usize) {
+        self.owned = owned;
+        gauge!(ASSIGNED_PARTITIONS, self.labels.iter()).set(owned as f64);
+    }
+
+    /// Notes that request `id` for `api` was sent at `now`.
+    pub fn on_request(&mut self, id: RequestId, api: ApiKey, now: Instant) {
+        if self.in_flight.len() >= MAX_IN_FLIGHT {
+            self.in_flight.clear();
+        }
+        self.in_flight.insert(id, (api, now));
+    }
+
+    /// Times the answer to request `id`, which arrived at `now` (a request not noted with
+    /// [`on_request`](Self::on_request) is ignored).
+    pub fn on_response(
+        &mut self,
+        id: RequestId,
+        result: &Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        let Some((api, sent)) = self.in_flight.remove(&id) else {
+            return;
+        };
+        // Java's sensors are fed by answers; a request that got none is not timed.
+        if let Ok(response) = result {
+            self.on_response_time(
+                api,
+                now.saturating_duration_since(sent),
+                error_code(&response.body),
+            );
+        }
+    }
+
+    /// Records the round trip of an answered `api` request whose top-level error code is `code`
+    /// (for a driver that times requests itself).
+    pub fn on_response_time(&self, api: ApiKey, latency: Duration, code: i16) {
+        let name = match api {
+            ApiKey::Heartbeat | ApiKey::ConsumerGroupHeartbeat => HEARTBEAT_RESPONSE_TIME_MS,
+            ApiKey::OffsetCommit => COMMIT_LATENCY_MS,
+            ApiKey::JoinGroup if code == 0 => JOIN_TIME_MS,
+            ApiKey::SyncGroup if code == 0 => SYNC_TIME_MS,
+            _ => return,
+        };
+        histogram!(name, self.labels.iter()).record(millis(latency));
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The top-level error code of the group APIs' answers (OffsetCommit has none: 0).
+fn error_code(body: &ResponseKind) -> i16 {
+    match body {
+        ResponseKind::JoinGroup(r) => r.error_code,
+        ResponseKind::SyncGroup(r) => r.error_code,
+        ResponseKind::Heartbeat(r) => r.error_code,
+        ResponseKind::ConsumerGroupHeartbeat(r) => r.error_code,
+        _ => 0,
+    }
+}
+
+fn commit_error_reason(e: &CommitError) -> &'static str {
+    match e {
+        CommitError::RebalanceInProgress => "rebalance_in_progress",
+        CommitError::NotMember { .. } => "not_member",
+        CommitError::FencedInstanceId { .. } => "fenced_instance_id",
+        CommitError::Retriable { .. } => "retriable",
+        CommitError::Rejected { .. } => "rejected",
+        CommitError::Stopped(_) => "stopped",
+        CommitError::Transport(_) => "transport",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::{
+        ConsumerGroupHeartbeatResponse, HeartbeatResponse, JoinGroupResponse, OffsetCommitResponse,
+        SyncGroupResponse,
+    };
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+    use super::*;
+    use crate::core::TopicPartition;
+    use crate::core::events::CommitId;
+
+    /// Metric name + sorted labels -> value, from one snapshot.
+    type Values = BTreeMap<(String, Vec<(String, String)>), DebugValue>;
+
+    fn run(f: impl FnOnce()) -> Values {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter: Snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, f);
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let mut labels: Vec<(String, String)> = key
+                    .key()
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                labels.sort();
+                ((key.key().name().to_owned(), labels), value)
+            })
+            .collect()
+    }
+
+    fn labels(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut l: Vec<(String, String)> = [("group", "g"), ("protocol", "classic")]
+            .iter()
+            .chain(extra)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        l.sort();
+        l
+    }
+
+    fn counter(values: &Values, name: &str, extra: &[(&str, &str)]) -> u64 {
+        match values.get(&(name.to_owned(), labels(extra))) {
+            Some(DebugValue::Counter(n)) => *n,
+            None => 0,
+            Some(other) => panic!("{name} is {other:?}"),
+        }
+    }
+
+    fn samples(values: &Values, name: &str) -> Vec<f64> {
+        match values.get(&(name.to_owned(), labels(&[]))) {
+            Some(DebugValue::Histogram(v)) => v.iter().map(|f| f.into_inner()).collect(),
+            None => Vec::new(),
+            Some(other) => panic!("{name} is {other:?}"),
+        }
+    }
+
+    fn state(from: &'static str, to: &'static str, reason: &'static str) -> Event {
+        Event::StateChanged {
+            from,
+            to,
+            reason,
+            member_id: "m".into(),
+            generation: 1,
+        }
+    }
+
+    fn tps(n: i32) -> Vec<TopicPartition> {
+        (0..n).map(|p| TopicPartition::new("t", p)).collect()
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn first_join_and_later_rebalance_are_counted_and_timed() {
+        let t0 = Instant::now();
+        let values = run(|| {
+            let mut m = MemberMetrics::new("g", "classic", t0);
+            m.on_event(&state("Unsubscribed", "Rejoin", "subscribed"), t0 + MS);
+            m.on_event(
+                &state("Rejoin", "Joining", "sending JoinGroup"),
+                t0 + 2 * MS,
+            );
+            m.on_event(
+                &state("Joining", "Syncing", "sending SyncGroup"),
+                t0 + 5 * MS,
+            );
+            m.on_event(
+                &Event::Assigned {
+                    added: tps(3),
+                    owned: tps(3),
+                    generation: 1,
+                },
+                t0 + 40 * MS,
+            );
+            m.on_event(
+                &state("Syncing", "Stable", "SyncGroup answered"),
+                t0 + 41 * MS,
+            );
+            // A second rebalance: cooperative revoke of one partition.
+            m.on_event(
+                &state("Stable", "Rejoin", "REBALANCE_IN_PROGRESS"),
+                t0 + 1000 * MS,
+            );
+            m.on_event(
+                &state("Rejoin", "Joining", "sending JoinGroup"),
+                t0 + 1001 * MS,
+            );
+            m.on_event(&Event::Revoked { partitions: tps(1) }, t0 + 1002 * MS);
+            m.on_event(&state("Joining", "Stable", "x"), t0 + 1100 * MS);
+            // Assigned again: time to first assignment is recorded once only.
+            m.on_event(
+                &Event::Assigned {
+                    added: vec![],
+                    owned: tps(2),
+                    generation: 2,
+                },
+                t0 + 1100 * MS,
+            );
+        });
+        assert_eq!(counter(&values, REBALANCE_TOTAL, &[]), 2);
+        assert_eq!(counter(&values, FAILED_REBALANCE_TOTAL, &[]), 0);
+        assert_eq!(samples(&values, REBALANCE_LATENCY_MS), [40.0, 100.0]);
+        assert_eq!(samples(&values, TIME_TO_FIRST_ASSIGNMENT_MS), [40.0]);
+        assert_eq!(
+            values.get(&(ASSIGNED_PARTITIONS.to_owned(), labels(&[]))),
+            Some(&DebugValue::Gauge(2.0.into()))
+        );
+    }
+
+    #[test]
+    fn consumer_protocol_reconciliation_is_a_rebalance() {
+        let t0 = Instant::now();
+        let values = run(|| {
+            let mut m = MemberMetrics::new("g", "consumer", t0);
+            m.on_event(&state("Unsubscribed", "Joining", "subscribed"), t0);
+            m.on_event(&state("Joining", "Reconciling", "x"), t0 + 10 * MS);
+            m.on_event(
+                &state("Reconciling", "Stable", "assignment reconciled"),
+                t0 + 30 * MS,
+            );
+            m.on_event(
+                &state("Stable", "Reconciling", "new assignment"),
+                t0 + 50 * MS,
+            );
+            m.on_event(&state("Reconciling", "Acknowledging", "x"), t0 + 55 * MS);
+            m.on_event(&state("Acknowledging", "Stable", "x"), t0 + 60 * MS);
+        });
+        let consumer = |name: &str| match values.get(&(
+            name.to_owned(),
+            vec![
+                ("group".into(), "g".into()),
+                ("protocol".into(), "consumer".into()),
+            ],
+        )) {
+            Some(v) => format!("{v:?}"),
+            None => "none".into(),
+        };
+        assert_eq!(consumer(REBALANCE_TOTAL), "Counter(2)");
+        assert_eq!(consumer(REBALANCE_LATENCY_MS), "Histogram([30.0, 10.0])");
+    }
+
+    #[test]
+    fn lost_or_fatal_during_a_rebalance_fails_it_once() {
+        let t0 = Instant::now();
+        let values = run(|| {
+            let mut m = MemberMetrics::new("g", "classic", t0);
+            // Fenced while syncing: partitions lost, rejoin, then stable.
+            m.on_event(&state("Stable", "Rejoin", "REBALANCE_IN_PROGRESS"), t0);
+            m.on_event(&state("Rejoin", "Syncing", "x"), t0);
+            m.on_event(
+                &Event::Lost {
+                    partitions: tps(2),
+                    reason: "UNKNOWN_MEMBER_ID",
+                },
+                t0,
+            );
+            m.on_event(&state("Syncing", "Rejoin", "UNKNOWN_MEMBER_ID"), t0);
+            m.on_event(&state("Rejoin", "Stable", "x"), t0 + 10 * MS);
+            // Fatal during a rebalance with partitions: Lost + Fatal count once.
+            m.on_event(&state("Stable", "Rejoin", "REBALANCE_IN_PROGRESS"), t0);
+            m.on_event(
+                &Event::Lost {
+                    partitions: tps(1),
+                    reason: "fatal error",
+                },
+                t0,
+            );
+            m.on_event(&state("Rejoin", "Fatal", "fatal error"), t0);
+            m.on_event(
+                &Event::Fatal(GroupError::Fatal {
+                    api: ApiKey::JoinGroup,
+                    code: 24,
+                }),
+                t0,
+            );
+            // Fatal during a join without partitions: counted by the Fatal.
+            m.on_event(&state("Unsubscribed", "Rejoin", "subscribed"), t0);
+            m.on_event(&state("Rejoin", "Fatal", "fatal error"), t0);
+            m.on_event(
+                &Event::Fatal(GroupError::FencedInstanceId {
+                    group: "g".into(),
+                    instance_id: "i".into(),
+                }),
+                t0,
+            );
+            // Fatal while stable is no failed rebalance.
+            m.on_event(&state("Stable", "Fatal", "fatal error"), t0);
+            m.on_event(
+                &Event::Fatal(GroupError::GroupAuthorizationFailed { group: "g".into() }),
+                t0,
+            );
+            // Lost outside a rebalance (heartbeat fenced while stable) neither.
+            m.on_event(
+                &Event::Lost {
+                    partitions: tps(1),
+                    reason: "ILLEGAL_GENERATION",
+                },
+                t0,
+            );
+            m.on_event(&state("Stable", "Rejoin", "ILLEGAL_GENERATION"), t0);
+        });
+        assert_eq!(counter(&values, FAILED_REBALANCE_TOTAL, &[]), 3);
+        assert_eq!(counter(&values, REBALANCE_TOTAL, &[]), 1);
+        assert_eq!(samples(&values, REBALANCE_LATENCY_MS), [10.0]);
+        assert_eq!(
+            counter(&values, FENCED_TOTAL, &[("reason", "UNKNOWN_MEMBER_ID")]),
+            1
+        );
+        assert_eq!(
+            counter(&values, FENCED_TOTAL, &[("reason", "ILLEGAL_GENERATION")]),
+            1
+        );
+        assert_eq!(
+            counter(&values, FENCED_TOTAL, &[("reason", "FENCED_INSTANCE_ID")]),
+            1
+        );
+    }
+
+    #[test]
+    fn abandoned_rebalances_are_neither_counted_nor_timed() {
+        let t0 = Instant::now();
+        let values = run(|| {
+            let mut m = MemberMetrics::new("g", "classic", t0);
+            m.on_event(&state("Unsubscribed", "Rejoin", "subscribed"), t0);
+            m.on_event(&state("Rejoin", "Unsubscribed", "unsubscribed"), t0);
+            m.on_event(
+                &state("Unsubscribed", "Rejoin", "subscribed"),
+                t0 + 100 * MS,
+            );
+            m.on_event(
+                &state("Rejoin", "PollExpired", "poll timeout"),
+                t0 + 150 * MS,
+            );
+            // The rejoin after the poll timeout is a new rebalance.
+            m.on_event(&state("PollExpired", "Rejoin", "polled"), t0 + 200 * MS);
+            m.on_event(&state("Rejoin", "Stable", "x"), t0 + 210 * MS);
+            m.on_event(&state("Stable", "Leaving", "closing"), t0 + 300 * MS);
+            m.on_event(&state("Leaving", "Closed", "left"), t0 + 301 * MS);
+            m.on_event(&Event::Closed, t0 + 301 * MS);
+        });
+        assert_eq!(counter(&values, REBALANCE_TOTAL, &[]), 1);
+        assert_eq!(samples(&values, REBALANCE_LATENCY_MS), [10.0]);
+        assert_eq!(counter(&values, FAILED_REBALANCE_TOTAL, &[]), 0);
+    }
+
+    #[test]
+    fn auto_fallback_resumes_the_join_as_classic() {
+        let t0 = Instant::now();
+        let values = run(|| {
+            let mut m = MemberMetrics::new("g", "consumer", t0);
+            m.on_event(&state("Unsubscribed", "Joining", "subscribed"), t0);
+            m.on_event(&state("Joining", "Fatal", "fatal error"), t0 + MS);
+            // The member replaces the Fatal event with this one.
+            m.on_event(
+                &state(
+                    "Consumer",
+                    "Classic",
+                    "broker refused the consumer protocol (group.protocol=auto)",
+                ),
+                t0 + MS,
+            );
+            m.on_event(&state("Unsubscribed", "Rejoin", "subscribed"), t0 + 2 * MS);
+            m.on_event(&state("Rejoin", "Stable", "x"), t0 + 20 * MS);
+        });
+        assert_eq!(counter(&values, FAILED_REBALANCE_TOTAL, &[]), 0);
+        assert_eq!(counter(&values, REBALANCE_TOTAL, &[]), 1);
+        assert_eq!(samples(&values, REBALANCE_LATENCY_MS), [20.0]);
+    }
+
+    #[test]
+    fn fencing_reasons_and_failed_commits() {
+        let t0 = Instant::now();
+        let values = run(|| {
+            let mut m = MemberMetrics::new("g", "classic", t0);
+            m.on_event(&state("Stable", "Joining", "FENCED_MEMBER_EPOCH"), t0);
+            m.on_event(&state("Joining", "Rejoin", "self-fenced"), t0);
+            m.on_event(&state("Joining", "Rejoin", "MEMBER_ID_REQUIRED"), t0);
+            for result in [
+                Err(CommitError::RebalanceInProgress),
+                Err(CommitError::Retriable { code: 14 }),
+                Err(CommitError::Retriable { code: 16 }),
+                Err(CommitError::NotMember { reason: "x".into() }),
+                Ok(()),
+            ] {
+                m.on_event(
+                    &Event::Committed {
+                        id: CommitId(1),
+                        result,
+                    },
+                    t0,
+                );
+            }
+        });
+        for (reason, n) in [("FENCED_MEMBER_EPOCH", 1), ("self-fenced", 1)] {
+            assert_eq!(counter(&values, FENCED_TOTAL, &[("reason", reason)]), n);
+        }
+        assert_eq!(
+            counter(&values, FENCED_TOTAL, &[("reason", "MEMBER_ID_REQUIRED")]),
+            0
+        );
+        for (reason, n) in [
+            ("rebalance_in_progress", 1),
+            ("retriable", 2),
+            ("not_member", 1),
+        ] {
+            assert_eq!(
+                counter(&values, COMMIT_FAILED_TOTAL, &[("reason", reason)]),
+                n
+            );
+        }
+    }
+
+    #[test]
+    fn response_times_by_api() {
+        let t0 = Instant::now();
+        let ok = |body| -> Result<Response, TransportError> { Ok(Response { version: 4, body }) };
+        let values = run(|| {
+            let mut m = MemberMetrics::new("g", "classic", t0);
+            let answers = [
+                (
+                    1,
+                    ApiKey::Heartbeat,
+                    ok(ResponseKind::Heartbeat(HeartbeatResponse::default())),
+                    3,
+                ),
+                // Errors in heartbeat answers are timed too (REBALANCE_IN_PROGRESS).
+                (
+                    2,
+                    ApiKey::Heartbeat,
+                    ok(ResponseKind::Heartbeat(
+                        HeartbeatResponse::default().with_error_code(27),
+                    )),
+                    5,
+                ),
+                (
+                    3,
+                    ApiKey::ConsumerGroupHeartbeat,
+                    ok(ResponseKind::ConsumerGroupHeartbeat(
+                        ConsumerGroupHeartbeatResponse::default(),
+                    )),
+                    7,
+                ),
+                // No answer: not timed.
+                (4, ApiKey::Heartbeat, Err(TransportError::Closed), 9),
+                (
+                    5,
+                    ApiKey::JoinGroup,
+                    ok(ResponseKind::JoinGroup(JoinGroupResponse::default())),
+                    11,
+                ),
+                // A failed join is not timed (as Java).
+                (
+                    6,
+                    ApiKey::JoinGroup,
+                    ok(ResponseKind::JoinGroup(
+                        JoinGroupResponse::default().with_error_code(79),
+                    )),
+                    13,
+                ),
+                (
+                    7,
+                    ApiKey::SyncGroup,
+                    ok(ResponseKind::SyncGroup(SyncGroupResponse::default())),
+                    15,
+                ),
+                (
+                    8,
+                    ApiKey::OffsetCommit,
+                    ok(ResponseKind::OffsetCommit(OffsetCommitResponse::default())),
+                    17,
+                ),
+                (9, ApiKey::Metadata, Err(TransportError::Closed), 19),
+            ];
+            for (id, api, _, _) in &answers {
+                m.on_request(RequestId(*id), *api, t0);
+            }
+            for (id, _, result, ms) in &answers {
+                m.on_response(RequestId(*id), result, t0 + *ms * MS);
+            }
+            // Unknown and repeated ids are ignored.
+            m.on_response(RequestId(1), &answers[0].2, t0 + 100 * MS);
+            m.on_response(RequestId(99), &answers[0].2, t0 + 100 * MS);
+            assert!(m.in_flight.is_empty());
+        });
+        assert_eq!(
+            samples(&values, HEARTBEAT_RESPONSE_TIME_MS),
+            [3.0, 5.0, 7.0]
+        );
+        assert_eq!(samples(&values, JOIN_TIME_MS), [11.0]);
+        assert_eq!(samples(&values, SYNC_TIME_MS), [15.0]);
+        assert_eq!(samples(&values, COMMIT_LATENCY_MS), [17.0]);
+    }
+
+    #[test]
+    fn in_flight_timings_are_bounded() {
+        let t0 = Instant::now();
+        let mut m = MemberMetrics::new("g", "classic", t0);
+        for id in 0..(3 * MAX_IN_FLIGHT as u64) {
+            m.on_request(RequestId(id), ApiKey::Heartbeat, t0);
+        }
+        assert!(m.in_flight.len() <= MAX_IN_FLIGHT);
+    }
+
+    #[test]
+    fn describe_registers_every_metric() {
+        let recorder = DebuggingRecorder::new();
+        ::metrics::with_local_recorder(&recorder, describe);
+        // Described but never recorded metrics are not in a snapshot; describing must not panic
+        // and must not record values.
+        assert!(recorder.snapshotter().snapshot().into_vec().is_empty());
+    }
+}
