@@ -368,7 +368,10 @@ pub async fn wait_balanced(
         }
         let all: Vec<&TopicPartition> = snaps.iter().flat_map(|s| s.assignment.iter()).collect();
         let distinct: BTreeSet<&TopicPartition> = all.iter().copied().collect();
-        let same_generation = snaps.windows(2).all(|w| w[0].generation == w[1].generation);
+        // Classic members of one generation agree on it; KIP-848 member epochs may differ.
+        let same_generation = snaps
+            .windows(2)
+            .all(|w| w[0].generation == w[1].generation || w[0].protocol == "consumer");
         if snaps.iter().all(|s| s.state == "Stable")
             && same_generation
             && all.len() == total
