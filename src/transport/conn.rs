@@ -743,6 +743,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_sasl_session_lifetime_retires_the_connection_before_it_ends() {
+        let conn = connect(|_, _| Act::Reply(default_versions()))
+            .await
+            .unwrap();
+        conn.set_session_lifetime(Duration::from_millis(200));
+        assert!(!conn.is_failed(), "usable at first");
+        tokio::time::sleep(Duration::from_millis(175)).await;
+        assert!(
+            conn.is_failed(),
+            "retired at 85% of the lifetime, before the broker would close it"
+        );
+    }
+
+    #[tokio::test]
     async fn peer_close_is_a_disconnect() {
         let conn = connect(|n, _| {
             if n == 0 {
