@@ -32,10 +32,10 @@ pub mod core;
 pub mod driver;
 pub mod error;
 pub mod member_id;
-#[cfg(feature = "sim")]
-pub mod sim;
 pub mod metrics;
 pub mod properties;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod transport;
 
 pub use config::ClientConfig;
