@@ -120,6 +120,10 @@ async fn fourth_member_moves_partitions_revoke_before_assign() {
     let snaps = wait_balanced(&refs, 12, Duration::from_secs(60)).await;
     assert!(snaps.iter().all(|s| s.assignment.len() == 4), "{snaps:?}");
     members.push(TestMember::start(common::transport(&b).0, config(&group, None), &[&topic]).await);
+    // The newcomer is Stable with nothing at first: its partitions come once the others revoked.
+    members[3]
+        .wait_stable(Some(3), Duration::from_secs(60))
+        .await;
     let refs: Vec<&TestMember> = members.iter().collect();
     let snaps = wait_balanced(&refs, 12, Duration::from_secs(60)).await;
     assert!(snaps.iter().all(|s| s.assignment.len() == 3), "{snaps:?}");
