@@ -61,8 +61,15 @@ impl TimerTable {
 
     /// The earliest armed deadline and its timer.
     pub fn next(&self) -> Option<(Instant, Timer)> {
+        self.next_where(|_| true)
+    }
+
+    /// The earliest armed deadline among the timers `keep` accepts. Filtering before taking the
+    /// minimum matters: an armed timer that does not count now must not hide one that does.
+    pub fn next_where(&self, keep: impl Fn(Timer) -> bool) -> Option<(Instant, Timer)> {
         Timer::ALL
             .iter()
+            .filter(|&&t| keep(t))
             .filter_map(|&t| self.get(t).map(|at| (at, t)))
             .min()
     }
@@ -98,5 +105,18 @@ mod tests {
         assert!(table.expire(Timer::CoordinatorRetry, t0 + Duration::from_millis(100)));
         assert!(!table.expire(Timer::CoordinatorRetry, t0 + Duration::from_millis(200)));
         assert_eq!(table.next(), None);
+    }
+
+    #[test]
+    fn an_ignored_early_timer_does_not_hide_a_later_one() {
+        let t0 = crate::testutil::epoch();
+        let mut table = TimerTable::default();
+        table.set(Timer::Heartbeat, t0 + Duration::from_millis(10));
+        table.set(Timer::Rejoin, t0 + Duration::from_millis(500));
+        assert_eq!(table.next().map(|(_, t)| t), Some(Timer::Heartbeat));
+        assert_eq!(
+            table.next_where(|t| t != Timer::Heartbeat),
+            Some((t0 + Duration::from_millis(500), Timer::Rejoin))
+        );
     }
 }

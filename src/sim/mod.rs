@@ -1,2 +1,92 @@
 //! Deterministic simulation: a simulated group coordinator, a network that behaves like a Kafka
 //! broker's, and virtual time (feature `sim`).
+//!
+//! The pieces, from the inside out:
+//! - [`coordinator::SimCoordinator`]: a sans-IO group coordinator that takes decoded requests at
+//!   their version and answers them at once or later (parked JoinGroup / SyncGroup, writes that
+//!   wait for their append). Every rule names the broker method it models (apache/kafka
+//!   `GroupMetadataManager`, `ClassicGroup`, `GroupCoordinatorService`, `OffsetMetadataManager`).
+//! - [`network::Network`]: client connections as a broker sees them: at most one request per
+//!   connection read and in flight, the next one read only after the answer went out; the
+//!   coordinator works through a queue ordered by read time; stalls; bytes a client already
+//!   delivered on a connection it then closed are still read and processed (their answers are
+//!   dropped); seeded delays, drops and duplicates of answers.
+//! - [`world::World`]: members (anything implementing [`world::SimMember`], e.g.
+//!   [`ClassicMember`](crate::core::classic::ClassicMember) or
+//!   [`Member`](crate::core::member::Member)), the coordinator, the network and a virtual clock that
+//!   jumps to the next deadline. One `step()` is one delivered frame, read, processed request,
+//!   answer or timer; the trace has one line per step and replays identically from the seed.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use consumer_membership::config::GroupConfig;
+//! use consumer_membership::sim::world::{SimConfig, World};
+//!
+//! let mut world = World::new(SimConfig::new(7).with_topic("t", 4));
+//! let mut config = GroupConfig::new("g").with_instance_id("i1");
+//! config.session_timeout = Duration::from_secs(10);
+//! config.heartbeat_interval = Duration::from_secs(1);
+//! let m = world.add_classic("m1", config, |_| {}).unwrap();
+//! world.subscribe(m, &["t"]);
+//! assert!(world.run_until(|w| w.member(m).state() == "Stable", Duration::from_secs(30)));
+//! ```
+
+pub mod coordinator;
+pub mod network;
+pub mod world;
+
+use std::fmt;
+
+/// A client connection as the broker knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u64);
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "c{}", self.0)
+    }
+}
+
+/// Kafka error codes the simulation produces (apache/kafka `Errors.java`).
+pub mod codes {
+    /// NONE.
+    pub const NONE: i16 = 0;
+    /// UNKNOWN_SERVER_ERROR.
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    /// NOT_COORDINATOR.
+    pub const NOT_COORDINATOR: i16 = 16;
+    /// ILLEGAL_GENERATION.
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    /// INCONSISTENT_GROUP_PROTOCOL.
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    /// INVALID_GROUP_ID.
+    pub const INVALID_GROUP_ID: i16 = 24;
+    /// UNKNOWN_MEMBER_ID.
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    /// INVALID_SESSION_TIMEOUT.
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    /// REBALANCE_IN_PROGRESS.
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    /// UNSUPPORTED_VERSION.
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    /// INVALID_REQUEST.
+    pub const INVALID_REQUEST: i16 = 42;
+    /// GROUP_ID_NOT_FOUND.
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    /// MEMBER_ID_REQUIRED.
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    /// GROUP_MAX_SIZE_REACHED.
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    /// FENCED_INSTANCE_ID.
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+    /// FENCED_MEMBER_EPOCH.
+    pub const FENCED_MEMBER_EPOCH: i16 = 110;
+    /// UNRELEASED_INSTANCE_ID.
+    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+    /// STALE_MEMBER_EPOCH.
+    pub const STALE_MEMBER_EPOCH: i16 = 113;
+}

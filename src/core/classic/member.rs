@@ -209,6 +209,8 @@ pub struct ClassicMember {
     empty_joins_in_doubt: u32,
     /// No empty-id join before this instant (see the identity rules).
     empty_join_quarantine: Option<Instant>,
+    /// An empty-id join is unanswered: no second one goes out meanwhile.
+    empty_join_in_flight: bool,
     next_ticket: u64,
     next_op: u64,
     /// Simulation only: wipe the member id on a suppressed LeaveGroup, as the Java client does.
@@ -273,6 +275,7 @@ impl ClassicMember {
             join_failures: 0,
             empty_joins_in_doubt: 0,
             empty_join_quarantine: None,
+            empty_join_in_flight: false,
             next_ticket: 0,
             next_op: 0,
             rejoin_reason: "subscribed",
@@ -337,6 +340,19 @@ impl ClassicMember {
     #[cfg(test)]
     pub(crate) fn generation_for_tests(&mut self, generation: i32) {
         self.generation = generation;
+    }
+
+    /// Simulation only: the Java client's policy (id wiped on a suppressed leave, no quarantine,
+    /// no forgiveness of a self-fence).
+    fn java_policy(&self) -> bool {
+        #[cfg(feature = "sim")]
+        {
+            self.java_reset_policy
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            false
+        }
     }
 
     fn is_static(&self) -> bool {
@@ -523,14 +539,20 @@ impl ClassicMember {
             return Some(self.build_queued(q, &coordinator));
         }
         if let Phase::Rejoin { not_before, .. } = self.phase {
-            let quarantine = if self.member_id.is_empty() && self.is_static() {
+            let empty_static = self.member_id.is_empty() && self.is_static() && !self.java_policy();
+            let quarantine = if empty_static {
                 self.empty_join_quarantine.filter(|q| *q > self.now)
             } else {
                 None
             };
-            match not_before.filter(|t| *t > self.now).or(quarantine) {
-                Some(at) => self.timers.set(Timer::Rejoin, at),
-                None => return Some(self.build_join(&coordinator)),
+            if empty_static && self.empty_join_in_flight {
+                // An earlier empty-id join is still unanswered: a second one could be read after
+                // it and replace it (or be replaced). Its answer wakes the member.
+            } else {
+                match not_before.filter(|t| *t > self.now).or(quarantine) {
+                    Some(at) => self.timers.set(Timer::Rejoin, at),
+                    None => return Some(self.build_join(&coordinator)),
+                }
             }
         }
         if matches!(self.phase, Phase::Stable)
@@ -565,7 +587,7 @@ impl ClassicMember {
 
     /// The earliest deadline and its timer.
     pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
-        let own = self.timers.next().filter(|(_, t)| match t {
+        let own = self.timers.next_where(|t| match t {
             Timer::Heartbeat => self.heartbeating() && !self.heartbeat_in_flight,
             Timer::Session => self.heartbeating(),
             Timer::Rejoin => matches!(self.phase, Phase::Rejoin { .. }),
@@ -904,6 +926,9 @@ impl ClassicMember {
         let sent = Sent::Join {
             member_id: self.member_id.clone(),
         };
+        if self.member_id.is_empty() && self.is_static() {
+            self.empty_join_in_flight = true;
+        }
         let request = self.push(
             coordinator,
             RequestKind::JoinGroup(body),
@@ -1019,6 +1044,9 @@ impl ClassicMember {
     ) {
         let waiting = matches!(self.phase, Phase::Joining { request } if request == id);
         let empty_static = sent_member_id.is_empty() && self.is_static();
+        if empty_static {
+            self.empty_join_in_flight = false;
+        }
         let r = match result {
             Ok(Response {
                 body: ResponseKind::JoinGroup(r),
@@ -1031,7 +1059,7 @@ impl ClassicMember {
                 ));
             }
             Err(e) => {
-                if empty_static {
+                if empty_static && !self.java_policy() {
                     // Its fate is unknown: it may still land and register a member for our
                     // instance id. Hold further empty-id joins until it cannot be parked any more.
                     self.empty_joins_in_doubt += 1;
@@ -1095,7 +1123,7 @@ impl ClassicMember {
     /// FENCED_INSTANCE_ID for the current generation: terminal, unless an empty-id join of this
     /// very member may have landed late and replaced it; then rejoin with `""` (bounded).
     fn fenced(&mut self) {
-        if self.empty_joins_in_doubt > 0 {
+        if self.empty_joins_in_doubt > 0 && !self.java_policy() {
             self.empty_joins_in_doubt -= 1;
             tracing::warn!(group = %self.config.group_id, "FENCED_INSTANCE_ID after an earlier JoinGroup of this member may have landed late; rejoining");
             self.lose_owned("replaced by this member's own earlier JoinGroup");
@@ -1456,11 +1484,16 @@ impl ClassicMember {
                 return self.heartbeat_backoff();
             }
         };
+        let action = classify(ApiKey::Heartbeat, r.error_code, &self.config.group_id);
         if !current {
-            // An answer for an older generation or member id: it says nothing about now.
+            // An answer for an older generation or member id says nothing about the member now,
+            // but a coordinator that moved has moved for everyone (markCoordinatorUnknown).
+            if action == ErrorAction::Rediscover {
+                self.coordinator_failed();
+            }
             return;
         }
-        match classify(ApiKey::Heartbeat, r.error_code, &self.config.group_id) {
+        match action {
             ErrorAction::Proceed => self.heartbeat_ok(),
             ErrorAction::RejoinNow => {
                 // The member is alive; a rebalance started. Only a stable member reacts.

@@ -591,7 +591,7 @@ impl ConsumerMember {
 
     /// The earliest deadline and its timer.
     pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
-        let own = self.timers.next().filter(|(_, t)| match t {
+        let own = self.timers.next_where(|t| match t {
             Timer::Heartbeat | Timer::Rejoin => self.in_group() && !self.heartbeat_in_flight,
             Timer::MetadataRefresh => !self.metadata_in_flight,
             _ => true,

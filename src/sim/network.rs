@@ -1,0 +1,493 @@
+//! Client connections as a Kafka broker sees them.
+//!
+//! What the model keeps from a real broker (apache/kafka `SocketServer` / `Selector` and the
+//! group coordinator runtime):
+//! - per connection, bytes arrive in order; the broker reads one request, mutes the connection,
+//!   and reads the next only after the answer to the first went out;
+//! - requests are processed in the order they were READ, not sent: the coordinator works through
+//!   one queue ordered by read time (group APIs), while FindCoordinator / Metadata are answered
+//!   by the request handlers directly;
+//! - a coordinator stall holds up the queue (reading goes on);
+//! - a connection the client closed still has the requests it already delivered read and
+//!   processed in turn; their answers go nowhere;
+//! - answers travel back in order, after a seeded delay; faults may drop an answer (the client
+//!   then times the request out) or deliver it twice.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use super::ConnId;
+
+/// Delays and fault rates of a [`Network`].
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// Shortest one-way delay of a frame.
+    pub latency_min: Duration,
+    /// Longest one-way delay of a frame.
+    pub latency_max: Duration,
+    /// Time the coordinator spends on one group request; the queue drains one request per
+    /// `service_time`.
+    pub service_time: Duration,
+    /// Probability that an answer never reaches the client.
+    pub drop_answer: f64,
+    /// Probability that an answer reaches the client twice.
+    pub duplicate_answer: f64,
+    /// Probability that an answer is delayed by an extra `slow_extra`.
+    pub slow_answer: f64,
+    /// The extra delay of a slow answer.
+    pub slow_extra: Duration,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self {
+            latency_min: Duration::from_millis(1),
+            latency_max: Duration::from_millis(3),
+            service_time: Duration::from_millis(1),
+            drop_answer: 0.0,
+            duplicate_answer: 0.0,
+            slow_answer: 0.0,
+            slow_extra: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Which client connection a frame uses: the transport keeps one per target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConnKind {
+    /// Any broker, for FindCoordinator and Metadata.
+    Bootstrap,
+    /// The group coordinator's dedicated connection.
+    Coordinator,
+}
+
+/// A request as the broker decoded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// The correlation id.
+    pub correlation: i32,
+    /// The API.
+    pub api: ApiKey,
+    /// The version it was sent at.
+    pub version: i16,
+    /// The client id from the request header.
+    pub client_id: String,
+    /// The body.
+    pub body: RequestKind,
+}
+
+/// An answer on its way to a client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    /// The connection.
+    pub conn: ConnId,
+    /// The client owning the connection.
+    pub client: usize,
+    /// The correlation id it answers.
+    pub correlation: i32,
+    /// The API.
+    pub api: ApiKey,
+    /// The version.
+    pub version: i16,
+    /// The answer.
+    pub body: ResponseKind,
+    /// Whether this is a duplicate of an answer already delivered.
+    pub duplicate: bool,
+}
+
+/// What became of an answer the coordinator produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerFate {
+    /// The client had closed the connection: dropped.
+    ConnectionClosed,
+    /// Lost by a fault.
+    Lost,
+    /// On its way (twice when `duplicate`).
+    Sent {
+        /// Whether a duplicate follows.
+        duplicate: bool,
+    },
+    /// The connection is unknown.
+    UnknownConnection,
+}
+
+#[derive(Debug)]
+struct Conn {
+    client: usize,
+    kind: ConnKind,
+    open: bool,
+    /// Delivered but not read (the connection is muted while a request is in flight).
+    inbox: VecDeque<Frame>,
+    /// Read, not answered yet: (correlation, api, version).
+    in_flight: Option<(i32, ApiKey, i16)>,
+    last_up: Instant,
+    last_down: Instant,
+}
+
+/// A request the broker read, waiting to be processed.
+#[derive(Debug, Clone)]
+pub struct Queued {
+    /// When it was read.
+    pub read_at: Instant,
+    /// The connection it came on.
+    pub conn: ConnId,
+    /// The request.
+    pub frame: Frame,
+}
+
+/// Something that happened on the network (for the trace).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NetEvent {
+    /// A request's bytes arrived in the connection's receive buffer.
+    Delivered {
+        /// The connection.
+        conn: ConnId,
+        /// The correlation id.
+        correlation: i32,
+        /// Whether the connection is muted (a request in flight), so it stays unread.
+        unread: bool,
+    },
+    /// The broker read a request and queued it.
+    Read {
+        /// The connection.
+        conn: ConnId,
+        /// The correlation id.
+        correlation: i32,
+        /// Position in the coordinator queue (0 for the broker's own queue).
+        position: usize,
+    },
+}
+
+/// The network between clients and the broker (see the module docs).
+#[derive(Debug)]
+pub struct Network {
+    config: NetConfig,
+    conns: BTreeMap<ConnId, Conn>,
+    next_conn: u64,
+    seq: u64,
+    up: BTreeMap<(Instant, u64), (ConnId, Frame)>,
+    down: BTreeMap<(Instant, u64), Delivery>,
+    broker_queue: VecDeque<Queued>,
+    coordinator_queue: VecDeque<Queued>,
+    stalled_until: Option<Instant>,
+    busy_until: Option<Instant>,
+    events: Vec<NetEvent>,
+}
+
+impl Network {
+    /// A network without connections.
+    pub fn new(config: NetConfig) -> Self {
+        Self {
+            config,
+            conns: BTreeMap::new(),
+            next_conn: 0,
+            seq: 0,
+            up: BTreeMap::new(),
+            down: BTreeMap::new(),
+            broker_queue: VecDeque::new(),
+            coordinator_queue: VecDeque::new(),
+            stalled_until: None,
+            busy_until: None,
+            events: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &NetConfig {
+        &self.config
+    }
+
+    /// Changes delays and fault rates from now on.
+    pub fn set_config(&mut self, config: NetConfig) {
+        self.config = config;
+    }
+
+    /// Opens a connection for `client`.
+    pub fn open(&mut self, client: usize, kind: ConnKind, now: Instant) -> ConnId {
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        self.conns.insert(
+            id,
+            Conn {
+                client,
+                kind,
+                open: true,
+                inbox: VecDeque::new(),
+                in_flight: None,
+                last_up: now,
+                last_down: now,
+            },
+        );
+        id
+    }
+
+    /// Whether the client still has `conn` open.
+    pub fn is_open(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| c.open)
+    }
+
+    /// The kind of `conn`.
+    pub fn kind(&self, conn: ConnId) -> Option<ConnKind> {
+        self.conns.get(&conn).map(|c| c.kind)
+    }
+
+    /// The client closes `conn`. Bytes already sent are still delivered, read and processed;
+    /// answers on it are dropped from now on.
+    pub fn close(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.open = false;
+        }
+        self.down.retain(|_, d| d.conn != conn);
+    }
+
+    fn delay(&self, rng: &mut ChaCha8Rng) -> Duration {
+        let lo = self.config.latency_min;
+        let hi = self.config.latency_max.max(lo);
+        let span = (hi - lo).as_micros() as u64;
+        lo + Duration::from_micros(if span == 0 {
+            0
+        } else {
+            rng.random_range(0..=span)
+        })
+    }
+
+    /// The client writes `frame` on `conn` at `now`; it arrives after a delay, in order.
+    pub fn send(&mut self, conn: ConnId, frame: Frame, now: Instant, rng: &mut ChaCha8Rng) {
+        let delay = self.delay(rng);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let at = (now + delay).max(c.last_up);
+        c.last_up = at;
+        self.seq += 1;
+        self.up.insert((at, self.seq), (conn, frame));
+    }
+
+    /// The coordinator stops processing until `until` (extends a stall under way).
+    pub fn stall(&mut self, until: Instant) {
+        self.stalled_until = Some(self.stalled_until.map_or(until, |s| s.max(until)));
+    }
+
+    /// Whether the coordinator is stalled at `now`.
+    pub fn stalled(&self, now: Instant) -> bool {
+        self.stalled_until.is_some_and(|s| s > now)
+    }
+
+    /// When the current stall ends.
+    pub fn stalled_until(&self) -> Option<Instant> {
+        self.stalled_until
+    }
+
+    /// Network events since the last call.
+    pub fn take_events(&mut self) -> Vec<NetEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// When the next frame reaches the broker.
+    pub fn next_up(&self) -> Option<Instant> {
+        self.up.keys().next().map(|(t, _)| *t)
+    }
+
+    /// Delivers the next frame due at `now` into its connection's buffer, and reads it if the
+    /// connection is not muted.
+    pub fn deliver_up(&mut self, now: Instant) -> Option<(ConnId, i32)> {
+        let key = *self.up.keys().next().filter(|(t, _)| *t <= now)?;
+        let (conn, frame) = self.up.remove(&key).expect("key exists");
+        let correlation = frame.correlation;
+        let c = self.conns.get_mut(&conn)?;
+        c.inbox.push_back(frame);
+        let unread = c.in_flight.is_some();
+        self.events.push(NetEvent::Delivered {
+            conn,
+            correlation,
+            unread,
+        });
+        self.try_read(conn, now);
+        Some((conn, correlation))
+    }
+
+    /// Reads the next request of `conn` if it is not muted.
+    fn try_read(&mut self, conn: ConnId, now: Instant) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.in_flight.is_some() {
+            return;
+        }
+        let Some(frame) = c.inbox.pop_front() else {
+            return;
+        };
+        c.in_flight = Some((frame.correlation, frame.api, frame.version));
+        let correlation = frame.correlation;
+        let group = super::coordinator::SimCoordinator::is_group_api(frame.api);
+        let queued = Queued {
+            read_at: now,
+            conn,
+            frame,
+        };
+        let position = if group {
+            self.coordinator_queue.push_back(queued);
+            self.coordinator_queue.len()
+        } else {
+            self.broker_queue.push_back(queued);
+            0
+        };
+        self.events.push(NetEvent::Read {
+            conn,
+            correlation,
+            position,
+        });
+    }
+
+    /// When the broker's request handlers have work (FindCoordinator, Metadata).
+    pub fn next_broker_work(&self) -> Option<Instant> {
+        self.broker_queue.front().map(|q| q.read_at)
+    }
+
+    /// The next request for the broker's own handlers.
+    pub fn take_broker_work(&mut self) -> Option<Queued> {
+        self.broker_queue.pop_front()
+    }
+
+    /// When the coordinator can process its next queued request (after stalls and service time).
+    pub fn next_coordinator_work(&self) -> Option<Instant> {
+        let head = self.coordinator_queue.front()?.read_at;
+        let mut at = head;
+        if let Some(b) = self.busy_until {
+            at = at.max(b);
+        }
+        if let Some(s) = self.stalled_until {
+            at = at.max(s);
+        }
+        Some(at)
+    }
+
+    /// The queued group requests, oldest read first.
+    pub fn coordinator_queue(&self) -> impl Iterator<Item = &Queued> {
+        self.coordinator_queue.iter()
+    }
+
+    /// Takes the next group request for the coordinator, if one may be processed at `now`.
+    pub fn take_coordinator_work(&mut self, now: Instant) -> Option<Queued> {
+        if self.next_coordinator_work()? > now {
+            return None;
+        }
+        self.busy_until = Some(now + self.config.service_time);
+        self.coordinator_queue.pop_front()
+    }
+
+    /// Takes the head of the coordinator queue regardless of stalls (for scripted failures).
+    pub fn take_coordinator_head(&mut self) -> Option<Queued> {
+        self.coordinator_queue.pop_front()
+    }
+
+    /// The broker sends an answer on `conn` at `now`: the connection is unmuted (and its next
+    /// request read); a closed connection drops the answer.
+    pub fn answer(
+        &mut self,
+        conn: ConnId,
+        correlation: i32,
+        version: i16,
+        body: ResponseKind,
+        now: Instant,
+        rng: &mut ChaCha8Rng,
+    ) -> AnswerFate {
+        let delay = self.delay(rng);
+        let (lost, dup, slow) = (
+            rng.random_bool(self.config.drop_answer.clamp(0.0, 1.0)),
+            rng.random_bool(self.config.duplicate_answer.clamp(0.0, 1.0)),
+            rng.random_bool(self.config.slow_answer.clamp(0.0, 1.0)),
+        );
+        let extra = if slow {
+            self.config.slow_extra
+        } else {
+            Duration::ZERO
+        };
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return AnswerFate::UnknownConnection;
+        };
+        let api = match c.in_flight {
+            Some((corr, api, _)) if corr == correlation => {
+                c.in_flight = None;
+                api
+            }
+            // An answer to a request that is not the one in flight (e.g. an answer for a parked
+            // request whose connection was since reused): keep the connection muted as it is.
+            _ => api_of(&body),
+        };
+        let fate = if !c.open {
+            AnswerFate::ConnectionClosed
+        } else if lost {
+            AnswerFate::Lost
+        } else {
+            let at = (now + delay + extra).max(c.last_down);
+            c.last_down = at;
+            let delivery = Delivery {
+                conn,
+                client: c.client,
+                correlation,
+                api,
+                version,
+                body,
+                duplicate: false,
+            };
+            self.seq += 1;
+            self.down.insert((at, self.seq), delivery.clone());
+            if dup {
+                self.seq += 1;
+                self.down.insert(
+                    (at, self.seq),
+                    Delivery {
+                        duplicate: true,
+                        ..delivery
+                    },
+                );
+            }
+            AnswerFate::Sent { duplicate: dup }
+        };
+        self.try_read(conn, now);
+        fate
+    }
+
+    /// When the next answer reaches its client.
+    pub fn next_down(&self) -> Option<Instant> {
+        self.down.keys().next().map(|(t, _)| *t)
+    }
+
+    /// The next answer due at `now`.
+    pub fn deliver_down(&mut self, now: Instant) -> Option<Delivery> {
+        let key = *self.down.keys().next().filter(|(t, _)| *t <= now)?;
+        self.down.remove(&key)
+    }
+
+    /// Whether anything is on the wire, unread, queued or in flight at the broker for `client`.
+    pub fn has_pending(&self, client: usize) -> bool {
+        self.conns
+            .iter()
+            .any(|(_, c)| c.client == client && (c.in_flight.is_some() || !c.inbox.is_empty()))
+            || self
+                .up
+                .values()
+                .any(|(conn, _)| self.conns.get(conn).is_some_and(|c| c.client == client))
+    }
+}
+
+/// The API of an answer.
+pub fn api_of(body: &ResponseKind) -> ApiKey {
+    match body {
+        ResponseKind::JoinGroup(_) => ApiKey::JoinGroup,
+        ResponseKind::SyncGroup(_) => ApiKey::SyncGroup,
+        ResponseKind::Heartbeat(_) => ApiKey::Heartbeat,
+        ResponseKind::LeaveGroup(_) => ApiKey::LeaveGroup,
+        ResponseKind::OffsetCommit(_) => ApiKey::OffsetCommit,
+        ResponseKind::OffsetFetch(_) => ApiKey::OffsetFetch,
+        ResponseKind::FindCoordinator(_) => ApiKey::FindCoordinator,
+        ResponseKind::Metadata(_) => ApiKey::Metadata,
+        ResponseKind::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
+        _ => ApiKey::ApiVersions,
+    }
+}

@@ -1,0 +1,1543 @@
+//! The simulated world: members, the coordinator, the network, and a virtual clock that jumps
+//! from one deadline to the next.
+//!
+//! A member is any [`SimMember`] (this crate's [`ClassicMember`] and [`Member`] implement it, so
+//! can a user's own consumer). Each slot holds one process at a time; [`World::restart`] replaces
+//! it with a new process (the old one is dead: its connections are closed, but what it already
+//! sent is still delivered and processed, as on a real network).
+//!
+//! The client side behaves like a Kafka transport: one connection per target (bootstrap, and one
+//! per coordinator node), requests encoded at the highest version both sides speak, a request
+//! that times out closes its connection (every other request on it fails with
+//! `TransportError::Disconnected`), and, with [`SimConfig::close_on_coordinator_loss`] (the Java
+//! client's `markCoordinatorUnknown`, which disconnects), a member that forgets its coordinator
+//! closes the coordinator connection.
+//!
+//! Every step is traced (one line per delivered request, read, processed request, answer, event);
+//! [`World::violations`] lists broken invariants, checked after every step.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::ConnId;
+use super::coordinator::{
+    self, CoordinatorConfig, SimCoordinator, describe_request, describe_response, response_error,
+};
+use super::network::{AnswerFate, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network};
+use crate::config::GroupConfig;
+use crate::core::TopicPartition;
+use crate::core::classic::{ApiMisuse, ClassicMember};
+use crate::core::events::{CloseOptions, CommitId, CommitOffset, Event, RevokeTicket};
+use crate::core::io::{Broker, Outbound, RequestId, Response, Target};
+use crate::core::member::Member;
+use crate::error::{ConfigError, GroupError, TransportError};
+use crate::transport::wire::{self, BrokerVersions};
+
+/// What the world needs from a member: the sans-IO drive contract plus the commands a schedule
+/// uses and the accessors invariants read.
+pub trait SimMember: fmt::Debug {
+    /// The next request to send.
+    fn poll_request(&mut self) -> Option<Outbound>;
+    /// Feeds the outcome of a request.
+    fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    );
+    /// The next event.
+    fn poll_event(&mut self) -> Option<Event>;
+    /// The earliest deadline.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Advances the member's clock.
+    fn handle_timeout(&mut self, now: Instant);
+    /// The application's poll loop ran.
+    fn poll(&mut self, now: Instant);
+    /// Subscribes to topics.
+    fn subscribe(&mut self, topics: Vec<String>, now: Instant) -> Result<(), ApiMisuse>;
+    /// Unsubscribes.
+    fn unsubscribe(&mut self, now: Instant);
+    /// Closes the member.
+    fn close(&mut self, options: CloseOptions, now: Instant);
+    /// Commits offsets.
+    fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId;
+    /// Hands back a revocation ticket.
+    fn complete_revocation(&mut self, ticket: RevokeTicket, now: Instant) -> Result<(), ApiMisuse>;
+    /// The member id.
+    fn member_id(&self) -> String;
+    /// The generation (classic) or member epoch (consumer).
+    fn generation(&self) -> i32;
+    /// The state's name.
+    fn state(&self) -> &'static str;
+    /// The partitions the member owns.
+    fn assignment(&self) -> Vec<TopicPartition>;
+    /// The coordinator, when known.
+    fn coordinator(&self) -> Option<Broker>;
+    /// The static member's instance id.
+    fn instance_id(&self) -> Option<String>;
+    /// The terminal error, once stopped on one.
+    fn fatal_error(&self) -> Option<GroupError>;
+}
+
+impl SimMember for ClassicMember {
+    fn poll_request(&mut self) -> Option<Outbound> {
+        ClassicMember::poll_request(self)
+    }
+    fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        ClassicMember::handle_response(self, id, result, now)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        ClassicMember::poll_event(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        ClassicMember::poll_timeout(self).map(|(at, _)| at)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        ClassicMember::handle_timeout(self, now)
+    }
+    fn poll(&mut self, now: Instant) {
+        ClassicMember::poll(self, now)
+    }
+    fn subscribe(&mut self, topics: Vec<String>, now: Instant) -> Result<(), ApiMisuse> {
+        ClassicMember::subscribe(self, topics, now)
+    }
+    fn unsubscribe(&mut self, now: Instant) {
+        ClassicMember::unsubscribe(self, now)
+    }
+    fn close(&mut self, options: CloseOptions, now: Instant) {
+        ClassicMember::close(self, options, now)
+    }
+    fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+        ClassicMember::commit(self, offsets, now)
+    }
+    fn complete_revocation(&mut self, ticket: RevokeTicket, now: Instant) -> Result<(), ApiMisuse> {
+        ClassicMember::complete_revocation(self, ticket, now)
+    }
+    fn member_id(&self) -> String {
+        ClassicMember::member_id(self).to_owned()
+    }
+    fn generation(&self) -> i32 {
+        ClassicMember::generation(self)
+    }
+    fn state(&self) -> &'static str {
+        ClassicMember::state(self)
+    }
+    fn assignment(&self) -> Vec<TopicPartition> {
+        ClassicMember::assignment(self)
+    }
+    fn coordinator(&self) -> Option<Broker> {
+        ClassicMember::coordinator(self).cloned()
+    }
+    fn instance_id(&self) -> Option<String> {
+        self.config().instance_id.clone()
+    }
+    fn fatal_error(&self) -> Option<GroupError> {
+        ClassicMember::fatal_error(self).cloned()
+    }
+}
+
+impl SimMember for Member {
+    fn poll_request(&mut self) -> Option<Outbound> {
+        Member::poll_request(self)
+    }
+    fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        Member::handle_response(self, id, result, now)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Member::poll_event(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Member::poll_timeout(self).map(|(at, _)| at)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Member::handle_timeout(self, now)
+    }
+    fn poll(&mut self, now: Instant) {
+        Member::poll(self, now)
+    }
+    fn subscribe(&mut self, topics: Vec<String>, now: Instant) -> Result<(), ApiMisuse> {
+        Member::subscribe(self, topics, now)
+    }
+    fn unsubscribe(&mut self, now: Instant) {
+        Member::unsubscribe(self, now)
+    }
+    fn close(&mut self, options: CloseOptions, now: Instant) {
+        Member::close(self, options, now)
+    }
+    fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+        Member::commit(self, offsets, now)
+    }
+    fn complete_revocation(&mut self, ticket: RevokeTicket, now: Instant) -> Result<(), ApiMisuse> {
+        Member::complete_revocation(self, ticket, now)
+    }
+    fn member_id(&self) -> String {
+        Member::member_id(self).to_owned()
+    }
+    fn generation(&self) -> i32 {
+        Member::generation(self)
+    }
+    fn state(&self) -> &'static str {
+        Member::state(self)
+    }
+    fn assignment(&self) -> Vec<TopicPartition> {
+        Member::assignment(self)
+    }
+    fn coordinator(&self) -> Option<Broker> {
+        Member::coordinator(self).cloned()
+    }
+    fn instance_id(&self) -> Option<String> {
+        match self {
+            Member::Classic(m) => m.config().instance_id.clone(),
+            Member::Consumer(m) => m.config().instance_id.clone(),
+        }
+    }
+    fn fatal_error(&self) -> Option<GroupError> {
+        match self {
+            Member::Classic(m) => m.fatal_error().cloned(),
+            Member::Consumer(m) => m.fatal_error().cloned(),
+        }
+    }
+}
+
+/// Settings of a [`World`].
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Seeds every random choice (network delays, faults, member ids, members' jitter when
+    /// their config has no seed).
+    pub seed: u64,
+    /// The group the coordinator serves.
+    pub group_id: String,
+    /// Topics and partition counts.
+    pub topics: Vec<(String, i32)>,
+    /// The network's delays and faults.
+    pub net: NetConfig,
+    /// The coordinator's settings (`group_id`, `topics` and `seed` are taken from above).
+    pub coordinator: CoordinatorConfig,
+    /// A member that forgets its coordinator closes the coordinator connection (the Java
+    /// client's `markCoordinatorUnknown` disconnects; this crate's TCP transport keeps it).
+    pub close_on_coordinator_loss: bool,
+    /// The application polls whenever its member does anything (never misses
+    /// `max.poll.interval.ms`); switch off per member with [`World::set_polling`].
+    pub app_polls: bool,
+    /// How long the application takes to hand back a revocation ticket.
+    pub revocation_delay: Duration,
+    /// Encode and decode every request and answer through [`crate::transport::wire`].
+    pub wire_codec: bool,
+    /// Keep a trace (one line per step).
+    pub trace: bool,
+    /// The API versions the broker serves.
+    pub versions: BrokerVersions,
+}
+
+/// The API ranges a 4.x broker serves (protocol.md §1; OffsetCommit/Fetch up to 9 as the classic
+/// client caps them, ConsumerGroupHeartbeat 0-1).
+pub fn broker_versions_4x() -> BrokerVersions {
+    let mut v = BrokerVersions::default();
+    for (api, lo, hi) in [
+        (ApiKey::ApiVersions, 0, 4),
+        (ApiKey::Metadata, 0, 13),
+        (ApiKey::FindCoordinator, 0, 6),
+        (ApiKey::JoinGroup, 0, 9),
+        (ApiKey::SyncGroup, 0, 5),
+        (ApiKey::Heartbeat, 0, 4),
+        (ApiKey::LeaveGroup, 0, 5),
+        (ApiKey::OffsetCommit, 2, 9),
+        (ApiKey::OffsetFetch, 1, 9),
+        (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    ] {
+        v.set(api, Some(lo..=hi));
+    }
+    v
+}
+
+impl SimConfig {
+    /// Defaults for `seed`: group "g", no topics, a quiet network, Java-like connection closing,
+    /// an application that always polls and hands tickets back at once, the wire codec on.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            group_id: "g".into(),
+            topics: Vec::new(),
+            net: NetConfig::default(),
+            coordinator: CoordinatorConfig::new("g"),
+            close_on_coordinator_loss: true,
+            app_polls: true,
+            revocation_delay: Duration::ZERO,
+            wire_codec: true,
+            trace: true,
+            versions: broker_versions_4x(),
+        }
+    }
+
+    /// Adds a topic with `partitions` partitions.
+    pub fn with_topic(mut self, topic: &str, partitions: i32) -> Self {
+        self.topics.push((topic.to_owned(), partitions));
+        self
+    }
+}
+
+/// A slot in the world: one process at a time (see [`World::restart`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MemberHandle(pub usize);
+
+#[derive(Debug)]
+struct InFlight {
+    id: RequestId,
+    api: ApiKey,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// An answer a process received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// When.
+    pub at: Duration,
+    /// The API.
+    pub api: ApiKey,
+    /// The (first) error code.
+    pub code: i16,
+    /// Whether it was a duplicate delivery.
+    pub duplicate: bool,
+}
+
+struct Process {
+    name: String,
+    slot: usize,
+    member: Option<Box<dyn SimMember>>,
+    instance_id: Option<String>,
+    started_at: Instant,
+    last_processed_at: Option<Instant>,
+    bootstrap: Option<ConnId>,
+    coordinators: BTreeMap<i32, ConnId>,
+    in_flight: BTreeMap<(ConnId, i32), InFlight>,
+    answered: BTreeMap<(ConnId, i32), RequestId>,
+    next_correlation: i32,
+    tickets: VecDeque<(Instant, RevokeTicket)>,
+    seen: Vec<Seen>,
+    events: Vec<(Duration, String)>,
+    polling: bool,
+    timer_floor: Option<Instant>,
+    /// Highest generation seen per member id (invariant: never goes backwards).
+    generations: BTreeMap<String, i32>,
+}
+
+impl fmt::Debug for Process {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Process")
+            .field("name", &self.name)
+            .field("alive", &self.member.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+type Script = Box<dyn FnOnce(&mut World)>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Action {
+    Script,
+    Up,
+    Broker,
+    CoordinatorTimer,
+    Coordinator,
+    Down,
+    RequestTimeout(usize),
+    Ticket(usize),
+    MemberTimer(usize),
+}
+
+/// The simulated world (see the module docs).
+pub struct World {
+    config: SimConfig,
+    start: Instant,
+    now: Instant,
+    rng: ChaCha8Rng,
+    coordinator: SimCoordinator,
+    network: Network,
+    procs: Vec<Process>,
+    slots: Vec<usize>,
+    scripts: BTreeMap<(Instant, u64), Script>,
+    script_seq: u64,
+    /// Which process opened each connection (kept after the connection closes).
+    conn_owner: BTreeMap<ConnId, usize>,
+    trace: Vec<String>,
+    violations: Vec<String>,
+    anomalies: Vec<String>,
+    steps: u64,
+    steps_at_now: u64,
+}
+
+impl fmt::Debug for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("World")
+            .field("seed", &self.config.seed)
+            .field("elapsed", &self.elapsed())
+            .field("procs", &self.procs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl World {
+    /// A world at virtual time zero.
+    pub fn new(config: SimConfig) -> Self {
+        let start = Instant::now();
+        let mut coordinator_config = config.coordinator.clone();
+        coordinator_config.group_id = config.group_id.clone();
+        coordinator_config.topics = config.topics.clone();
+        coordinator_config.seed = config.seed ^ 0xc00d;
+        let mut coordinator = SimCoordinator::new(coordinator_config, start);
+        coordinator.set_notes(config.trace);
+        Self {
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            network: Network::new(config.net.clone()),
+            coordinator,
+            config,
+            start,
+            now: start,
+            procs: Vec::new(),
+            slots: Vec::new(),
+            scripts: BTreeMap::new(),
+            script_seq: 0,
+            conn_owner: BTreeMap::new(),
+            trace: Vec::new(),
+            violations: Vec::new(),
+            anomalies: Vec::new(),
+            steps: 0,
+            steps_at_now: 0,
+        }
+    }
+
+    // ------------------------------------------------------------------ accessors
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.config.seed
+    }
+
+    /// The virtual time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Virtual time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The coordinator.
+    pub fn coordinator(&self) -> &SimCoordinator {
+        &self.coordinator
+    }
+
+    /// The coordinator, to change it (e.g. [`SimCoordinator::set_active`]).
+    pub fn coordinator_mut(&mut self) -> &mut SimCoordinator {
+        &mut self.coordinator
+    }
+
+    /// The network.
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    /// The network, to change its configuration.
+    pub fn network_mut(&mut self) -> &mut Network {
+        &mut self.network
+    }
+
+    /// The slot's current member (of a dead process when the slot was killed).
+    ///
+    /// # Panics
+    /// When the slot's process is dead.
+    pub fn member(&self, h: MemberHandle) -> &dyn SimMember {
+        self.procs[self.slots[h.0]]
+            .member
+            .as_deref()
+            .expect("the slot's process is dead")
+    }
+
+    /// Whether the slot's process is alive.
+    pub fn alive(&self, h: MemberHandle) -> bool {
+        self.procs[self.slots[h.0]].member.is_some()
+    }
+
+    /// The slots.
+    pub fn handles(&self) -> Vec<MemberHandle> {
+        (0..self.slots.len()).map(MemberHandle).collect()
+    }
+
+    /// The answers the slot's current process received.
+    pub fn seen(&self, h: MemberHandle) -> &[Seen] {
+        &self.procs[self.slots[h.0]].seen
+    }
+
+    /// Whether any process of the slot (current or earlier) received `code`.
+    pub fn ever_seen(&self, h: MemberHandle, code: i16) -> bool {
+        self.procs
+            .iter()
+            .filter(|p| p.slot == h.0)
+            .any(|p| p.seen.iter().any(|s| s.code == code))
+    }
+
+    /// The events of the slot's current process, with their times.
+    pub fn events(&self, h: MemberHandle) -> &[(Duration, String)] {
+        &self.procs[self.slots[h.0]].events
+    }
+
+    /// Invariants broken so far (checked after every step).
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    /// Oddities that are not invariant violations (e.g. a member reporting a deadline in the past
+    /// that `handle_timeout` does not clear, which makes a real driver spin).
+    pub fn anomalies(&self) -> &[String] {
+        &self.anomalies
+    }
+
+    /// The trace so far, one line per step.
+    pub fn trace(&self) -> &[String] {
+        &self.trace
+    }
+
+    /// The trace as text, headed by the seed.
+    pub fn trace_text(&self) -> String {
+        let mut out = format!(
+            "--- simulation trace (seed {}, {} steps, {:?} virtual) ---\n",
+            self.config.seed,
+            self.steps,
+            self.elapsed()
+        );
+        for line in &self.trace {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Panics with `msg`, the seed and the trace unless `cond` holds.
+    #[track_caller]
+    pub fn check(&self, cond: bool, msg: impl fmt::Display) {
+        if !cond {
+            panic!(
+                "simulation check failed (seed {}): {msg}\n{}",
+                self.config.seed,
+                self.trace_text()
+            );
+        }
+    }
+
+    fn log(&mut self, text: impl FnOnce() -> String) {
+        if self.config.trace {
+            let e = self.now - self.start;
+            self.trace.push(format!(
+                "{:>5}.{:03}s  {}",
+                e.as_secs(),
+                e.subsec_millis(),
+                text()
+            ));
+        }
+    }
+
+    /// Adds a note to the trace.
+    pub fn note(&mut self, text: &str) {
+        self.log(|| format!("## {text}"));
+    }
+
+    // ------------------------------------------------------------------ members
+
+    /// Adds a member in a new slot.
+    pub fn add_member(&mut self, name: &str, member: Box<dyn SimMember>) -> MemberHandle {
+        let slot = self.slots.len();
+        let proc = self.new_process(name.to_owned(), slot, member);
+        self.slots.push(proc);
+        self.log(|| format!("{name}: process started"));
+        MemberHandle(slot)
+    }
+
+    /// Adds a classic member built from `config` (seeded from the world when it has no seed);
+    /// `setup` may adjust it first (e.g. `set_java_reset_policy`).
+    pub fn add_classic(
+        &mut self,
+        name: &str,
+        config: GroupConfig,
+        setup: impl FnOnce(&mut ClassicMember),
+    ) -> Result<MemberHandle, ConfigError> {
+        let member = self.build_classic(config, setup)?;
+        Ok(self.add_member(name, Box::new(member)))
+    }
+
+    fn build_classic(
+        &mut self,
+        mut config: GroupConfig,
+        setup: impl FnOnce(&mut ClassicMember),
+    ) -> Result<ClassicMember, ConfigError> {
+        if config.seed.is_none() {
+            config.seed = Some(self.rng.random());
+        }
+        config.group_id = self.config.group_id.clone();
+        let mut m = ClassicMember::new(config, self.now)?;
+        setup(&mut m);
+        Ok(m)
+    }
+
+    fn new_process(&mut self, name: String, slot: usize, member: Box<dyn SimMember>) -> usize {
+        let generation = self.procs.iter().filter(|p| p.slot == slot).count();
+        let name = if generation == 0 {
+            name
+        } else {
+            format!("{name}#{}", generation + 1)
+        };
+        self.procs.push(Process {
+            name,
+            slot,
+            instance_id: member.instance_id(),
+            member: Some(member),
+            started_at: self.now,
+            last_processed_at: None,
+            bootstrap: None,
+            coordinators: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            answered: BTreeMap::new(),
+            next_correlation: 0,
+            tickets: VecDeque::new(),
+            seen: Vec::new(),
+            events: Vec::new(),
+            polling: self.config.app_polls,
+            timer_floor: None,
+            generations: BTreeMap::new(),
+        });
+        self.procs.len() - 1
+    }
+
+    /// Kills the slot's process: its member is dropped without a word, its connections close;
+    /// what it already sent still reaches the broker.
+    pub fn kill(&mut self, h: MemberHandle) {
+        let p = self.slots[h.0];
+        if self.procs[p].member.take().is_none() {
+            return;
+        }
+        let conns: Vec<ConnId> = self.procs[p]
+            .bootstrap
+            .into_iter()
+            .chain(self.procs[p].coordinators.values().copied())
+            .collect();
+        for c in conns {
+            self.network.close(c);
+        }
+        self.procs[p].in_flight.clear();
+        self.procs[p].tickets.clear();
+        let name = self.procs[p].name.clone();
+        self.log(|| format!("{name}: process killed"));
+    }
+
+    /// Replaces the slot's process with a new one running `member` (the old one is killed first).
+    pub fn restart(&mut self, h: MemberHandle, member: Box<dyn SimMember>) {
+        self.kill(h);
+        let base = self.procs[self.slots[h.0]]
+            .name
+            .split('#')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let p = self.new_process(base, h.0, member);
+        self.slots[h.0] = p;
+        let name = self.procs[p].name.clone();
+        self.log(|| format!("{name}: process started (restart)"));
+    }
+
+    /// Restarts the slot with a classic member built from `config`.
+    pub fn restart_classic(
+        &mut self,
+        h: MemberHandle,
+        config: GroupConfig,
+        setup: impl FnOnce(&mut ClassicMember),
+    ) -> Result<(), ConfigError> {
+        let member = self.build_classic(config, setup)?;
+        self.restart(h, Box::new(member));
+        Ok(())
+    }
+
+    /// Runs a command on the slot's member at the current time, then drains its outputs.
+    pub fn with<R>(
+        &mut self,
+        h: MemberHandle,
+        what: &str,
+        f: impl FnOnce(&mut dyn SimMember, Instant) -> R,
+    ) -> Option<R> {
+        let p = self.slots[h.0];
+        let now = self.now;
+        let name = self.procs[p].name.clone();
+        self.log(|| format!("{name}: {what}"));
+        let r = f(self.procs[p].member.as_deref_mut()?, now);
+        self.drain(p);
+        Some(r)
+    }
+
+    /// Subscribes the slot's member to `topics`.
+    pub fn subscribe(&mut self, h: MemberHandle, topics: &[&str]) {
+        let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+        let what = format!("subscribe {topics:?}");
+        self.with(h, &what, |m, now| {
+            let _ = m.subscribe(topics, now);
+        });
+    }
+
+    /// Unsubscribes the slot's member.
+    pub fn unsubscribe(&mut self, h: MemberHandle) {
+        self.with(h, "unsubscribe", |m, now| m.unsubscribe(now));
+    }
+
+    /// Closes the slot's member.
+    pub fn close(&mut self, h: MemberHandle, options: CloseOptions) {
+        let what = format!("close {options:?}");
+        self.with(h, &what, |m, now| m.close(options, now));
+    }
+
+    /// Commits offset `offset` for every partition the slot's member owns.
+    pub fn commit_owned(&mut self, h: MemberHandle, offset: i64) {
+        self.with(h, "commit owned partitions", |m, now| {
+            let offsets = m
+                .assignment()
+                .into_iter()
+                .map(|partition| CommitOffset {
+                    partition,
+                    offset,
+                    metadata: None,
+                })
+                .collect();
+            m.commit(offsets, now);
+        });
+    }
+
+    /// Whether the application of the slot polls (see [`SimConfig::app_polls`]).
+    pub fn set_polling(&mut self, h: MemberHandle, on: bool) {
+        let p = self.slots[h.0];
+        self.procs[p].polling = on;
+        let name = self.procs[p].name.clone();
+        self.log(|| {
+            format!(
+                "{name}: application polling {}",
+                if on { "on" } else { "off" }
+            )
+        });
+    }
+
+    /// Closes the slot's coordinator connections (a network blip): requests in flight on them
+    /// fail with `Disconnected`, what was already sent is still processed.
+    pub fn drop_connections(&mut self, h: MemberHandle) {
+        let p = self.slots[h.0];
+        let conns: Vec<ConnId> = self.procs[p].coordinators.values().copied().collect();
+        for c in conns {
+            self.close_conn(p, c, "connection reset");
+        }
+        self.drain(p);
+    }
+
+    // ------------------------------------------------------------------ faults and scripts
+
+    /// The coordinator processes nothing for `d` (requests are still read and queued).
+    pub fn stall(&mut self, d: Duration) {
+        let until = self.now + d;
+        self.network.stall(until);
+        self.log(|| format!("coordinator stalls for {d:?}"));
+    }
+
+    /// The coordinator answers the oldest queued group request with `code` without processing
+    /// it, even during a stall (see [`SimCoordinator::fail_request`]). False if none is queued.
+    pub fn fail_queued_head(&mut self, code: i16) -> bool {
+        let Some(q) = self.network.take_coordinator_head() else {
+            return false;
+        };
+        let (conn, corr) = (q.conn, q.frame.correlation);
+        self.log(|| {
+            format!(
+                "coordinator fails {conn}#{corr} {} with {}",
+                describe_request(&q.frame.body),
+                coordinator::name(code)
+            )
+        });
+        self.coordinator
+            .fail_request(q.conn, corr, q.frame.version, &q.frame.body, code);
+        self.route_replies();
+        true
+    }
+
+    /// Runs `f` at `at` (virtual time since the start).
+    pub fn schedule(&mut self, at: Duration, f: impl FnOnce(&mut World) + 'static) {
+        self.script_seq += 1;
+        self.scripts
+            .insert((self.start + at, self.script_seq), Box::new(f));
+    }
+
+    // ------------------------------------------------------------------ running
+
+    /// Runs steps until `pred` holds (true) or `limit` of virtual time passed (false).
+    pub fn run_until(&mut self, mut pred: impl FnMut(&World) -> bool, limit: Duration) -> bool {
+        let end = self.now + limit;
+        loop {
+            if pred(self) {
+                return true;
+            }
+            match self.next_action() {
+                Some((at, _)) if at <= end => {
+                    self.step();
+                }
+                _ => {
+                    self.now = self.now.max(end);
+                    return pred(self);
+                }
+            }
+        }
+    }
+
+    /// Runs for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        self.run_until(|_| false, d);
+    }
+
+    /// Performs the next action (advancing the clock to it). False when nothing is left to do.
+    pub fn step(&mut self) -> bool {
+        let Some((at, action)) = self.next_action() else {
+            return false;
+        };
+        if at > self.now {
+            self.now = at;
+            self.steps_at_now = 0;
+        }
+        self.steps += 1;
+        self.steps_at_now += 1;
+        if self.steps_at_now > 100_000 {
+            self.anomalies.push(format!(
+                "over 100000 steps at {:?}: livelock",
+                self.elapsed()
+            ));
+            self.now += Duration::from_millis(1);
+            self.steps_at_now = 0;
+        }
+        self.perform(action);
+        self.observe();
+        true
+    }
+
+    fn next_action(&self) -> Option<(Instant, Action)> {
+        // (effective time, original time, action)
+        let mut best: Option<(Instant, Instant, Action)> = None;
+        let mut consider = |at: Instant, orig: Instant, a: Action| {
+            let at = at.max(self.now);
+            let cand = (at, orig, a);
+            if best.is_none_or(|b| (cand.0, cand.1, cand.2) < (b.0, b.1, b.2)) {
+                best = Some(cand);
+            }
+        };
+        if let Some(((t, _), _)) = self.scripts.iter().next() {
+            consider(*t, *t, Action::Script);
+        }
+        if let Some(t) = self.network.next_up() {
+            consider(t, t, Action::Up);
+        }
+        if let Some(t) = self.network.next_broker_work() {
+            consider(t, t, Action::Broker);
+        }
+        if let Some(t) = self.coordinator.poll_timeout() {
+            let eff = self.network.stalled_until().map_or(t, |s| s.max(t));
+            consider(eff, t, Action::CoordinatorTimer);
+        }
+        if let Some(t) = self.network.next_coordinator_work() {
+            let orig = self
+                .network
+                .coordinator_queue()
+                .next()
+                .map_or(t, |q| q.read_at);
+            consider(t, orig, Action::Coordinator);
+        }
+        if let Some(t) = self.network.next_down() {
+            consider(t, t, Action::Down);
+        }
+        for (i, p) in self.procs.iter().enumerate() {
+            let Some(member) = &p.member else {
+                continue;
+            };
+            if let Some(t) = p.in_flight.values().map(|f| f.deadline).min() {
+                consider(t, t, Action::RequestTimeout(i));
+            }
+            if let Some((t, _)) = p.tickets.front() {
+                consider(*t, *t, Action::Ticket(i));
+            }
+            if let Some(t) = member.poll_timeout() {
+                let eff = p.timer_floor.map_or(t, |f| f.max(t));
+                consider(eff, t, Action::MemberTimer(i));
+            }
+        }
+        best.map(|(at, _, a)| (at, a))
+    }
+
+    fn perform(&mut self, action: Action) {
+        let now = self.now;
+        match action {
+            Action::Script => {
+                let key = *self.scripts.keys().next().expect("scheduled");
+                let f = self.scripts.remove(&key).expect("scheduled");
+                f(self);
+            }
+            Action::Up => {
+                self.network.deliver_up(now);
+                self.net_events();
+            }
+            Action::Broker => {
+                if let Some(q) = self.network.take_broker_work() {
+                    self.process(q, false);
+                }
+            }
+            Action::CoordinatorTimer => {
+                self.coordinator.handle_timeout(now);
+                self.route_replies();
+            }
+            Action::Coordinator => {
+                if let Some(q) = self.network.take_coordinator_work(now) {
+                    self.process(q, true);
+                }
+            }
+            Action::Down => {
+                if let Some(d) = self.network.deliver_down(now) {
+                    self.deliver(d);
+                }
+            }
+            Action::RequestTimeout(p) => self.request_timeout(p),
+            Action::Ticket(p) => {
+                let Some((_, ticket)) = self.procs[p].tickets.pop_front() else {
+                    return;
+                };
+                let name = self.procs[p].name.clone();
+                self.log(|| format!("{name}: application hands back {ticket:?}"));
+                if let Some(m) = self.procs[p].member.as_deref_mut() {
+                    let _ = m.complete_revocation(ticket, now);
+                }
+                self.drain(p);
+            }
+            Action::MemberTimer(p) => {
+                let polling = self.procs[p].polling;
+                let Some(m) = self.procs[p].member.as_deref_mut() else {
+                    return;
+                };
+                // An application that polls continuously polled just now.
+                if polling {
+                    m.poll(now);
+                }
+                m.handle_timeout(now);
+                self.drain(p);
+                let still = self.procs[p]
+                    .member
+                    .as_deref()
+                    .and_then(|m| m.poll_timeout())
+                    .is_some_and(|t| t <= now);
+                if still {
+                    let state = self.procs[p]
+                        .member
+                        .as_deref()
+                        .map_or("dead", |m| m.state());
+                    let msg = format!(
+                        "{}: deadline in the past not cleared by handle_timeout at {:?} (state {state}); a driver would spin",
+                        self.procs[p].name,
+                        self.elapsed()
+                    );
+                    if !self.anomalies.contains(&msg) {
+                        self.anomalies.push(msg.clone());
+                    }
+                    self.log(|| format!("!! {msg}"));
+                    self.procs[p].timer_floor = Some(now + Duration::from_millis(1));
+                } else {
+                    self.procs[p].timer_floor = None;
+                }
+            }
+        }
+    }
+
+    fn net_events(&mut self) {
+        for e in self.network.take_events() {
+            match e {
+                NetEvent::Delivered {
+                    conn,
+                    correlation,
+                    unread,
+                } => self.log(|| {
+                    format!(
+                        "    broker: {conn}#{correlation} delivered{}",
+                        if unread {
+                            " (connection muted: unread)"
+                        } else {
+                            ""
+                        }
+                    )
+                }),
+                NetEvent::Read {
+                    conn,
+                    correlation,
+                    position,
+                } => self.log(|| {
+                    if position > 0 {
+                        format!(
+                            "    broker: reads {conn}#{correlation} (coordinator queue #{position})"
+                        )
+                    } else {
+                        format!("    broker: reads {conn}#{correlation}")
+                    }
+                }),
+            }
+        }
+    }
+
+    fn proc_of_conn(&self, conn: ConnId) -> Option<usize> {
+        self.conn_owner.get(&conn).copied()
+    }
+
+    fn process(&mut self, q: super::network::Queued, group: bool) {
+        let now = self.now;
+        if let Some(p) = self.proc_of_conn(q.conn) {
+            self.procs[p].last_processed_at = Some(now);
+        }
+        let (conn, corr) = (q.conn, q.frame.correlation);
+        let who = if group { "coordinator" } else { "broker" };
+        self.log(|| {
+            format!(
+                "    {who}: processes {conn}#{corr} {} v{}",
+                describe_request(&q.frame.body),
+                q.frame.version
+            )
+        });
+        self.coordinator.handle_request(
+            q.conn,
+            corr,
+            &q.frame.client_id,
+            q.frame.version,
+            q.frame.body,
+            now,
+        );
+        self.route_replies();
+    }
+
+    fn route_replies(&mut self) {
+        for n in self.coordinator.take_notes() {
+            self.log(|| format!("      rule: {n}"));
+        }
+        while let Some(r) = self.coordinator.poll_response() {
+            let now = self.now;
+            let api = super::network::api_of(&r.body);
+            let body = if self.config.wire_codec {
+                match roundtrip_response(&r.body, api, r.version, r.correlation) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.violations.push(format!(
+                            "{:?}: the coordinator's {api:?} v{} answer does not encode: {e}",
+                            self.elapsed(),
+                            r.version
+                        ));
+                        r.body.clone()
+                    }
+                }
+            } else {
+                r.body.clone()
+            };
+            let summary = if self.config.trace {
+                describe_response(&body)
+            } else {
+                String::new()
+            };
+            let fate =
+                self.network
+                    .answer(r.conn, r.correlation, r.version, body, now, &mut self.rng);
+            let (conn, corr) = (r.conn, r.correlation);
+            self.log(|| {
+                let fate = match fate {
+                    AnswerFate::ConnectionClosed => " -> dropped: connection closed by the client",
+                    AnswerFate::Lost => " -> LOST (fault)",
+                    AnswerFate::Sent { duplicate: true } => " (duplicated)",
+                    AnswerFate::Sent { duplicate: false } => "",
+                    AnswerFate::UnknownConnection => " -> unknown connection",
+                };
+                format!("    broker: answers {conn}#{corr} {summary}{fate}")
+            });
+            self.net_events();
+        }
+    }
+
+    fn deliver(&mut self, d: Delivery) {
+        let Some(p) = self.proc_of_conn(d.conn) else {
+            return;
+        };
+        let now = self.now;
+        let code = response_error(&d.body);
+        let key = (d.conn, d.correlation);
+        let id = if d.duplicate {
+            self.procs[p].answered.get(&key).copied()
+        } else {
+            match self.procs[p].in_flight.remove(&key) {
+                Some(f) => {
+                    self.procs[p].answered.insert(key, f.id);
+                    Some(f.id)
+                }
+                None => None,
+            }
+        };
+        let Some(id) = id else {
+            return;
+        };
+        let name = self.procs[p].name.clone();
+        let summary = if self.config.trace {
+            describe_response(&d.body)
+        } else {
+            String::new()
+        };
+        self.log(|| {
+            format!(
+                "{name} <- {}#{} {summary}{}",
+                d.conn,
+                d.correlation,
+                if d.duplicate { " (duplicate)" } else { "" }
+            )
+        });
+        let at = self.elapsed();
+        self.procs[p].seen.push(Seen {
+            at,
+            api: d.api,
+            code,
+            duplicate: d.duplicate,
+        });
+        if code == super::codes::FENCED_INSTANCE_ID {
+            self.check_fence(p);
+        }
+        let Some(m) = self.procs[p].member.as_deref_mut() else {
+            return;
+        };
+        m.handle_response(
+            id,
+            Ok(Response {
+                version: d.version,
+                body: d.body,
+            }),
+            now,
+        );
+        self.drain(p);
+    }
+
+    /// FENCED_INSTANCE_ID reached process `p`: legitimate only if another process with the same
+    /// instance id is alive, or had a request processed after `p` started.
+    fn check_fence(&mut self, p: usize) {
+        let me = &self.procs[p];
+        let Some(instance) = me.instance_id.clone() else {
+            self.violations.push(format!(
+                "{:?}: FENCED_INSTANCE_ID reached dynamic member {}",
+                self.elapsed(),
+                me.name
+            ));
+            return;
+        };
+        let legit = self.procs.iter().enumerate().any(|(i, q)| {
+            i != p
+                && q.instance_id.as_deref() == Some(&instance)
+                && (q.member.is_some() || q.last_processed_at.is_some_and(|t| t >= me.started_at))
+        });
+        if !legit {
+            let msg = format!(
+                "{:?}: FENCED_INSTANCE_ID reached {} although no other process holds instance id {instance:?} (self-fencing)",
+                self.elapsed(),
+                me.name
+            );
+            self.log(|| format!("!! VIOLATION {msg}"));
+            self.violations.push(msg);
+        }
+    }
+
+    fn request_timeout(&mut self, p: usize) {
+        let now = self.now;
+        let Some((&key, _)) = self.procs[p]
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.deadline <= now)
+            .min_by_key(|(_, f)| f.deadline)
+        else {
+            return;
+        };
+        let f = self.procs[p].in_flight.remove(&key).expect("exists");
+        let name = self.procs[p].name.clone();
+        self.log(|| format!("{name}: {}#{} {:?} timed out", key.0, key.1, f.api));
+        if let Some(m) = self.procs[p].member.as_deref_mut() {
+            m.handle_response(
+                f.id,
+                Err(TransportError::Timeout {
+                    api: f.api,
+                    timeout: f.timeout,
+                }),
+                now,
+            );
+        }
+        // A timed-out request closes its connection (NetworkClient.handleTimedOutRequests).
+        self.close_conn(p, key.0, "closed after a request timed out");
+        self.drain(p);
+    }
+
+    /// The client closes `conn`: requests in flight on it fail with Disconnected.
+    fn close_conn(&mut self, p: usize, conn: ConnId, reason: &str) {
+        if !self.network.is_open(conn) {
+            return;
+        }
+        self.network.close(conn);
+        if self.procs[p].bootstrap == Some(conn) {
+            self.procs[p].bootstrap = None;
+        }
+        self.procs[p].coordinators.retain(|_, c| *c != conn);
+        let name = self.procs[p].name.clone();
+        self.log(|| format!("{name}: closes {conn} ({reason})"));
+        let failed: Vec<((ConnId, i32), InFlight)> = {
+            let keys: Vec<(ConnId, i32)> = self.procs[p]
+                .in_flight
+                .keys()
+                .filter(|(c, _)| *c == conn)
+                .copied()
+                .collect();
+            keys.into_iter()
+                .map(|k| (k, self.procs[p].in_flight.remove(&k).expect("exists")))
+                .collect()
+        };
+        let now = self.now;
+        for ((c, corr), f) in failed {
+            self.log(|| format!("{name}: {c}#{corr} {:?} fails: disconnected", f.api));
+            if let Some(m) = self.procs[p].member.as_deref_mut() {
+                m.handle_response(
+                    f.id,
+                    Err(TransportError::Disconnected {
+                        addr: format!("{c}"),
+                        reason: reason.to_owned(),
+                    }),
+                    now,
+                );
+            }
+        }
+    }
+
+    /// Drains the process's member: requests go out, events are recorded, tickets scheduled;
+    /// repeats until nothing changes.
+    fn drain(&mut self, p: usize) {
+        let now = self.now;
+        for _ in 0..1000 {
+            let mut progress = false;
+            if self.procs[p].polling
+                && let Some(m) = self.procs[p].member.as_deref_mut()
+            {
+                m.poll(now);
+            }
+            while let Some(out) = self.procs[p]
+                .member
+                .as_deref_mut()
+                .and_then(|m| m.poll_request())
+            {
+                progress = true;
+                self.send(p, out);
+            }
+            while let Some(e) = self.procs[p]
+                .member
+                .as_deref_mut()
+                .and_then(|m| m.poll_event())
+            {
+                progress = true;
+                self.event(p, e);
+            }
+            // The Java client disconnects from a coordinator it marks unknown.
+            if self.config.close_on_coordinator_loss
+                && let Some(m) = self.procs[p].member.as_deref()
+            {
+                let keep = m.coordinator().map(|b| b.node_id);
+                let stale: Vec<ConnId> = self.procs[p]
+                    .coordinators
+                    .iter()
+                    .filter(|(node, _)| Some(**node) != keep)
+                    .map(|(_, c)| *c)
+                    .collect();
+                for c in stale {
+                    progress = true;
+                    self.close_conn(p, c, "coordinator marked unknown");
+                }
+            }
+            if !progress {
+                return;
+            }
+        }
+        self.anomalies.push(format!(
+            "{}: outputs did not settle after 1000 rounds at {:?}",
+            self.procs[p].name,
+            self.elapsed()
+        ));
+    }
+
+    fn event(&mut self, p: usize, e: Event) {
+        let now = self.now;
+        let at = self.elapsed();
+        let name = self.procs[p].name.clone();
+        let text = match &e {
+            Event::StateChanged {
+                from,
+                to,
+                reason,
+                member_id,
+                generation,
+            } => format!("{from} -> {to} ({reason}) member={member_id:?} gen={generation}"),
+            Event::Assigned {
+                added,
+                owned,
+                generation,
+            } => format!(
+                "assigned gen {generation}: +{} owned {}",
+                fmt_partitions(added),
+                fmt_partitions(owned)
+            ),
+            Event::Revoking { partitions, ticket } => {
+                format!("revoking {} ({ticket:?})", fmt_partitions(partitions))
+            }
+            Event::Revoked { partitions } => format!("revoked {}", fmt_partitions(partitions)),
+            Event::Lost { partitions, reason } => {
+                format!("lost {} ({reason})", fmt_partitions(partitions))
+            }
+            Event::Committed { id, result } => format!("commit {id:?}: {result:?}"),
+            Event::OffsetsFetched { id, result } => format!("fetch {id:?}: {:?}", result.is_ok()),
+            Event::Fatal(err) => format!("FATAL: {err}"),
+            Event::Closed => "closed".into(),
+        };
+        self.log(|| format!("{name}: event {text}"));
+        if self.config.trace || matches!(e, Event::Fatal(_)) {
+            self.procs[p].events.push((at, text));
+        }
+        if let Event::Revoking { ticket, .. } = e {
+            let delay = self.config.revocation_delay;
+            self.procs[p].tickets.push_back((now + delay, ticket));
+        }
+    }
+
+    fn send(&mut self, p: usize, out: Outbound) {
+        let now = self.now;
+        let name = self.procs[p].name.clone();
+        let fail = |w: &mut World, e: TransportError| {
+            if let Some(m) = w.procs[p].member.as_deref_mut() {
+                m.handle_response(out.id, Err(e), now);
+            }
+        };
+        let built = wire::build(&out.request, &self.config.versions);
+        let (api, version, body) = match built {
+            Ok(b) => b,
+            Err(e) => {
+                self.log(|| format!("{name}: cannot build {:?}: {e}", out.request.api_key()));
+                return fail(self, e);
+            }
+        };
+        let conn = match &out.target {
+            Target::Bootstrap => match self.procs[p].bootstrap.filter(|c| self.network.is_open(*c))
+            {
+                Some(c) => c,
+                None => {
+                    let c = self.network.open(p, ConnKind::Bootstrap, now);
+                    self.conn_owner.insert(c, p);
+                    self.procs[p].bootstrap = Some(c);
+                    self.log(|| format!("{name}: opens {c} (bootstrap)"));
+                    c
+                }
+            },
+            Target::Coordinator(b) => {
+                match self.procs[p]
+                    .coordinators
+                    .get(&b.node_id)
+                    .copied()
+                    .filter(|c| self.network.is_open(*c))
+                {
+                    Some(c) => c,
+                    None => {
+                        let c = self.network.open(p, ConnKind::Coordinator, now);
+                        self.conn_owner.insert(c, p);
+                        self.procs[p].coordinators.insert(b.node_id, c);
+                        self.log(|| format!("{name}: opens {c} (coordinator node {})", b.node_id));
+                        c
+                    }
+                }
+            }
+            Target::Node(b) => {
+                let e = TransportError::Disconnected {
+                    addr: format!("{}:{}", b.host, b.port),
+                    reason: "the simulation has no data-path brokers".into(),
+                };
+                return fail(self, e);
+            }
+        };
+        self.procs[p].next_correlation += 1;
+        let correlation = self.procs[p].next_correlation;
+        let client_id = format!("sim-{}", self.procs[p].name);
+        let body = if self.config.wire_codec {
+            match roundtrip_request(&body, api, version, correlation, &client_id) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.log(|| format!("{name}: {api:?} v{version} does not encode: {e}"));
+                    return fail(self, e);
+                }
+            }
+        } else {
+            body
+        };
+        self.log(|| {
+            format!(
+                "{name} -> {conn}#{correlation} {} v{version}",
+                describe_request(&body)
+            )
+        });
+        self.procs[p].in_flight.insert(
+            (conn, correlation),
+            InFlight {
+                id: out.id,
+                api,
+                deadline: now + out.timeout,
+                timeout: out.timeout,
+            },
+        );
+        let frame = Frame {
+            correlation,
+            api,
+            version,
+            client_id,
+            body,
+        };
+        self.network.send(conn, frame, now, &mut self.rng);
+    }
+
+    /// Checks the invariants that hold after every step.
+    fn observe(&mut self) {
+        // A member's generation never goes backwards while its member id is unchanged.
+        for i in 0..self.procs.len() {
+            let Some(m) = self.procs[i].member.as_deref() else {
+                continue;
+            };
+            let (id, generation) = (m.member_id(), m.generation());
+            if id.is_empty() || generation < 0 {
+                continue;
+            }
+            let prev = self.procs[i].generations.get(&id).copied();
+            if let Some(prev) = prev
+                && generation < prev
+            {
+                let msg = format!(
+                    "{:?}: {} went from generation {prev} back to {generation} with member id {id}",
+                    self.elapsed(),
+                    self.procs[i].name
+                );
+                self.violations.push(msg);
+            }
+            if prev.is_none_or(|p| generation > p) {
+                self.procs[i].generations.insert(id, generation);
+            }
+        }
+        // No partition owned by two live members of the same generation.
+        let mut owners: BTreeMap<(TopicPartition, i32), &str> = BTreeMap::new();
+        let mut found = Vec::new();
+        for p in &self.procs {
+            let Some(m) = p.member.as_deref() else {
+                continue;
+            };
+            let generation = m.generation();
+            for tp in m.assignment() {
+                if let Some(other) = owners.insert((tp.clone(), generation), &p.name) {
+                    found.push(format!(
+                        "{:?}: {tp} owned by {other} and {} in generation {generation}",
+                        self.elapsed(),
+                        p.name
+                    ));
+                }
+            }
+        }
+        for f in found {
+            if !self.violations.contains(&f) {
+                self.violations.push(f);
+            }
+        }
+    }
+
+    /// Whether every live member subscribed or not is `Stable`, and the coordinator's group
+    /// holds exactly them.
+    pub fn all_stable(&self) -> bool {
+        let live: BTreeSet<String> = self
+            .procs
+            .iter()
+            .filter_map(|p| p.member.as_deref())
+            .map(|m| m.member_id())
+            .collect();
+        let all = self
+            .procs
+            .iter()
+            .filter_map(|p| p.member.as_deref())
+            .all(|m| m.state() == "Stable");
+        let members: BTreeSet<String> = self
+            .coordinator
+            .members()
+            .into_iter()
+            .map(|m| m.member_id)
+            .collect();
+        all && live == members
+    }
+
+    /// The partitions each live member owns, by slot name.
+    pub fn ownership(&self) -> BTreeMap<String, Vec<TopicPartition>> {
+        self.procs
+            .iter()
+            .filter_map(|p| {
+                p.member
+                    .as_deref()
+                    .map(|m| (p.name.clone(), m.assignment()))
+            })
+            .collect()
+    }
+}
+
+fn fmt_partitions(ps: &[TopicPartition]) -> String {
+    let v: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
+    format!("[{}]", v.join(","))
+}
+
+/// Encodes a request as the client would and decodes it as the broker would.
+fn roundtrip_request(
+    body: &RequestKind,
+    api: ApiKey,
+    version: i16,
+    correlation: i32,
+    client_id: &str,
+) -> Result<RequestKind, TransportError> {
+    let frame = wire::encode_request(body, api, version, correlation, client_id)?;
+    let frame = Bytes::from(frame).slice(4..);
+    let (_, body) = wire::decode_request(frame)?;
+    Ok(body)
+}
+
+/// Encodes an answer as the broker would and decodes it as the client would.
+fn roundtrip_response(
+    body: &ResponseKind,
+    api: ApiKey,
+    version: i16,
+    correlation: i32,
+) -> Result<ResponseKind, TransportError> {
+    let frame = wire::encode_response(body, api, version, correlation)?;
+    let frame = Bytes::from(frame).slice(4..);
+    Ok(wire::decode_response(frame, api, version)?.body)
+}
