@@ -8,7 +8,7 @@
 //! one member id; every answer encodes at its version); once the faults stop every member must
 //! reach Stable within a bound. A panic is a violation too.
 //!
-//! `SIM_SEEDS` (default 2000) and `SIM_SEED_OFFSET` (default 0) pick the seeds. A failing seed is
+//! `SIM_SEEDS` (default 10,000) and `SIM_SEED_OFFSET` (default 0) pick the seeds. A failing seed is
 //! replayed with the trace on and printed.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -263,7 +263,7 @@ fn random_schedules_keep_the_invariants() {
     let seeds: u64 = std::env::var("SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(10_000);
     let offset: u64 = std::env::var("SIM_SEED_OFFSET")
         .ok()
         .and_then(|s| s.parse().ok())
