@@ -1,29 +1,37 @@
-//! Example group member: connects, negotiates API versions, finds the group's coordinator, then
-//! joins the group as a classic member (static with `--instance-id`) and prints what happens
-//! until Ctrl-C or `--seconds` pass, and closes with the default leave semantics.
+//! Example group consumer: connects, prints the broker's API versions and the group's
+//! coordinator, joins the group (classic, consumer or auto protocol; static with
+//! `--instance-id`), fetches and prints the records of its partitions, commits after each batch
+//! and before handing a revocation ticket back, and on Ctrl-C (or after `--seconds` /
+//! `--max-records`) commits and closes with the default leave semantics.
 //!
 //! ```text
-//! tests/kafka/with-broker.sh cargo run --example consumer -- --group demo --topic demo --seconds 10
+//! tests/kafka/with-broker.sh cargo run --example consumer -- --group demo --topic demo --produce 10 --seconds 10
 //! cargo run --example consumer -- --bootstrap 127.0.0.1:9092 --group demo --topic orders --instance-id w1
 //! ```
 //! Without `--bootstrap` it uses `KAFKA_BOOTSTRAP`, then the broker that tests/kafka/broker.sh
-//! started (target/kafka-it/bootstrap).
+//! started (target/kafka-it/bootstrap). `--produce N` first writes N records to the topic.
 
+#[path = "common/fetch.rs"]
+mod fetch;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use consumer_membership::config::GroupConfig;
-use consumer_membership::core::events::{CloseOptions, Event};
+use consumer_membership::config::{GroupConfig, GroupProtocol};
+use consumer_membership::core::TopicPartition;
+use consumer_membership::core::events::{CloseOptions, CommitOffset, Event};
 use consumer_membership::core::io::{Request, Target};
 use consumer_membership::core::metadata::ClusterMetadata;
-use consumer_membership::driver::GroupMember;
+use consumer_membership::driver::{GroupMember, MemberHandle};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, driver};
 use kafka_protocol::messages::ApiKey;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: consumer [--bootstrap HOST:PORT[,...]] [--group GROUP] [--topic TOPIC] [--instance-id ID] [--seconds N]"
+        "usage: consumer [--bootstrap HOST:PORT[,...]] [--group GROUP] [--topic TOPIC] [--instance-id ID]\n\
+         \x20               [--protocol classic|consumer|auto] [--produce N] [--seconds N] [--max-records N]"
     );
     std::process::exit(2)
 }
@@ -48,6 +56,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut topic: Option<String> = None;
     let mut instance_id: Option<String> = None;
     let mut seconds: Option<u64> = None;
+    let mut protocol = GroupProtocol::Classic;
+    let mut produce: usize = 0;
+    let mut max_records: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -61,6 +72,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         .and_then(|s| s.parse().ok())
                         .unwrap_or_else(|| usage()),
                 )
+            }
+            "--produce" => {
+                produce = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| usage())
+            }
+            "--max-records" => {
+                max_records = Some(
+                    args.next()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or_else(|| usage()),
+                )
+            }
+            "--protocol" => {
+                protocol = match args.next().as_deref() {
+                    Some("classic") => GroupProtocol::Classic,
+                    Some("consumer") => GroupProtocol::Consumer,
+                    Some("auto") => GroupProtocol::Auto,
+                    _ => usage(),
+                }
             }
             _ => usage(),
         }
@@ -129,12 +161,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             config.request_timeout,
         )
         .await?;
+    if produce > 0 {
+        produce_demo_records(&transport, &topic, produce, config.request_timeout).await?;
+    }
+
     let mut group_config = GroupConfig::new(&group);
     group_config.instance_id = instance_id;
+    group_config.protocol = protocol;
     // A transport of its own: the member's JoinGroup may be parked by the broker for a while.
     let member_transport = Arc::new(TcpTransport::new(config.clone()));
     let mut member = GroupMember::start(member_transport, group_config)?;
     member.subscribe([topic]).await?;
+    let handle = member.handle();
+
     let stop = async {
         match seconds {
             Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
@@ -142,27 +181,228 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     tokio::pin!(stop);
+    // Next offset to fetch for each owned partition.
+    let mut positions: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    let mut consumed = 0usize;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     loop {
         tokio::select! {
             _ = &mut stop => break,
             event = member.next_event() => match event {
+                Some(Event::Assigned { added, owned, generation }) => {
+                    println!("assigned {added:?} (generation/epoch {generation}, owns {} partitions)", owned.len());
+                    start_positions(&handle, &transport, &added, &mut positions, config.request_timeout).await;
+                }
                 Some(Event::Revoking { partitions, ticket }) => {
-                    println!("revoking {partitions:?}");
-                    // A real consumer commits the offsets it processed here, then hands the ticket back.
+                    // Commit what was consumed of the partitions going away, then hand the ticket back.
+                    commit(&handle, &positions, Some(&partitions)).await;
+                    for p in &partitions {
+                        positions.remove(p);
+                    }
+                    println!("revoked {partitions:?}");
                     member.complete_revocation(ticket).await?;
                 }
+                Some(Event::Revoked { partitions } | Event::Lost { partitions, .. }) => {
+                    for p in &partitions {
+                        positions.remove(p);
+                    }
+                }
                 Some(Event::Fatal(e)) => return Err(e.into()),
-                Some(event) => println!("{event:?}"),
+                Some(Event::StateChanged { from, to, reason, member_id, generation }) => {
+                    println!("member {member_id}: {from} -> {to} ({reason}), generation/epoch {generation}");
+                }
+                Some(_) => {}
                 None => break,
             },
+            _ = tick.tick() => {
+                let got = fetch_once(&transport, &mut positions, &config).await;
+                if got > 0 {
+                    consumed += got;
+                    commit(&handle, &positions, None).await;
+                }
+                if max_records.is_some_and(|n| consumed >= n) {
+                    break;
+                }
+            }
         }
     }
+    commit(&handle, &positions, None).await;
     if let Some(s) = member.snapshot().await {
         println!(
-            "closing: member {} generation {} owns {:?}",
+            "closing: consumed {consumed} records; member {} generation/epoch {} owns {:?}",
             s.member_id, s.generation, s.assignment
         );
     }
     member.close(CloseOptions::Default).await;
+    Ok(())
+}
+
+/// Where to start each newly assigned partition: its committed offset, else the earliest.
+async fn start_positions(
+    handle: &MemberHandle,
+    transport: &TcpTransport,
+    added: &[TopicPartition],
+    positions: &mut BTreeMap<TopicPartition, i64>,
+    timeout: std::time::Duration,
+) {
+    if added.is_empty() {
+        return;
+    }
+    let committed = handle.committed(added.to_vec()).await.unwrap_or_default();
+    let mut missing = Vec::new();
+    for tp in added {
+        match committed.get(tp).and_then(|c| c.offset) {
+            Some(offset) => drop(positions.insert(tp.clone(), offset)),
+            None => missing.push(tp.clone()),
+        }
+    }
+    if missing.is_empty() {
+        return;
+    }
+    let topics: Vec<String> = missing.iter().map(|tp| tp.topic.clone()).collect();
+    let Ok(leaders) = fetch::leaders(transport, &topics, timeout).await else {
+        return;
+    };
+    for tp in missing {
+        let Ok(leader) = leaders.leader(&tp) else {
+            continue;
+        };
+        if let Ok(offsets) = fetch::list_offsets(
+            transport,
+            leader,
+            std::slice::from_ref(&tp),
+            fetch::OffsetReset::Earliest,
+            timeout,
+        )
+        .await
+            && let Some(Ok(offset)) = offsets.get(&tp)
+        {
+            positions.insert(tp, *offset);
+        }
+    }
+}
+
+/// One fetch round over every owned partition; prints the records and returns how many.
+async fn fetch_once(
+    transport: &TcpTransport,
+    positions: &mut BTreeMap<TopicPartition, i64>,
+    config: &ClientConfig,
+) -> usize {
+    if positions.is_empty() {
+        return 0;
+    }
+    let topics: Vec<String> = positions.keys().map(|tp| tp.topic.clone()).collect();
+    let Ok(leaders) = fetch::leaders(transport, &topics, config.request_timeout).await else {
+        return 0;
+    };
+    let mut by_leader: BTreeMap<
+        i32,
+        (
+            consumer_membership::core::io::Broker,
+            Vec<(TopicPartition, i64)>,
+        ),
+    > = BTreeMap::new();
+    for (tp, offset) in positions.iter() {
+        if let Ok(leader) = leaders.leader(tp) {
+            by_leader
+                .entry(leader.node_id)
+                .or_insert_with(|| (leader.clone(), Vec::new()))
+                .1
+                .push((tp.clone(), *offset));
+        }
+    }
+    let options = fetch::FetchOptions {
+        max_wait: std::time::Duration::from_millis(100),
+        ..Default::default()
+    };
+    let mut count = 0;
+    for (leader, wanted) in by_leader.values() {
+        let Ok(answers) = fetch::fetch(transport, leader, wanted, &options).await else {
+            continue;
+        };
+        for (tp, answer) in answers {
+            let Ok(fetched) = answer else { continue };
+            for r in &fetched.records {
+                let value = r
+                    .value
+                    .as_deref()
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default();
+                println!("{tp}@{}: {value}", r.offset);
+                count += 1;
+            }
+            if let Some(next) = fetched.next_offset
+                && let Some(p) = positions.get_mut(&tp)
+            {
+                *p = next;
+            }
+        }
+    }
+    count
+}
+
+/// Commits the positions (of `only`, when given); a failure is printed, not fatal.
+async fn commit(
+    handle: &MemberHandle,
+    positions: &BTreeMap<TopicPartition, i64>,
+    only: Option<&[TopicPartition]>,
+) {
+    let offsets: Vec<CommitOffset> = positions
+        .iter()
+        .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
+        .map(|(tp, offset)| CommitOffset {
+            partition: tp.clone(),
+            offset: *offset,
+            metadata: None,
+        })
+        .collect();
+    if offsets.is_empty() {
+        return;
+    }
+    match handle.commit(offsets).await {
+        Ok(()) => {}
+        Err(e) => eprintln!("commit failed: {e}"),
+    }
+}
+
+/// A record's key and value.
+type KeyValue = (Option<bytes::Bytes>, Option<bytes::Bytes>);
+
+/// Writes `n` records "record-0".."record-{n-1}" round robin over the topic's partitions.
+async fn produce_demo_records(
+    transport: &TcpTransport,
+    topic: &str,
+    n: usize,
+    timeout: std::time::Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    // A fresh auto-created topic may need a moment for its leader.
+    let mut leaders = fetch::leaders(transport, &[topic.to_owned()], timeout).await?;
+    for _ in 0..50 {
+        if !leaders.partitions_of(topic).is_empty()
+            && leaders.partitions.values().all(|l| l.is_some())
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        leaders = fetch::leaders(transport, &[topic.to_owned()], timeout).await?;
+    }
+    let partitions = leaders.partitions_of(topic);
+    if partitions.is_empty() {
+        return Err(format!("topic {topic} has no partitions").into());
+    }
+    let mut per_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+    for i in 0..n {
+        let p = partitions[i % partitions.len()];
+        per_partition
+            .entry(p)
+            .or_default()
+            .push((None, Some(bytes::Bytes::from(format!("record-{i}")))));
+    }
+    for (p, records) in per_partition {
+        let tp = TopicPartition::new(topic, p);
+        let leader = leaders.leader(&tp)?;
+        fetch::produce(transport, leader, &tp, &records, timeout).await?;
+    }
+    println!("produced {n} records to {topic}");
     Ok(())
 }

@@ -38,6 +38,66 @@ async fn consumer_protocol_consumes_commits_and_resumes() {
     scenario("consumer").await;
 }
 
+/// README's first command runs `examples/consumer.rs`: it consumes what was produced, commits,
+/// and a restart resumes from the committed offsets (both protocols).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_consumer_consumes_commits_and_resumes() {
+    let Some(bootstrap) = common::bootstrap() else {
+        return;
+    };
+    let exe = build_example("consumer");
+    for protocol in ["classic", "consumer"] {
+        let topic = common::unique("example");
+        let (t, _) = transport(&bootstrap);
+        common::create_topic(&*t, &topic, PARTITIONS).await;
+        produce(&bootstrap, &topic, 0..30).await;
+        let group = common::unique("example");
+        let run = |max: usize| {
+            let out = Command::new(&exe)
+                .args([
+                    "--bootstrap",
+                    &bootstrap,
+                    "--group",
+                    &group,
+                    "--topic",
+                    &topic,
+                ])
+                .args([
+                    "--protocol",
+                    protocol,
+                    "--max-records",
+                    &max.to_string(),
+                    "--seconds",
+                    "60",
+                ])
+                .output()
+                .expect("run the example");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{protocol}: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let values: BTreeSet<String> = stdout
+                .lines()
+                .filter_map(|l| l.split_once(": ").map(|(_, v)| v.to_owned()))
+                .filter(|v| v.starts_with("value-"))
+                .collect();
+            (values, stdout)
+        };
+        let (first, out) = tokio::task::block_in_place(|| run(30));
+        let want: BTreeSet<String> = (0..30).map(|i| format!("value-{i}")).collect();
+        assert_eq!(first, want, "{protocol}: all 30 records consumed\n{out}");
+        produce(&bootstrap, &topic, 30..40).await;
+        let (second, out) = tokio::task::block_in_place(|| run(10));
+        let want: BTreeSet<String> = (30..40).map(|i| format!("value-{i}")).collect();
+        assert_eq!(
+            second, want,
+            "{protocol}: the restart resumes at the committed offsets\n{out}"
+        );
+    }
+}
+
 async fn scenario(protocol: &str) {
     let Some(bootstrap) = bootstrap() else { return };
     let (t, _) = transport(&bootstrap);
@@ -331,7 +391,14 @@ const CARGO_SET: &[&str] = &[
 fn example_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY
-        .get_or_init(|| {
+        .get_or_init(|| build_example("verifiable_consumer"))
+        .clone()
+}
+
+/// Builds `examples/<name>.rs` with cargo and returns its executable.
+fn build_example(name: &str) -> PathBuf {
+    {
+        {
             let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
             let mut cmd = Command::new(env!("CARGO"));
             // Not the variables Cargo set for this test: build scripts that watch one (ring
@@ -347,7 +414,7 @@ fn example_binary() -> PathBuf {
                     cmd.env_remove(&*key);
                 }
             }
-            cmd.args(["build", "--example", "verifiable_consumer"])
+            cmd.args(["build", "--example", name])
                 .args(["--message-format", "json-render-diagnostics"])
                 .arg("--manifest-path")
                 .arg(&manifest);
@@ -364,11 +431,8 @@ fn example_binary() -> PathBuf {
             let out = cmd
                 .stderr(Stdio::inherit())
                 .output()
-                .expect("run cargo build --example verifiable_consumer");
-            assert!(
-                out.status.success(),
-                "cargo build --example verifiable_consumer failed"
-            );
+                .expect("run cargo build --example");
+            assert!(out.status.success(), "cargo build --example {name} failed");
             let stdout = String::from_utf8_lossy(&out.stdout);
             stdout
                 .lines()
@@ -377,12 +441,12 @@ fn example_binary() -> PathBuf {
                 .filter(|m| {
                     m.get("target")
                         .and_then(|t| t.str("name"))
-                        .is_some_and(|n| n == "verifiable_consumer")
+                        .is_some_and(|n| n == name)
                 })
                 .find_map(|m| m.str("executable").map(PathBuf::from))
                 .expect("cargo reported the example's executable")
-        })
-        .clone()
+        }
+    }
 }
 
 /// One line of the example's stdout.
