@@ -462,7 +462,18 @@ impl ClassicMember {
         self.advance(now);
         self.next_op += 1;
         let id = CommitId(self.next_op);
-        let refuse = match &self.phase {
+        match self.commit_refusal() {
+            Some(e) => self
+                .events
+                .push_back(Event::Committed { id, result: Err(e) }),
+            None => self.queued.push_back(Queued::Commit { id, offsets }),
+        }
+        id
+    }
+
+    /// Why a commit cannot go out now, if it cannot.
+    fn commit_refusal(&self) -> Option<CommitError> {
+        match &self.phase {
             Phase::Closed | Phase::Fatal(_) => Some(CommitError::Stopped(self.phase.name().into())),
             // The Java client commits only with a stable generation (generationIfStable); while
             // revoking the member still holds its generation, so commits go through.
@@ -474,14 +485,7 @@ impl ClassicMember {
             _ => Some(CommitError::NotMember {
                 reason: "the member has no generation".into(),
             }),
-        };
-        match refuse {
-            Some(e) => self
-                .events
-                .push_back(Event::Committed { id, result: Err(e) }),
-            None => self.queued.push_back(Queued::Commit { id, offsets }),
         }
-        id
     }
 
     /// Fetches the committed offsets of `partitions` (RequireStable, so pending transactional
@@ -535,7 +539,18 @@ impl ClassicMember {
         if self.stopped() || matches!(self.phase, Phase::Leaving { .. }) {
             return None;
         }
-        if let Some(q) = self.queued.pop_front() {
+        while let Some(q) = self.queued.pop_front() {
+            // The member may have left its generation while a commit waited for the coordinator:
+            // it must not go out with whatever identity the member has now.
+            if let Queued::Commit { id, .. } = &q
+                && let Some(e) = self.commit_refusal()
+            {
+                self.events.push_back(Event::Committed {
+                    id: *id,
+                    result: Err(e),
+                });
+                continue;
+            }
             return Some(self.build_queued(q, &coordinator));
         }
         if let Phase::Rejoin { not_before, .. } = self.phase {

@@ -750,6 +750,11 @@ impl ConsumerMember {
     }
 
     fn finish_leave(&mut self, then: AfterLeave) {
+        // A leave that was not confirmed leaves an earlier join registered: the broker may still
+        // hold this member under its instance id.
+        if self.join_sent || self.epoch > 0 {
+            self.may_be_registered = true;
+        }
         self.epoch = 0;
         self.known = None;
         self.target = None;
