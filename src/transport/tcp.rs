@@ -36,6 +36,8 @@ pub struct TcpTransport {
 struct Inner {
     config: ClientConfig,
     slots: Mutex<HashMap<Key, Slot>>,
+    /// Where the next connect starts in an address list (bootstrap rotation).
+    next_address: std::sync::atomic::AtomicUsize,
     #[cfg(feature = "tls")]
     tls: std::sync::OnceLock<Result<tokio_rustls::TlsConnector, TransportError>>,
 }
@@ -59,6 +61,7 @@ impl TcpTransport {
             inner: Arc::new(Inner {
                 config,
                 slots: Mutex::new(HashMap::new()),
+                next_address: std::sync::atomic::AtomicUsize::new(0),
                 #[cfg(feature = "tls")]
                 tls: std::sync::OnceLock::new(),
             }),
@@ -122,10 +125,20 @@ impl TcpTransport {
         timeout: Duration,
     ) -> Result<Connection, TransportError> {
         let cfg = &self.inner.config;
-        let attempt = std::sync::atomic::AtomicUsize::new(0);
         let last = Mutex::new(String::from("no address to connect to"));
+        // With several addresses, one attempt gets a third of the time, so a broker that accepts
+        // the connection but never answers (frozen) does not keep the others from being tried.
+        let attempt_timeout = if addrs.len() > 1 {
+            timeout / 3
+        } else {
+            timeout
+        };
         let once = || async {
-            let i = attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // The rotation carries over between connects: the next one starts at the next address.
+            let i = self
+                .inner
+                .next_address
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let addr = addrs.get(i % addrs.len().max(1)).cloned().ok_or_else(|| {
                 TransportError::Connect {
                     addr: String::new(),
@@ -144,17 +157,26 @@ impl TcpTransport {
                 .rsplit_once(':')
                 .map_or(addr.as_str(), |(h, _)| h)
                 .to_owned();
-            let io = self.secure(&host, stream).await?;
-            let conn = Connection::establish(
-                io,
-                addr,
-                cfg.client_id.clone(),
-                cfg.max_response_size,
-                timeout,
-            )
-            .await?;
-            self.authenticate(&conn, timeout).await?;
-            Ok(conn)
+            let setup = async {
+                let io = self.secure(&host, stream).await?;
+                let conn = Connection::establish(
+                    io,
+                    addr.clone(),
+                    cfg.client_id.clone(),
+                    cfg.max_response_size,
+                    attempt_timeout,
+                )
+                .await?;
+                self.authenticate(&conn, attempt_timeout).await?;
+                Ok(conn)
+            };
+            match tokio::time::timeout(attempt_timeout, setup).await {
+                Ok(result) => result,
+                Err(_) => Err(TransportError::Connect {
+                    addr,
+                    reason: format!("no answer to the connection setup within {attempt_timeout:?}"),
+                }),
+            }
         };
         let backoff = ExponentialBuilder::default()
             .with_min_delay(cfg.reconnect_backoff)

@@ -387,3 +387,4 @@ pub async fn wait_balanced(
     }
 }
 pub mod java_peer;
+pub mod proxy;
