@@ -1,12 +1,21 @@
 #![cfg(feature = "sim")]
-//! Random schedules: 2-3 classic members (static and dynamic) against the simulated coordinator,
+//! Random schedules: 2-3 members (static and dynamic; classic in about half of the schedules,
+//! KIP-848 consumer protocol in the other half) against the simulated coordinator,
 //! with random faults (answer delays, drops and duplicates, coordinator stalls, operations failed
 //! by the coordinator runtime, connection resets, unsubscribe/resubscribe, application poll
-//! pauses, close + restart with the same instance id). The world checks its invariants after every
-//! step (FENCED_INSTANCE_ID only when another process holds the instance id; no partition owned
-//! by two live members of the same generation; a member's generation never goes backwards under
-//! one member id; every answer encodes at its version); once the faults stop every member must
-//! reach Stable within a bound. A panic is a violation too.
+//! pauses, close + restart with the same instance id; a restarted KIP-848 process has a new
+//! member id, KIP-1082). The world checks its invariants after every step, per protocol (see
+//! `World::violations`): classic, FENCED_INSTANCE_ID only when another process holds the instance
+//! id, no partition owned by two live members of the same generation, a generation never goes
+//! backwards under one member id; KIP-848, FENCED_INSTANCE_ID only when another process's member
+//! id holds the instance id, the member epoch never decreases except to 0, no partition owned by
+//! two live members at any instant (zombies the coordinator removed aside) and a member owns only
+//! what the coordinator assigned to it or awaits it to revoke, the coordinator's own invariants;
+//! every answer encodes at its version. Once the faults stop every member must reach Stable
+//! within a bound, or have stopped on a legitimate fatal error: FENCED_INSTANCE_ID, or KIP-848
+//! UNRELEASED_INSTANCE_ID while another process's member id holds the instance id (a restarted
+//! static member whose predecessor did not leave with -2). A panic is a violation too. Protocol
+//! hazards the broker's rules allow (`World::hazards`) are counted and printed, not failures.
 //!
 //! `SIM_SEEDS` (default 10,000) and `SIM_SEED_OFFSET` (default 0) pick the seeds. A failing seed is
 //! replayed with the trace on and printed.
@@ -14,8 +23,11 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
-use consumer_membership::config::GroupConfig;
+use consumer_membership::MemberId;
+use consumer_membership::config::{GroupConfig, GroupProtocol};
+use consumer_membership::core::consumer::ConsumerMember;
 use consumer_membership::core::events::CloseOptions;
+use consumer_membership::core::member::Member;
 use consumer_membership::sim::codes;
 use consumer_membership::sim::network::NetConfig;
 use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
@@ -31,6 +43,42 @@ const SETTLE: Duration = Duration::from_secs(90);
 struct Spec {
     name: String,
     config: GroupConfig,
+}
+
+/// A fresh process for `spec`: a classic member (with the Java reset policy when asked), or a
+/// consumer-protocol member.
+fn add_or_restart(w: &mut World, h: Option<MemberHandle>, spec: &Spec) -> MemberHandle {
+    if spec.config.protocol == GroupProtocol::Consumer {
+        // A KIP-1082 member id drawn from the process's seed, so a schedule replays.
+        let mut bytes = [0u8; 16];
+        ChaCha8Rng::seed_from_u64(spec.config.seed.unwrap_or_default() ^ 0x1d1d).fill(&mut bytes);
+        let id = MemberId::from_bytes(bytes).expect("not a reserved id");
+        let m =
+            ConsumerMember::with_member_id(spec.config.clone(), id, w.now()).expect("valid config");
+        let m = Member::Consumer(m);
+        match h {
+            Some(h) => {
+                w.restart(h, Box::new(m));
+                h
+            }
+            None => w.add_member(&spec.name, Box::new(m)),
+        }
+    } else {
+        match h {
+            Some(h) => {
+                w.restart_classic(h, spec.config.clone(), |m| {
+                    m.set_java_reset_policy(java_policy())
+                })
+                .expect("valid config");
+                h
+            }
+            None => w
+                .add_classic(&spec.name, spec.config.clone(), |m| {
+                    m.set_java_reset_policy(java_policy())
+                })
+                .expect("valid config"),
+        }
+    }
 }
 
 fn member_config(
@@ -81,21 +129,30 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
     sim.close_on_coordinator_loss = rng.random_bool(0.7);
     sim.revocation_delay = Duration::from_millis(rng.random_range(0..=200));
     sim.net = faulty_net(&mut rng);
-    let mut w = World::new(sim);
     let n = rng.random_range(2..=3);
     let cooperative = rng.random_bool(0.3);
+    let consumer_protocol = rng.random_bool(0.5) && !java_policy();
+    if consumer_protocol {
+        // Broker-side KIP-848 timers (lowered minimums, as in tests against a real broker), so
+        // sessions and rebalance timeouts expire within a schedule.
+        sim.coordinator.consumer_session_timeout =
+            Duration::from_millis(rng.random_range(6_000..=10_000));
+        sim.coordinator.consumer_heartbeat_interval = Duration::from_millis(2_000);
+    }
+    let mut w = World::new(sim);
     let mut specs = Vec::new();
     let mut handles = Vec::new();
     for i in 0..n {
         let name = format!("m{i}");
         let static_member = rng.random_bool(0.6);
-        let config = member_config(&mut rng, &name, static_member, cooperative);
-        let java = java_policy();
-        let h = w
-            .add_classic(&name, config.clone(), |m| m.set_java_reset_policy(java))
-            .expect("valid config");
-        specs.push(Spec { name, config });
-        handles.push(h);
+        let mut config = member_config(&mut rng, &name, static_member, cooperative);
+        if consumer_protocol {
+            config.protocol = GroupProtocol::Consumer;
+            config.assignors = vec!["range".into()];
+        }
+        let spec = Spec { name, config };
+        handles.push(add_or_restart(&mut w, None, &spec));
+        specs.push(spec);
     }
     for (i, h) in handles.iter().enumerate() {
         let topics: &[&str] = if i % 2 == 0 { &["t", "u"] } else { &["t"] };
@@ -140,11 +197,10 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
             5 => w.schedule(at, move |w| {
                 if w.alive(h) {
                     w.close(h, CloseOptions::Default);
-                    let mut config = spec.config.clone();
-                    config.seed = Some(restart_seed);
+                    let mut spec = spec.clone();
+                    spec.config.seed = Some(restart_seed);
                     w.schedule(w.elapsed() + short, move |w| {
-                        w.restart_classic(h, config, |m| m.set_java_reset_policy(java_policy()))
-                            .expect("valid config");
+                        add_or_restart(w, Some(h), &spec);
                         w.subscribe(h, &["t"]);
                     });
                 }
@@ -168,16 +224,14 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
             _ => w.schedule(at, move |w| {
                 // Crash without a word, restart with the same instance id.
                 w.kill(h);
-                let mut config = spec.config.clone();
-                config.seed = Some(restart_seed);
+                let mut spec = spec.clone();
+                spec.config.seed = Some(restart_seed);
                 w.schedule(w.elapsed() + short, move |w| {
-                    w.restart_classic(h, config, |m| m.set_java_reset_policy(java_policy()))
-                        .expect("valid config");
+                    add_or_restart(w, Some(h), &spec);
                     w.subscribe(h, &["t"]);
                 });
             }),
         }
-        let _ = &spec.name;
     }
     // The faults stop: a quiet network from then on.
     w.schedule(FAULTS, |w| {
@@ -247,8 +301,18 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World) {
         if w.alive(*h)
             && let Some(e) = w.member(*h).fatal_error()
         {
-            // Fatal is fine only after a legitimate fence (a violation is recorded otherwise).
-            if !matches!(e, consumer_membership::GroupError::FencedInstanceId { .. }) {
+            // Fatal is fine only after a legitimate fence (a violation is recorded otherwise),
+            // or, KIP-848, UNRELEASED_INSTANCE_ID while another process's member id holds the
+            // instance id (a restarted static member whose predecessor did not leave with -2:
+            // the broker refuses it until that session expires, and the Java client stops).
+            let legit = match e {
+                consumer_membership::GroupError::FencedInstanceId { .. } => true,
+                consumer_membership::GroupError::UnreleasedInstanceId { .. } => {
+                    w.unreleased_by_other_process(*h)
+                }
+                _ => false,
+            };
+            if !legit {
                 problems.push(format!("fatal: member stopped: {e}"));
             }
         }
@@ -273,27 +337,37 @@ fn random_schedules_keep_the_invariants() {
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(1, 8) as u64;
-    let results: Vec<(u64, Vec<String>)> = std::thread::scope(|s| {
+    // Per seed: its problems, its protocol hazards (World::hazards: allowed by the broker's
+    // rules, reported, not failures), and whether it ran KIP-848 members.
+    let outcomes: Vec<(u64, Vec<String>, usize, bool)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
                     let mut out = Vec::new();
                     let mut seed = offset + t;
                     while seed < offset + seeds {
-                        let r = catch_unwind(AssertUnwindSafe(|| run(seed, false).0));
-                        let problems = match r {
-                            Ok(p) => p,
-                            Err(e) => vec![format!(
-                                "panic: {:?}",
-                                e.downcast_ref::<String>()
-                                    .cloned()
-                                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                                    .unwrap_or_default()
-                            )],
+                        let r = catch_unwind(AssertUnwindSafe(|| {
+                            let (problems, w) = run(seed, false);
+                            let consumer = w.coordinator().consumer_epochs().is_some();
+                            (problems, w.hazards().len(), consumer)
+                        }));
+                        let (problems, hazards, consumer) = match r {
+                            Ok(x) => x,
+                            Err(e) => (
+                                vec![format!(
+                                    "panic: {:?}",
+                                    e.downcast_ref::<String>()
+                                        .cloned()
+                                        .or_else(|| {
+                                            e.downcast_ref::<&str>().map(|s| s.to_string())
+                                        })
+                                        .unwrap_or_default()
+                                )],
+                                0,
+                                false,
+                            ),
                         };
-                        if !problems.is_empty() {
-                            out.push((seed, problems));
-                        }
+                        out.push((seed, problems, hazards, consumer));
                         seed += threads;
                     }
                     out
@@ -305,21 +379,46 @@ fn random_schedules_keep_the_invariants() {
             .flat_map(|h| h.join().expect("worker"))
             .collect()
     });
+    let consumer = outcomes.iter().filter(|o| o.3).count();
+    let hazard_seeds: Vec<u64> = outcomes.iter().filter(|o| o.2 > 0).map(|o| o.0).collect();
+    let results: Vec<(u64, Vec<String>)> = outcomes
+        .into_iter()
+        .filter(|o| !o.1.is_empty())
+        .map(|o| (o.0, o.1))
+        .collect();
     let violations: usize = results.iter().map(|(_, p)| p.len()).sum();
     println!(
-        "{seeds} schedules, {violations} violations ({} failing seeds) in {:?}",
+        "{seeds} schedules ({consumer} with KIP-848 members), {violations} violations ({} failing seeds) in {:?}",
         results.len(),
         started.elapsed()
     );
-    // Group the problems by their kind: the words before the first quote or bracket, digits
-    // dropped.
+    if !hazard_seeds.is_empty() {
+        println!(
+            "  {} schedules hit a protocol hazard the broker allows (World::hazards; not a failure; seeds {:?})",
+            hazard_seeds.len(),
+            &hazard_seeds[..hazard_seeds.len().min(8)]
+        );
+    }
+    // Group the problems by their kind: the words before the first quote or bracket (the
+    // message up to the first quote for violations), digits and member ids dropped.
     let mut by_kind: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     for (seed, problems) in &results {
         for p in problems {
-            let kind: String = p
-                .split(['"', '[', '('])
-                .next()
-                .unwrap_or_default()
+            let head = if p.starts_with("violation") {
+                p.split('"').next().unwrap_or_default()
+            } else {
+                p.split(['"', '[', '(']).next().unwrap_or_default()
+            };
+            let words: Vec<&str> = head
+                .split_whitespace()
+                .map(|w| {
+                    // Member ids: long base64 words (error names are upper case only).
+                    let id = w.len() >= 16 && w.chars().any(|c| c.is_ascii_lowercase());
+                    if id { "<id>" } else { w }
+                })
+                .collect();
+            let kind: String = words
+                .join(" ")
                 .chars()
                 .filter(|c| !c.is_ascii_digit() && *c != '.')
                 .collect();
@@ -333,7 +432,7 @@ fn random_schedules_keep_the_invariants() {
         println!(
             "  {} x {kind} (seeds {:?})",
             seeds.len(),
-            &seeds[..seeds.len().min(8)]
+            &seeds[..seeds.len().min(24)]
         );
     }
     if let Some((seed, problems)) = results.iter().min_by_key(|(s, _)| *s) {
@@ -372,4 +471,5 @@ fn replay_one_seed() {
     let (problems, w) = run(seed, true);
     println!("{}", w.trace_text());
     println!("seed {seed}: {problems:#?}");
+    println!("hazards: {:#?}", w.hazards());
 }

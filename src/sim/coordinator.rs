@@ -25,14 +25,27 @@
 //! - OffsetCommit (`OffsetMetadataManager.commitOffset`, `ClassicGroup.validateOffsetCommit`) and
 //!   OffsetFetch.
 //!
-//! KIP-848 consumer groups (`GroupMetadataManager.consumerGroupHeartbeat`) are modelled in a
-//! reduced form: see [`SimCoordinator`]'s docs on `ConsumerGroupHeartbeat`.
+//! KIP-848 consumer group rules modelled (`GroupMetadataManager.java`,
+//! `modern/consumer/CurrentAssignmentBuilder.java`, `modern/consumer/ConsumerGroup.java`; see
+//! [`SimCoordinator`]'s docs): `consumerGroupHeartbeat` with the member lookups
+//! (`getOrMaybeSubscribeDynamicConsumerGroupMember`, `getOrMaybeSubscribeStaticConsumerGroupMember`,
+//! `throwIfConsumerGroupMemberEpochIsInvalid` with KAFKA-19233, `throwIfInstanceIdIsUnreleased`,
+//! `throwIfInstanceIdIsFenced`, `throwIfStaticMemberIsUnknown`, `replaceMember`), the group epoch
+//! and target assignment (`hasMemberSubscriptionChanged`, `updateTargetAssignment`), the
+//! reconciliation with its revocation phase (`maybeReconcile`, `CurrentAssignmentBuilder.build` /
+//! `computeNextAssignment` / `ownsRevokedPartitions`, `ConsumerGroup.currentPartitionEpoch`),
+//! leaves (`consumerGroupLeave`, `consumerGroupStaticMemberGroupLeave`,
+//! `consumerGroupFenceMember`) and timers (`scheduleConsumerGroupSessionTimeout`,
+//! `scheduleConsumerGroupRebalanceTimeout`).
 //!
 //! Simplified: one group per coordinator (other group ids get NOT_COORDINATOR); appends never
 //! fail; no group deletion (`Dead`) and no coordinator failover; a request to a group that does
 //! not exist yet with a member id is answered UNKNOWN_MEMBER_ID for every API (the new
-//! coordinator answers some with GROUP_ID_NOT_FOUND); the assignment in a KIP-848 group is a
-//! round-robin over partitions computed at once (no assignment interval, no offloading).
+//! coordinator answers some with GROUP_ID_NOT_FOUND); the target assignment of a KIP-848 group
+//! is a round-robin over partitions (not the `uniform` / `range` assignors), computed by the
+//! first heartbeat after the group epoch moved (no assignment interval, no offloading); regular
+//! expression subscriptions, the 4.3+ per-partition assignment epochs and online migration
+//! between classic and consumer groups are not modelled.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -68,6 +81,9 @@ use rand_chacha::ChaCha8Rng;
 use super::ConnId;
 use super::codes::*;
 use crate::core::io::api_key_of;
+
+/// `LEAVE_GROUP_STATIC_MEMBER_EPOCH`.
+const STATIC_LEAVE_EPOCH: i32 = -2;
 
 /// Settings of a [`SimCoordinator`]. Defaults are the broker's, except
 /// `group.initial.rebalance.delay.ms` (0, as the design notes advise for tests).
@@ -424,22 +440,129 @@ impl ClassicGroup {
     }
 }
 
-/// A KIP-848 member (`ConsumerGroupMember`), reduced to what membership needs.
-#[derive(Debug, Clone)]
+/// A partition of a KIP-848 group: topic name and partition index.
+type Tp = (String, i32);
+
+/// `MemberState` of a KIP-848 member (apache/kafka `modern/MemberState.java`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CgState {
+    /// Reconciled to its epoch's assignment, or nothing to wait for.
+    Stable,
+    /// Waiting for the member to acknowledge (by leaving them out of its owned partitions) the
+    /// revocation of `pending_revocation`; the member stays in its epoch meanwhile.
+    UnrevokedPartitions,
+    /// In the target epoch, waiting for partitions other members still hold.
+    UnreleasedPartitions,
+}
+
+impl CgState {
+    fn name(self) -> &'static str {
+        match self {
+            CgState::Stable => "STABLE",
+            CgState::UnrevokedPartitions => "UNREVOKED_PARTITIONS",
+            CgState::UnreleasedPartitions => "UNRELEASED_PARTITIONS",
+        }
+    }
+}
+
+/// A KIP-848 member (`ConsumerGroupMember`), reduced to what membership and the reconciliation
+/// need.
+#[derive(Debug, Clone, PartialEq)]
 struct ConsumerMemberState {
     instance_id: Option<String>,
     epoch: i32,
     previous_epoch: i32,
+    state: CgState,
     topics: Vec<String>,
-    assigned: BTreeSet<(String, i32)>,
+    rebalance_timeout_ms: i32,
+    /// `assignedPartitions`: what the member owns (or may own) in its epoch.
+    assigned: BTreeSet<Tp>,
+    /// `partitionsPendingRevocation`: still owned by the member until it acknowledges.
+    pending_revocation: BTreeSet<Tp>,
+}
+
+impl ConsumerMemberState {
+    /// `ConsumerGroup.getOrMaybeCreateMember`: a new member, epoch 0, STABLE, nothing assigned.
+    fn new() -> Self {
+        Self {
+            instance_id: None,
+            epoch: 0,
+            previous_epoch: 0,
+            state: CgState::Stable,
+            topics: Vec::new(),
+            rebalance_timeout_ms: -1,
+            assigned: BTreeSet::new(),
+            pending_revocation: BTreeSet::new(),
+        }
+    }
+
+    /// `ModernGroupMember.isReconciledTo`.
+    fn is_reconciled_to(&self, target_epoch: i32) -> bool {
+        self.state == CgState::Stable && self.epoch == target_epoch
+    }
+
+    /// `ConsumerGroupMember.Builder.updateMemberEpoch`: the previous epoch becomes the current one.
+    fn update_epoch(&mut self, epoch: i32) {
+        self.previous_epoch = self.epoch;
+        self.epoch = epoch;
+    }
 }
 
 /// A KIP-848 group (`ConsumerGroup`), reduced.
 #[derive(Debug, Clone, Default)]
 struct ConsumerGroup {
+    /// The group epoch (`groupEpoch`), bumped when the membership or a subscription changes.
     epoch: i32,
+    /// The target assignment's epoch (`assignmentEpoch`); behind `epoch` until the next
+    /// heartbeat recomputes the target.
+    assignment_epoch: i32,
+    /// The target assignment, by member id (`targetAssignment`).
+    target: BTreeMap<String, BTreeSet<Tp>>,
     members: BTreeMap<String, ConsumerMemberState>,
     static_members: BTreeMap<String, String>,
+}
+
+impl ConsumerGroup {
+    /// `ConsumerGroup.currentPartitionEpoch != -1`: whether a member other than `except` holds
+    /// the partition (assigned or pending revocation, at any epoch including -2).
+    fn held_by_other(&self, tp: &Tp, except: &str) -> bool {
+        self.members.iter().any(|(id, m)| {
+            id != except && (m.assigned.contains(tp) || m.pending_revocation.contains(tp))
+        })
+    }
+
+    /// `removeMember` (tombstones for the member, its target and current assignment).
+    fn remove_member(&mut self, member_id: &str) -> Option<ConsumerMemberState> {
+        let m = self.members.remove(member_id)?;
+        self.target.remove(member_id);
+        if let Some(i) = &m.instance_id
+            && self.static_members.get(i).map(String::as_str) == Some(member_id)
+        {
+            self.static_members.remove(i);
+        }
+        Some(m)
+    }
+}
+
+/// A KIP-848 member as the coordinator sees it (for invariants and tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerMemberView {
+    /// The member id.
+    pub member_id: String,
+    /// The instance id of a static member.
+    pub instance_id: Option<String>,
+    /// The member epoch (-2 after a static member's temporary leave).
+    pub epoch: i32,
+    /// The previous member epoch.
+    pub previous_epoch: i32,
+    /// `STABLE`, `UNREVOKED_PARTITIONS` or `UNRELEASED_PARTITIONS`.
+    pub state: &'static str,
+    /// The assigned partitions (topic, partition).
+    pub assigned: Vec<(String, i32)>,
+    /// The partitions the member must still acknowledge as revoked.
+    pub pending_revocation: Vec<(String, i32)>,
+    /// The member's target assignment.
+    pub target: Vec<(String, i32)>,
 }
 
 /// One member of the group as the coordinator sees it (for tests and invariants).
@@ -453,7 +576,8 @@ pub struct MemberView {
     pub awaiting_join: bool,
     /// Whether a SyncGroup of this member is parked.
     pub awaiting_sync: bool,
-    /// The stored assignment bytes (classic) or the assigned partitions' count (consumer).
+    /// The stored assignment bytes (classic; empty for KIP-848 members, whose assignment
+    /// [`SimCoordinator::consumer_members`] shows).
     pub assignment: Bytes,
     /// KIP-848 member epoch (-1 for classic members).
     pub epoch: i32,
@@ -461,13 +585,30 @@ pub struct MemberView {
 
 /// A simulated group coordinator (sans-IO). See the module docs.
 ///
-/// `ConsumerGroupHeartbeat` (KIP-848, `GroupMetadataManager.consumerGroupHeartbeat`) is modelled
-/// for membership: epoch 0 joins (dynamic known member reused since KAFKA-19233; static with the
-/// instance held by a member whose epoch is not -2 ⇒ UNRELEASED_INSTANCE_ID, else replacement),
-/// epoch > 0 checks (unknown ⇒ UNKNOWN_MEMBER_ID; instance held by another id ⇒
-/// FENCED_INSTANCE_ID; newer than current ⇒ FENCED_MEMBER_EPOCH; older accepted only if it is the
-/// previous epoch), leave -1 (removed) and -2 (kept with epoch -2), session expiry. Assignments
-/// move in one step (no revocation phase).
+/// `ConsumerGroupHeartbeat` (KIP-848, `GroupMetadataManager.consumerGroupHeartbeat`) follows the
+/// broker's steps, each in a method named after the one it models:
+/// - the member: dynamic (`getOrMaybeSubscribeDynamicConsumerGroupMember`: created on epoch 0,
+///   reused on epoch 0 since KAFKA-19233, else UNKNOWN_MEMBER_ID / the epoch check
+///   `throwIfConsumerGroupMemberEpochIsInvalid`, which accepts the previous epoch only with owned
+///   partitions that are a subset of the assignment) or static
+///   (`getOrMaybeSubscribeStaticConsumerGroupMember`: epoch 0 with the instance held by a member
+///   whose epoch is not -2 ⇒ UNRELEASED_INSTANCE_ID even for the same member id, else the new
+///   member id replaces the old one and inherits its assignment with epochs reset to 0
+///   (`replaceMember`); other epochs: unknown instance ⇒ UNKNOWN_MEMBER_ID, instance held by
+///   another member id ⇒ FENCED_INSTANCE_ID);
+/// - the group epoch is bumped when a subscription changes (`hasMemberSubscriptionChanged`) or a
+///   member is fenced (`consumerGroupFenceMember`); the next heartbeat of any member recomputes
+///   the target assignment (`updateTargetAssignment`, here a round-robin over the members in
+///   member-id order, -2 members included: their partitions stay reserved);
+/// - the member is reconciled towards its target (`maybeReconcile` / `CurrentAssignmentBuilder`):
+///   partitions leaving a member go to `partitionsPendingRevocation` and the member stays in its
+///   epoch until a heartbeat's owned partitions no longer contain them; a partition is given to
+///   its new owner only once no other member holds it (`currentPartitionEpoch`), so ownership
+///   moves only through a revocation the old owner acknowledged, or its removal;
+/// - timers: session timeout (`scheduleConsumerGroupSessionTimeout`, removes the member) and
+///   rebalance timeout while revoking (`scheduleConsumerGroupRebalanceTimeout`);
+/// - leaves (`consumerGroupLeave`): -1 removes the member, -2 keeps a static member with epoch -2
+///   and its assignment, pending revocations cleared (`consumerGroupStaticMemberGroupLeave`).
 #[derive(Debug)]
 pub struct SimCoordinator {
     config: CoordinatorConfig,
@@ -477,6 +618,8 @@ pub struct SimCoordinator {
     consumer: Option<ConsumerGroup>,
     heartbeats: BTreeMap<String, Instant>,
     consumer_sessions: BTreeMap<String, Instant>,
+    /// `consumerGroupRebalanceTimeoutKey`: deadline and the epoch the member must leave.
+    consumer_rebalance_timeouts: BTreeMap<String, (Instant, i32)>,
     join_timer: Option<(Instant, JoinTimer)>,
     sync_timer: Option<(Instant, i32)>,
     appends: VecDeque<(Instant, Append)>,
@@ -506,6 +649,7 @@ impl SimCoordinator {
             consumer: None,
             heartbeats: BTreeMap::new(),
             consumer_sessions: BTreeMap::new(),
+            consumer_rebalance_timeouts: BTreeMap::new(),
             join_timer: None,
             sync_timer: None,
             appends: VecDeque::new(),
@@ -601,6 +745,98 @@ impl SimCoordinator {
             .unwrap_or_default()
     }
 
+    /// The KIP-848 group's members with their reconciliation state (empty without a consumer
+    /// group).
+    pub fn consumer_members(&self) -> Vec<ConsumerMemberView> {
+        let Some(c) = &self.consumer else {
+            return Vec::new();
+        };
+        c.members
+            .iter()
+            .map(|(id, m)| ConsumerMemberView {
+                member_id: id.clone(),
+                instance_id: m.instance_id.clone(),
+                epoch: m.epoch,
+                previous_epoch: m.previous_epoch,
+                state: m.state.name(),
+                assigned: m.assigned.iter().cloned().collect(),
+                pending_revocation: m.pending_revocation.iter().cloned().collect(),
+                target: c
+                    .target
+                    .get(id)
+                    .map(|t| t.iter().cloned().collect())
+                    .unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// Whether the KIP-848 group holds `member_id` (`None` when it is not a member) with the
+    /// partition assigned or pending revocation.
+    pub fn consumer_member_holds(
+        &self,
+        member_id: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Option<bool> {
+        let m = self.consumer.as_ref()?.members.get(member_id)?;
+        Some(
+            m.assigned
+                .iter()
+                .chain(&m.pending_revocation)
+                .any(|(t, p)| t == topic && *p == partition),
+        )
+    }
+
+    /// The KIP-848 group's epoch and its target assignment's epoch (`None` without a consumer
+    /// group).
+    pub fn consumer_epochs(&self) -> Option<(i32, i32)> {
+        self.consumer
+            .as_ref()
+            .map(|c| (c.epoch, c.assignment_epoch))
+    }
+
+    /// Broken invariants of the coordinator's own state, as the broker enforces them
+    /// (`ConsumerGroup.addPartitionEpochs` throws when a partition would be held by two members;
+    /// member epochs never exceed the target assignment's epoch, which never exceeds the group
+    /// epoch; the instance-id map points at members that carry that instance id).
+    pub fn check_invariants(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let Some(c) = &self.consumer else {
+            return out;
+        };
+        let mut holders: BTreeMap<&Tp, &str> = BTreeMap::new();
+        for (id, m) in &c.members {
+            for tp in m.assigned.iter().chain(&m.pending_revocation) {
+                if let Some(other) = holders.insert(tp, id) {
+                    out.push(format!(
+                        "coordinator: {}-{} held by both {other} and {id}",
+                        tp.0, tp.1
+                    ));
+                }
+            }
+            if m.epoch > c.assignment_epoch {
+                out.push(format!(
+                    "coordinator: member {id} epoch {} above the assignment epoch {}",
+                    m.epoch, c.assignment_epoch
+                ));
+            }
+        }
+        if c.assignment_epoch > c.epoch {
+            out.push(format!(
+                "coordinator: assignment epoch {} above the group epoch {}",
+                c.assignment_epoch, c.epoch
+            ));
+        }
+        for (inst, id) in &c.static_members {
+            if c.members.get(id).and_then(|m| m.instance_id.as_deref()) != Some(inst.as_str()) {
+                out.push(format!(
+                    "coordinator: instance {inst} maps to {id}, which does not carry it"
+                ));
+            }
+        }
+        out
+    }
+
     /// Whether a request of `api` is served by the group coordinator runtime (and so is held up
     /// by a coordinator stall), rather than by the broker's request handlers directly.
     pub fn is_group_api(api: ApiKey) -> bool {
@@ -644,6 +880,9 @@ impl SimCoordinator {
             consider(*t);
         }
         if let Some(t) = self.consumer_sessions.values().min() {
+            consider(*t);
+        }
+        if let Some((t, _)) = self.consumer_rebalance_timeouts.values().min() {
             consider(*t);
         }
         if let Some((t, _)) = self.join_timer {
@@ -704,6 +943,16 @@ impl SimCoordinator {
         for id in due {
             self.consumer_sessions.remove(&id);
             self.consumer_session_expired(&id);
+        }
+        let due: Vec<(String, i32)> = self
+            .consumer_rebalance_timeouts
+            .iter()
+            .filter(|(_, (t, _))| *t <= now)
+            .map(|(k, (_, e))| (k.clone(), *e))
+            .collect();
+        for (id, epoch) in due {
+            self.consumer_rebalance_timeouts.remove(&id);
+            self.consumer_rebalance_timeout_expired(&id, epoch);
         }
     }
 
@@ -2038,12 +2287,34 @@ impl SimCoordinator {
         )
     }
 
-    /// `GroupMetadataManager.consumerGroupHeartbeat` (reduced, see the type's docs).
+    /// The topic named by `id` (the simulation's topic ids are hashes of the names); ids of
+    /// unknown topics keep a placeholder name, so they still count in subset checks.
+    fn topic_name(&self, id: uuid::Uuid) -> String {
+        self.config
+            .topics
+            .iter()
+            .find(|(n, _)| topic_id(n) == id)
+            .map_or_else(|| format!("?{id}"), |(n, _)| n.clone())
+    }
+
+    /// The request's `TopicPartitions` (the partitions the member owns), `None` when left out.
+    fn owned_partitions(&self, r: &ConsumerGroupHeartbeatRequest) -> Option<BTreeSet<Tp>> {
+        r.topic_partitions.as_ref().map(|tps| {
+            tps.iter()
+                .flat_map(|t| {
+                    let name = self.topic_name(t.topic_id);
+                    t.partitions.iter().map(move |p| (name.clone(), *p))
+                })
+                .collect()
+        })
+    }
+
+    /// `GroupMetadataManager.consumerGroupHeartbeat` (see the type's docs for the steps).
     fn consumer_heartbeat(&mut self, p: Parked, r: ConsumerGroupHeartbeatRequest) {
         let member_id = r.member_id.to_string();
         let epoch = r.member_epoch;
         let instance = r.instance_id.as_ref().map(|i| i.to_string());
-        // throwIfConsumerGroupHeartbeatRequestIsInvalid.
+        // GroupCoordinatorService.throwIfConsumerGroupHeartbeatRequestIsInvalid.
         if r.group_id.0.as_str() != self.config.group_id {
             return self.reply(p, Self::cgh_error(NOT_COORDINATOR));
         }
@@ -2064,6 +2335,7 @@ impl SimCoordinator {
             // Online migration from a classic group is not modelled.
             return self.reply(p, Self::cgh_error(GROUP_ID_NOT_FOUND));
         }
+        // getOrMaybeCreateConsumerGroup: created only on epoch 0.
         if self.consumer.is_none() {
             if epoch != 0 {
                 return self.reply(p, Self::cgh_error(GROUP_ID_NOT_FOUND));
@@ -2071,222 +2343,444 @@ impl SimCoordinator {
             self.classic = None;
             self.consumer = Some(ConsumerGroup::default());
         }
-        let session = self.config.consumer_session_timeout;
-        let c = self.consumer.as_mut().expect("created");
         if epoch == -1 || epoch == -2 {
-            // Leave: validate like any request with an epoch (instance checks first).
-            if let Some(code) = Self::check_instance(c, instance.as_deref(), &member_id) {
-                return self.reply(p, Self::cgh_error(code));
-            }
-            if !c.members.contains_key(&member_id) {
-                return self.reply(p, Self::cgh_error(UNKNOWN_MEMBER_ID));
-            }
-            if epoch == -1 {
-                let m = c.members.remove(&member_id).expect("checked");
-                if let Some(i) = &m.instance_id {
-                    c.static_members.remove(i);
-                }
-                self.consumer_sessions.remove(&member_id);
-                self.note(|| format!("consumerGroupHeartbeat leave -1: {member_id} removed"));
-            } else {
-                let m = c.members.get_mut(&member_id).expect("checked");
-                m.epoch = -2;
-                m.previous_epoch = -2;
-                self.note(|| {
-                    format!("consumerGroupHeartbeat leave -2: {member_id} kept with epoch -2")
-                });
-            }
-            self.consumer_rebalance();
-            let body = ConsumerGroupHeartbeatResponse::default()
-                .with_member_id(Some(s(&member_id)))
-                .with_member_epoch(epoch);
-            return self.reply(p, ResponseKind::ConsumerGroupHeartbeat(body));
+            return self.consumer_group_leave(p, &member_id, instance.as_deref(), epoch);
         }
-        let topics: Option<Vec<String>> = r
-            .subscribed_topic_names
-            .as_ref()
-            .map(|ts| ts.iter().map(|t| t.to_string()).collect());
-        if epoch == 0 {
-            match instance.as_deref() {
-                Some(inst) => match c.static_members.get(inst).cloned() {
-                    Some(existing) => {
-                        let existing_epoch = c.members.get(&existing).map_or(-2, |m| m.epoch);
-                        if existing_epoch != -2 {
-                            // throwIfInstanceIdIsUnreleased: even for the same member id.
-                            self.note(|| {
-                                format!("epoch-0 join of {member_id} for instance {inst} held by {existing} (epoch {existing_epoch}): UNRELEASED_INSTANCE_ID")
-                            });
-                            return self.reply(p, Self::cgh_error(UNRELEASED_INSTANCE_ID));
-                        }
-                        // Replacement: the new member inherits the assignment, epochs reset.
-                        let old = c.members.remove(&existing);
-                        let assigned = old.map(|m| m.assigned).unwrap_or_default();
-                        self.consumer_sessions.remove(&existing);
-                        c.static_members.insert(inst.to_owned(), member_id.clone());
-                        c.members.insert(
-                            member_id.clone(),
-                            ConsumerMemberState {
-                                instance_id: Some(inst.to_owned()),
-                                epoch: 0,
-                                previous_epoch: 0,
-                                topics: topics.clone().unwrap_or_default(),
-                                assigned,
-                            },
-                        );
-                        self.note(|| {
-                            format!("static member {member_id} replaces {existing} (left with -2)")
-                        });
-                    }
-                    None => {
-                        c.static_members.insert(inst.to_owned(), member_id.clone());
-                        c.members.insert(
-                            member_id.clone(),
-                            ConsumerMemberState {
-                                instance_id: Some(inst.to_owned()),
-                                epoch: 0,
-                                previous_epoch: 0,
-                                topics: topics.clone().unwrap_or_default(),
-                                assigned: BTreeSet::new(),
-                            },
-                        );
-                    }
-                },
-                None => {
-                    // KAFKA-19233: epoch 0 with a known dynamic member id reuses the member.
-                    c.members
-                        .entry(member_id.clone())
-                        .or_insert_with(|| ConsumerMemberState {
-                            instance_id: None,
-                            epoch: 0,
-                            previous_epoch: 0,
-                            topics: Vec::new(),
-                            assigned: BTreeSet::new(),
-                        });
-                }
+        let owned = self.owned_partitions(&r);
+        let member = match instance.as_deref() {
+            None => self.get_or_subscribe_dynamic_member(&member_id, epoch, owned.as_ref()),
+            Some(inst) => {
+                self.get_or_subscribe_static_member(&member_id, epoch, inst, owned.as_ref())
             }
-        } else {
-            // Epoch > 0: throwIfStaticMemberIsUnknown / throwIfInstanceIdIsFenced, then the
-            // epoch check (throwIfConsumerGroupMemberEpochIsInvalid).
-            if let Some(code) = Self::check_instance(c, instance.as_deref(), &member_id) {
-                return self.reply(p, Self::cgh_error(code));
-            }
-            let Some(m) = c.members.get(&member_id) else {
-                return self.reply(p, Self::cgh_error(UNKNOWN_MEMBER_ID));
-            };
-            if epoch > m.epoch || (epoch < m.epoch && epoch != m.previous_epoch) {
-                let current = m.epoch;
-                self.note(|| {
-                    format!("{member_id} epoch {epoch} vs {current}: FENCED_MEMBER_EPOCH")
-                });
-                return self.reply(p, Self::cgh_error(FENCED_MEMBER_EPOCH));
-            }
-        }
+        };
+        let before = match member {
+            Ok(m) => m,
+            Err(code) => return self.reply(p, Self::cgh_error(code)),
+        };
+        // 1. The member's new fields (ConsumerGroupMember.Builder.maybeUpdate*); a changed
+        // subscription bumps the group epoch (hasMemberSubscriptionChanged).
+        let topics: Option<Vec<String>> = r.subscribed_topic_names.as_ref().map(|ts| {
+            let set: BTreeSet<String> = ts.iter().map(|t| t.to_string()).collect();
+            set.into_iter().collect()
+        });
         let c = self.consumer.as_mut().expect("created");
         let m = c.members.get_mut(&member_id).expect("member exists");
-        let mut changed = false;
+        if let Some(i) = &instance {
+            m.instance_id = Some(i.clone());
+        }
+        if r.rebalance_timeout_ms != -1 {
+            m.rebalance_timeout_ms = r.rebalance_timeout_ms;
+        }
+        let mut bump = false;
         if let Some(t) = topics
             && t != m.topics
         {
             m.topics = t;
-            changed = true;
+            bump = true;
         }
-        let joined = m.epoch <= 0;
+        if let Some(i) = &instance {
+            // ConsumerGroup.updateStaticMember.
+            c.static_members.insert(i.clone(), member_id.clone());
+        }
+        if bump {
+            c.epoch += 1;
+            let e = c.epoch;
+            self.note(|| format!("{member_id}: subscription changed: group epoch bumped to {e}"));
+        }
+        // 2. updateTargetAssignment when the group epoch is ahead of the target's.
+        let c = self.consumer.as_ref().expect("created");
+        if c.epoch > c.assignment_epoch {
+            self.update_target_assignment();
+        }
+        // 3. maybeReconcile.
+        self.maybe_reconcile(&member_id, owned.as_ref());
+        // scheduleConsumerGroupSessionTimeout.
+        let session = self.config.consumer_session_timeout;
         self.consumer_sessions
             .insert(member_id.clone(), self.now + session);
-        if changed || joined {
-            self.consumer_rebalance();
-        }
         let c = self.consumer.as_ref().expect("created");
         let m = &c.members[&member_id];
-        let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for (t, i) in &m.assigned {
-            by_topic.entry(t.as_str()).or_default().push(*i);
-        }
-        let assignment = CghAssignment::default().with_topic_partitions(
-            by_topic
-                .into_iter()
-                .map(|(t, ps)| {
-                    CghTopicPartitions::default()
-                        .with_topic_id(topic_id(t))
-                        .with_partitions(ps)
-                })
-                .collect(),
-        );
+        // The assignment goes out on full requests (epoch 0, or every non-optional field set)
+        // and whenever the assigned partitions changed.
+        let full = epoch == 0
+            || (r.rebalance_timeout_ms != -1
+                && (r.subscribed_topic_names.is_some() || r.subscribed_topic_regex.is_some())
+                && r.topic_partitions.is_some());
+        let assignment = (full || m.assigned != before.assigned).then(|| {
+            let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+            for (t, i) in &m.assigned {
+                by_topic.entry(t.as_str()).or_default().push(*i);
+            }
+            CghAssignment::default().with_topic_partitions(
+                by_topic
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        CghTopicPartitions::default()
+                            .with_topic_id(topic_id(t))
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            )
+        });
         let body = ConsumerGroupHeartbeatResponse::default()
             .with_member_id(Some(s(&member_id)))
             .with_member_epoch(m.epoch)
             .with_heartbeat_interval_ms(ms(self.config.consumer_heartbeat_interval))
-            .with_assignment(Some(assignment));
+            .with_assignment(assignment);
         self.reply(p, ResponseKind::ConsumerGroupHeartbeat(body));
     }
 
-    /// `throwIfStaticMemberIsUnknown` / `throwIfInstanceIdIsFenced`.
-    fn check_instance(c: &ConsumerGroup, instance: Option<&str>, member_id: &str) -> Option<i16> {
-        let inst = instance?;
-        match c.static_members.get(inst) {
-            None => Some(UNKNOWN_MEMBER_ID),
-            Some(id) if id != member_id => Some(FENCED_INSTANCE_ID),
-            Some(_) => None,
+    /// `getOrMaybeSubscribeDynamicConsumerGroupMember`: the member as it was before this
+    /// heartbeat (created on epoch 0), or the error.
+    fn get_or_subscribe_dynamic_member(
+        &mut self,
+        member_id: &str,
+        epoch: i32,
+        owned: Option<&BTreeSet<Tp>>,
+    ) -> Result<ConsumerMemberState, i16> {
+        let c = self.consumer.as_mut().expect("created");
+        match c.members.get(member_id) {
+            None if epoch == 0 => {
+                let m = ConsumerMemberState::new();
+                c.members.insert(member_id.to_owned(), m.clone());
+                self.note(|| format!("{member_id} joins the consumer group"));
+                Ok(m)
+            }
+            None => {
+                self.note(|| format!("{member_id} epoch {epoch}: unknown member"));
+                Err(UNKNOWN_MEMBER_ID)
+            }
+            Some(m) => {
+                let m = m.clone();
+                self.check_member_epoch(member_id, &m, epoch, owned)?;
+                Ok(m)
+            }
         }
     }
 
-    /// Bumps the group epoch and recomputes a round-robin target; members with epoch -2 get
-    /// nothing. Every active member moves to the new epoch at once.
-    fn consumer_rebalance(&mut self) {
+    /// `getOrMaybeSubscribeStaticConsumerGroupMember`.
+    fn get_or_subscribe_static_member(
+        &mut self,
+        member_id: &str,
+        epoch: i32,
+        instance: &str,
+        owned: Option<&BTreeSet<Tp>>,
+    ) -> Result<ConsumerMemberState, i16> {
+        let c = self.consumer.as_mut().expect("created");
+        let existing = c.static_members.get(instance).cloned();
+        if epoch == 0 {
+            let Some(old_id) = existing else {
+                // A new static member (or a known member id taking an instance id).
+                let m = c
+                    .members
+                    .entry(member_id.to_owned())
+                    .or_insert_with(ConsumerMemberState::new)
+                    .clone();
+                self.note(|| format!("static member {member_id} ({instance}) joins"));
+                return Ok(m);
+            };
+            let old = c.members[&old_id].clone();
+            if old.epoch != STATIC_LEAVE_EPOCH {
+                // throwIfInstanceIdIsUnreleased: even when the member id is the same.
+                self.note(|| {
+                    format!(
+                        "epoch-0 join of {member_id} for instance {instance} held by {old_id} (epoch {}): UNRELEASED_INSTANCE_ID",
+                        old.epoch
+                    )
+                });
+                return Err(UNRELEASED_INSTANCE_ID);
+            }
+            // replaceMember: the new member id takes over the old member (its subscription,
+            // assignment and target), epochs reset to 0.
+            let mut new = old;
+            new.epoch = 0;
+            new.previous_epoch = 0;
+            let target = c.target.remove(&old_id);
+            c.members.remove(&old_id);
+            if let Some(t) = target {
+                c.target.insert(member_id.to_owned(), t);
+            }
+            c.members.insert(member_id.to_owned(), new.clone());
+            c.static_members
+                .insert(instance.to_owned(), member_id.to_owned());
+            if old_id != member_id {
+                // The old member's timers are not cancelled by replaceMember, but they find no
+                // member when they fire: dropping them here is the same.
+                self.consumer_sessions.remove(&old_id);
+                self.consumer_rebalance_timeouts.remove(&old_id);
+            }
+            self.note(|| {
+                format!("static member {member_id} replaces {old_id} (left with -2) for {instance}")
+            });
+            return Ok(new);
+        }
+        // throwIfStaticMemberIsUnknown, throwIfInstanceIdIsFenced, then the epoch check.
+        let Some(existing) = existing else {
+            self.note(|| format!("{member_id} epoch {epoch}: instance {instance} unknown"));
+            return Err(UNKNOWN_MEMBER_ID);
+        };
+        if existing != member_id {
+            self.note(|| {
+                format!("{member_id}: instance {instance} held by {existing}: FENCED_INSTANCE_ID")
+            });
+            return Err(FENCED_INSTANCE_ID);
+        }
+        let m = c.members[&existing].clone();
+        self.check_member_epoch(member_id, &m, epoch, owned)?;
+        Ok(m)
+    }
+
+    /// `throwIfConsumerGroupMemberEpochIsInvalid`; epoch 0 always passes (KAFKA-19233).
+    fn check_member_epoch(
+        &mut self,
+        member_id: &str,
+        m: &ConsumerMemberState,
+        epoch: i32,
+        owned: Option<&BTreeSet<Tp>>,
+    ) -> Result<(), i16> {
+        if epoch == 0 {
+            return Ok(());
+        }
+        // The previous epoch is accepted (the answer with the bump may have been lost) only
+        // when the owned partitions are a subset of the assignment (isSubset: null is not).
+        let subset = owned.is_some_and(|o| o.is_subset(&m.assigned));
+        if epoch > m.epoch || (epoch < m.epoch && (epoch != m.previous_epoch || !subset)) {
+            let (current, previous) = (m.epoch, m.previous_epoch);
+            self.note(|| {
+                format!(
+                    "{member_id} epoch {epoch} vs {current} (previous {previous}, owned subset {subset}): FENCED_MEMBER_EPOCH"
+                )
+            });
+            return Err(FENCED_MEMBER_EPOCH);
+        }
+        Ok(())
+    }
+
+    /// `consumerGroupLeave`.
+    fn consumer_group_leave(
+        &mut self,
+        p: Parked,
+        member_id: &str,
+        instance: Option<&str>,
+        epoch: i32,
+    ) {
+        let c = self.consumer.as_mut().expect("created");
+        let code = match instance {
+            None if !c.members.contains_key(member_id) => Some(UNKNOWN_MEMBER_ID),
+            None => None,
+            Some(inst) => match c.static_members.get(inst) {
+                None => Some(UNKNOWN_MEMBER_ID),
+                Some(id) if id != member_id => Some(FENCED_INSTANCE_ID),
+                Some(_) => None,
+            },
+        };
+        if let Some(code) = code {
+            self.note(|| {
+                format!(
+                    "leave {epoch} of {member_id} ({instance:?}): {}",
+                    name(code)
+                )
+            });
+            return self.reply(p, Self::cgh_error(code));
+        }
+        if epoch == STATIC_LEAVE_EPOCH {
+            // consumerGroupStaticMemberGroupLeave: kept with epoch -2 and its assignment (the
+            // partitions stay reserved for its return); pending revocations are dropped; no
+            // group epoch bump.
+            let m = c.members.get_mut(member_id).expect("checked");
+            m.epoch = STATIC_LEAVE_EPOCH;
+            m.pending_revocation.clear();
+            self.note(|| format!("leave -2: static member {member_id} kept with epoch -2"));
+        } else {
+            self.note(|| format!("leave -1: {member_id} left"));
+            self.consumer_group_fence_member(member_id);
+        }
+        let body = ConsumerGroupHeartbeatResponse::default()
+            .with_member_id(Some(s(member_id)))
+            .with_member_epoch(epoch);
+        self.reply(p, ResponseKind::ConsumerGroupHeartbeat(body));
+    }
+
+    /// `consumerGroupFenceMember`: removes the member (its partitions become free) and bumps
+    /// the group epoch; the target is recomputed by the next heartbeat.
+    fn consumer_group_fence_member(&mut self, member_id: &str) -> bool {
+        let c = self.consumer.as_mut().expect("consumer group");
+        if c.remove_member(member_id).is_none() {
+            return false;
+        }
+        c.epoch += 1;
+        let e = c.epoch;
+        // cancelTimers.
+        self.consumer_sessions.remove(member_id);
+        self.consumer_rebalance_timeouts.remove(member_id);
+        self.note(|| format!("{member_id} removed: group epoch bumped to {e}"));
+        true
+    }
+
+    /// `updateTargetAssignment`: a round-robin over the subscribed members in member-id order
+    /// (members that left with -2 included), at the group epoch.
+    fn update_target_assignment(&mut self) {
         let topics: BTreeMap<String, i32> = self.config.topics.iter().cloned().collect();
         let c = self.consumer.as_mut().expect("consumer group");
-        c.epoch += 1;
-        let active: Vec<String> = c
+        let mut target: BTreeMap<String, BTreeSet<Tp>> = c
             .members
-            .iter()
-            .filter(|(_, m)| m.epoch != -2)
-            .map(|(id, _)| id.clone())
+            .keys()
+            .map(|id| (id.clone(), BTreeSet::new()))
             .collect();
-        for m in c.members.values_mut() {
-            m.assigned.clear();
-        }
-        let subscribed: BTreeSet<String> = active
-            .iter()
-            .flat_map(|id| c.members[id].topics.iter().cloned())
-            .collect();
+        let subscribed: BTreeSet<&String> =
+            c.members.values().flat_map(|m| m.topics.iter()).collect();
         for t in subscribed {
-            let Some(count) = topics.get(&t) else {
+            let Some(count) = topics.get(t) else {
                 continue;
             };
-            let takers: Vec<&String> = active
+            let takers: Vec<&String> = c
+                .members
                 .iter()
-                .filter(|id| c.members[*id].topics.contains(&t))
+                .filter(|(_, m)| m.topics.contains(t))
+                .map(|(id, _)| id)
                 .collect();
-            let takers: Vec<String> = takers.into_iter().cloned().collect();
             for i in 0..*count {
-                let id = &takers[i as usize % takers.len()];
-                c.members
-                    .get_mut(id)
-                    .expect("member")
-                    .assigned
-                    .insert((t.clone(), i));
+                let id = takers[i as usize % takers.len()];
+                target.get_mut(id).expect("member").insert((t.clone(), i));
             }
         }
-        let epoch = c.epoch;
-        for id in active {
-            let m = c.members.get_mut(&id).expect("member");
-            m.previous_epoch = m.epoch;
-            m.epoch = epoch;
+        c.target = target;
+        c.assignment_epoch = c.epoch;
+        let e = c.epoch;
+        self.note(|| format!("target assignment computed for epoch {e}"));
+    }
+
+    /// `maybeReconcile`: moves the member towards its target (`CurrentAssignmentBuilder`) and
+    /// schedules the rebalance timeout while it has partitions to revoke (cancels it otherwise).
+    fn maybe_reconcile(&mut self, member_id: &str, owned: Option<&BTreeSet<Tp>>) {
+        let c = self.consumer.as_mut().expect("consumer group");
+        let target_epoch = c.assignment_epoch;
+        let m = &c.members[member_id];
+        if m.is_reconciled_to(target_epoch) {
+            return;
+        }
+        let next = current_assignment_builder(c, member_id, target_epoch, owned);
+        if next == c.members[member_id] {
+            return;
+        }
+        let (state, epoch, timeout) = (next.state, next.epoch, next.rebalance_timeout_ms);
+        let summary = format!(
+            "{member_id}: {} epoch {} assigned {} pending revocation {}",
+            state.name(),
+            epoch,
+            fmt_tps(&next.assigned),
+            fmt_tps(&next.pending_revocation)
+        );
+        c.members.insert(member_id.to_owned(), next);
+        self.note(|| summary);
+        if state == CgState::UnrevokedPartitions && timeout >= 0 {
+            let at = self.now + Duration::from_millis(timeout as u64);
+            self.consumer_rebalance_timeouts
+                .insert(member_id.to_owned(), (at, epoch));
+        } else {
+            self.consumer_rebalance_timeouts.remove(member_id);
         }
     }
 
-    fn consumer_session_expired(&mut self, member_id: &str) {
-        let Some(c) = self.consumer.as_mut() else {
-            return;
-        };
-        if let Some(m) = c.members.remove(member_id) {
-            if let Some(i) = &m.instance_id {
-                c.static_members.remove(i);
-            }
-            self.note(|| format!("consumer member {member_id} session expired: removed"));
-            self.consumer_rebalance();
+    /// `scheduleConsumerGroupRebalanceTimeout`'s callback: a member still in the epoch it had to
+    /// leave by revoking partitions is fenced.
+    fn consumer_rebalance_timeout_expired(&mut self, member_id: &str, epoch: i32) {
+        let still = self
+            .consumer
+            .as_ref()
+            .and_then(|c| c.members.get(member_id))
+            .is_some_and(|m| m.epoch == epoch);
+        if still {
+            self.note(|| {
+                format!("{member_id} failed to transition from epoch {epoch} within the rebalance timeout")
+            });
+            self.consumer_group_fence_member(member_id);
         }
     }
+
+    /// `scheduleConsumerGroupSessionTimeout`'s callback (`consumerGroupFenceMemberOperation`).
+    fn consumer_session_expired(&mut self, member_id: &str) {
+        if self.consumer.is_some() && self.consumer_group_fence_member(member_id) {
+            self.note(|| format!("consumer member {member_id} session expired"));
+        }
+    }
+}
+
+/// `CurrentAssignmentBuilder.build`: the member's next state.
+fn current_assignment_builder(
+    c: &ConsumerGroup,
+    member_id: &str,
+    target_epoch: i32,
+    owned: Option<&BTreeSet<Tp>>,
+) -> ConsumerMemberState {
+    let m = &c.members[member_id];
+    match m.state {
+        CgState::Stable if m.epoch == target_epoch => m.clone(),
+        CgState::UnrevokedPartitions if owns_revoked(owned, &m.pending_revocation) => m.clone(),
+        _ => compute_next_assignment(c, member_id, target_epoch, owned),
+    }
+}
+
+/// `CurrentAssignmentBuilder.ownsRevokedPartitions`: without owned partitions in the request the
+/// member is assumed to still own them.
+fn owns_revoked(owned: Option<&BTreeSet<Tp>>, revoked: &BTreeSet<Tp>) -> bool {
+    owned.is_none_or(|o| o.iter().any(|tp| revoked.contains(tp)))
+}
+
+/// `CurrentAssignmentBuilder.computeNextAssignment`: keep what is still targeted; what is not
+/// goes to pending revocation (the member stays in its epoch until it acknowledges); targeted
+/// partitions no other member holds are added and the member moves to the target epoch;
+/// targeted partitions still held elsewhere wait (UNRELEASED_PARTITIONS).
+fn compute_next_assignment(
+    c: &ConsumerGroup,
+    member_id: &str,
+    target_epoch: i32,
+    owned: Option<&BTreeSet<Tp>>,
+) -> ConsumerMemberState {
+    let m = &c.members[member_id];
+    // Topics the member no longer subscribes to count as an empty target.
+    let target: BTreeSet<Tp> = c
+        .target
+        .get(member_id)
+        .into_iter()
+        .flatten()
+        .filter(|(t, _)| m.topics.contains(t))
+        .cloned()
+        .collect();
+    let assigned: BTreeSet<Tp> = m.assigned.intersection(&target).cloned().collect();
+    let revoke: BTreeSet<Tp> = m.assigned.difference(&assigned).cloned().collect();
+    let mut unreleased = false;
+    let mut add = BTreeSet::new();
+    for tp in target.difference(&assigned) {
+        // A partition this member still holds as pending revocation is not "unreleased".
+        if c.held_by_other(tp, member_id) && !m.pending_revocation.contains(tp) {
+            unreleased = true;
+        } else {
+            add.insert(tp.clone());
+        }
+    }
+    let mut next = m.clone();
+    if !revoke.is_empty() && owns_revoked(owned, &revoke) {
+        next.state = CgState::UnrevokedPartitions;
+        next.update_epoch(m.epoch);
+        next.assigned = assigned;
+        next.pending_revocation = revoke;
+    } else {
+        next.state = if unreleased {
+            CgState::UnreleasedPartitions
+        } else {
+            CgState::Stable
+        };
+        next.update_epoch(target_epoch);
+        next.assigned = assigned.union(&add).cloned().collect();
+        next.pending_revocation = BTreeSet::new();
+    }
+    next
+}
+
+fn fmt_tps(tps: &BTreeSet<Tp>) -> String {
+    let v: Vec<String> = tps.iter().map(|(t, p)| format!("{t}-{p}")).collect();
+    format!("[{}]", v.join(","))
 }
 
 fn inconsistent(request: Option<&str>, group: Option<&str>) -> bool {

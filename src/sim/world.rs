@@ -83,6 +83,11 @@ pub trait SimMember: fmt::Debug {
     fn instance_id(&self) -> Option<String>;
     /// The terminal error, once stopped on one.
     fn fatal_error(&self) -> Option<GroupError>;
+    /// The group protocol the member speaks: "classic" or "consumer" (KIP-848). The world
+    /// checks each protocol's invariants (see [`World::violations`]).
+    fn protocol(&self) -> &'static str {
+        "classic"
+    }
 }
 
 impl SimMember for ClassicMember {
@@ -213,6 +218,9 @@ impl SimMember for Member {
             Member::Consumer(m) => m.fatal_error().cloned(),
         }
     }
+    fn protocol(&self) -> &'static str {
+        Member::protocol(self)
+    }
 }
 
 /// Settings of a [`World`].
@@ -330,12 +338,36 @@ struct Process {
     answered: BTreeMap<(ConnId, i32), RequestId>,
     next_correlation: i32,
     tickets: VecDeque<(Instant, RevokeTicket)>,
+    /// Partitions of the revocation tickets the application still holds (it is still
+    /// processing / committing them), by ticket id.
+    revoking: BTreeMap<u64, Vec<TopicPartition>>,
     seen: Vec<Seen>,
     events: Vec<(Duration, String)>,
     polling: bool,
     timer_floor: Option<Instant>,
     /// Highest generation seen per member id (invariant: never goes backwards).
     generations: BTreeMap<String, i32>,
+    /// KIP-848: the highest member epoch the process held (invariant: a later epoch is 0 or at
+    /// least this).
+    max_epoch: i32,
+    /// KIP-848: every member id the process sent in a ConsumerGroupHeartbeat.
+    member_ids: BTreeSet<String>,
+    /// KIP-848 instance-id conflicts answered to the process, by request: the code and the
+    /// member id that held the instance id when the coordinator answered.
+    conflicts: BTreeMap<(ConnId, i32), (i16, Option<String>)>,
+    /// Whether the last UNRELEASED_INSTANCE_ID the process received was answered while another
+    /// process's member id held the instance id.
+    unreleased_elsewhere: bool,
+    /// The member as the invariants last saw it (`None` once dead).
+    snapshot: Option<Snapshot>,
+    /// The member's `poll_timeout`, re-read after every input that reached it.
+    deadline: Option<Instant>,
+    /// KIP-848: partitions the process owns that the coordinator released on a stale heartbeat
+    /// of the process (see [`World::hazards`]), until the process no longer owns them.
+    stale_acked: BTreeSet<TopicPartition>,
+    /// KIP-848: the highest correlation id of the process's ConsumerGroupHeartbeats the
+    /// coordinator processed (correlation ids grow across the process's connections).
+    heartbeat_processed: i32,
 }
 
 impl fmt::Debug for Process {
@@ -345,6 +377,26 @@ impl fmt::Debug for Process {
             .field("alive", &self.member.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// What the invariants read from a live member, refreshed after the steps that touch it.
+#[derive(Debug, Clone, PartialEq)]
+struct Snapshot {
+    protocol: &'static str,
+    member_id: String,
+    generation: i32,
+    state: &'static str,
+    owned: Vec<TopicPartition>,
+    /// Partitions of revocation tickets the application still holds.
+    revoking: Vec<TopicPartition>,
+}
+
+/// Which processes the last step may have changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Touched {
+    Nobody,
+    One(usize),
+    All,
 }
 
 type Script = Box<dyn FnOnce(&mut World)>;
@@ -379,8 +431,12 @@ pub struct World {
     trace: Vec<String>,
     violations: Vec<String>,
     anomalies: Vec<String>,
+    hazards: Vec<String>,
     steps: u64,
     steps_at_now: u64,
+    touched: Touched,
+    /// Processes whose cached deadline may be stale.
+    stale_deadlines: Touched,
 }
 
 impl fmt::Debug for World {
@@ -418,8 +474,11 @@ impl World {
             trace: Vec::new(),
             violations: Vec::new(),
             anomalies: Vec::new(),
+            hazards: Vec::new(),
             steps: 0,
             steps_at_now: 0,
+            touched: Touched::Nobody,
+            stale_deadlines: Touched::Nobody,
         }
     }
 
@@ -491,6 +550,14 @@ impl World {
         &self.procs[self.slots[h.0]].seen
     }
 
+    /// KIP-848: whether the last UNRELEASED_INSTANCE_ID the slot's current process received was
+    /// answered while a member id of another process held the instance id (the broker's rule
+    /// for a new member id; a fatal error is then the Java client's behaviour too), rather than
+    /// the process's own earlier registration.
+    pub fn unreleased_by_other_process(&self, h: MemberHandle) -> bool {
+        self.procs[self.slots[h.0]].unreleased_elsewhere
+    }
+
     /// Whether any process of the slot (current or earlier) received `code`.
     pub fn ever_seen(&self, h: MemberHandle, code: i16) -> bool {
         self.procs
@@ -504,7 +571,17 @@ impl World {
         &self.procs[self.slots[h.0]].events
     }
 
-    /// Invariants broken so far (checked after every step).
+    /// Invariants broken so far, checked after every step:
+    /// - every answer encodes at its version (with the wire codec on);
+    /// - classic: FENCED_INSTANCE_ID only while another process holds the instance id (alive, or
+    ///   its request was processed after this process started); no partition owned by two live
+    ///   members of the same generation; a generation never goes backwards under one member id;
+    /// - KIP-848: FENCED_INSTANCE_ID only while a member id of another process holds the
+    ///   instance id; the member epoch never decreases except to 0; no partition owned by two
+    ///   live members the coordinator holds, at any instant, and a held member owns only what
+    ///   the coordinator assigned to it or awaits it to revoke (owned = the assignment plus the
+    ///   partitions of revocation tickets not handed back); the coordinator's own invariants
+    ///   ([`SimCoordinator::check_invariants`]).
     pub fn violations(&self) -> &[String] {
         &self.violations
     }
@@ -513,6 +590,19 @@ impl World {
     /// that `handle_timeout` does not clear, which makes a real driver spin).
     pub fn anomalies(&self) -> &[String] {
         &self.anomalies
+    }
+
+    /// Protocol hazards the broker's rules allow (not member bugs, not invariant violations):
+    /// KIP-848, a heartbeat processed after a later one of the same member (it was still buffered
+    /// on a connection the member had closed) carries an epoch the broker still accepts (the
+    /// current or previous one, `throwIfConsumerGroupMemberEpochIsInvalid`; any for epoch 0,
+    /// KAFKA-19233) and an owned-partition set from before; `CurrentAssignmentBuilder.
+    /// ownsRevokedPartitions` takes it as the acknowledgement of a revocation (or, for a stale
+    /// -2 leave, `consumerGroupStaticMemberGroupLeave` drops the pending revocations), so the
+    /// coordinator releases partitions the member owns by then. Until the member stops owning them, the
+    /// ownership invariants leave those partitions out.
+    pub fn hazards(&self) -> &[String] {
+        &self.hazards
     }
 
     /// The trace so far, one line per step.
@@ -571,6 +661,7 @@ impl World {
         let slot = self.slots.len();
         let proc = self.new_process(name.to_owned(), slot, member);
         self.slots.push(proc);
+        self.touch(Touched::One(proc));
         self.log(|| format!("{name}: process started"));
         MemberHandle(slot)
     }
@@ -621,11 +712,20 @@ impl World {
             answered: BTreeMap::new(),
             next_correlation: 0,
             tickets: VecDeque::new(),
+            revoking: BTreeMap::new(),
             seen: Vec::new(),
             events: Vec::new(),
             polling: self.config.app_polls,
             timer_floor: None,
             generations: BTreeMap::new(),
+            max_epoch: 0,
+            member_ids: BTreeSet::new(),
+            conflicts: BTreeMap::new(),
+            unreleased_elsewhere: false,
+            snapshot: None,
+            deadline: None,
+            stale_acked: BTreeSet::new(),
+            heartbeat_processed: 0,
         });
         self.procs.len() - 1
     }
@@ -645,8 +745,10 @@ impl World {
         for c in conns {
             self.network.close(c);
         }
+        self.touch(Touched::One(p));
         self.procs[p].in_flight.clear();
         self.procs[p].tickets.clear();
+        self.procs[p].revoking.clear();
         let name = self.procs[p].name.clone();
         self.log(|| format!("{name}: process killed"));
     }
@@ -662,6 +764,7 @@ impl World {
             .to_owned();
         let p = self.new_process(base, h.0, member);
         self.slots[h.0] = p;
+        self.touch(Touched::One(p));
         let name = self.procs[p].name.clone();
         self.log(|| format!("{name}: process started (restart)"));
     }
@@ -689,6 +792,7 @@ impl World {
         let now = self.now;
         let name = self.procs[p].name.clone();
         self.log(|| format!("{name}: {what}"));
+        self.touch(Touched::One(p));
         let r = f(self.procs[p].member.as_deref_mut()?, now);
         self.drain(p);
         Some(r)
@@ -747,6 +851,7 @@ impl World {
     /// fail with `Disconnected`, what was already sent is still processed.
     pub fn drop_connections(&mut self, h: MemberHandle) {
         let p = self.slots[h.0];
+        self.touch(Touched::One(p));
         let conns: Vec<ConnId> = self.procs[p].coordinators.values().copied().collect();
         for c in conns {
             self.close_conn(p, c, "connection reset");
@@ -799,10 +904,9 @@ impl World {
             if pred(self) {
                 return true;
             }
+            self.refresh_deadlines();
             match self.next_action() {
-                Some((at, _)) if at <= end => {
-                    self.step();
-                }
+                Some((at, action)) if at <= end => self.step_to(at, action),
                 _ => {
                     self.now = self.now.max(end);
                     return pred(self);
@@ -818,9 +922,32 @@ impl World {
 
     /// Performs the next action (advancing the clock to it). False when nothing is left to do.
     pub fn step(&mut self) -> bool {
+        self.refresh_deadlines();
         let Some((at, action)) = self.next_action() else {
             return false;
         };
+        self.step_to(at, action);
+        true
+    }
+
+    /// Re-reads the deadlines of the members an input reached since the last read.
+    fn refresh_deadlines(&mut self) {
+        let stale = std::mem::replace(&mut self.stale_deadlines, Touched::Nobody);
+        let procs: Vec<usize> = match stale {
+            Touched::Nobody => return,
+            Touched::One(p) => vec![p],
+            Touched::All => (0..self.procs.len()).collect(),
+        };
+        for i in procs {
+            self.procs[i].deadline = self.procs[i]
+                .member
+                .as_deref()
+                .and_then(|m| m.poll_timeout());
+        }
+    }
+
+    /// Performs `action`, due at `at`.
+    fn step_to(&mut self, at: Instant, action: Action) {
         if at > self.now {
             self.now = at;
             self.steps_at_now = 0;
@@ -836,8 +963,7 @@ impl World {
             self.steps_at_now = 0;
         }
         self.perform(action);
-        self.observe();
-        true
+        self.observe(action);
     }
 
     fn next_action(&self) -> Option<(Instant, Action)> {
@@ -875,16 +1001,16 @@ impl World {
             consider(t, t, Action::Down);
         }
         for (i, p) in self.procs.iter().enumerate() {
-            let Some(member) = &p.member else {
+            if p.member.is_none() {
                 continue;
-            };
+            }
             if let Some(t) = p.in_flight.values().map(|f| f.deadline).min() {
                 consider(t, t, Action::RequestTimeout(i));
             }
             if let Some((t, _)) = p.tickets.front() {
                 consider(*t, *t, Action::Ticket(i));
             }
-            if let Some(t) = member.poll_timeout() {
+            if let Some(t) = p.deadline {
                 let eff = p.timer_floor.map_or(t, |f| f.max(t));
                 consider(eff, t, Action::MemberTimer(i));
             }
@@ -894,6 +1020,14 @@ impl World {
 
     fn perform(&mut self, action: Action) {
         let now = self.now;
+        self.touch(match action {
+            Action::Script => Touched::All,
+            Action::RequestTimeout(p) | Action::Ticket(p) | Action::MemberTimer(p) => {
+                Touched::One(p)
+            }
+            // Answers reach one process (`deliver` names it); the rest touches no member.
+            _ => Touched::Nobody,
+        });
         match action {
             Action::Script => {
                 let key = *self.scripts.keys().next().expect("scheduled");
@@ -930,6 +1064,7 @@ impl World {
                 };
                 let name = self.procs[p].name.clone();
                 self.log(|| format!("{name}: application hands back {ticket:?}"));
+                self.procs[p].revoking.remove(&ticket.id);
                 if let Some(m) = self.procs[p].member.as_deref_mut() {
                     let _ = m.complete_revocation(ticket, now);
                 }
@@ -971,6 +1106,17 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Notes that a step (or a command between steps) may have changed these processes.
+    fn touch(&mut self, t: Touched) {
+        let merge = |a: Touched, b: Touched| match (a, b) {
+            (Touched::Nobody, t) | (t, Touched::Nobody) => t,
+            (Touched::One(a), Touched::One(b)) if a == b => Touched::One(a),
+            _ => Touched::All,
+        };
+        self.touched = merge(self.touched, t);
+        self.stale_deadlines = merge(self.stale_deadlines, t);
     }
 
     fn net_events(&mut self) {
@@ -1017,6 +1163,7 @@ impl World {
             self.procs[p].last_processed_at = Some(now);
         }
         let (conn, corr) = (q.conn, q.frame.correlation);
+        let stale = self.stale_heartbeat(&q);
         let who = if group { "coordinator" } else { "broker" };
         self.log(|| {
             format!(
@@ -1034,6 +1181,57 @@ impl World {
             now,
         );
         self.route_replies();
+        if let Some((p, epoch)) = stale {
+            self.note_stale_ack(p, epoch);
+        }
+    }
+
+    /// A ConsumerGroupHeartbeat (a leave too) of a live process, processed after one the process
+    /// sent later (it was still buffered on a connection the process had closed): the process
+    /// and the request's epoch. Notes the heartbeat as processed.
+    fn stale_heartbeat(&mut self, q: &super::network::Queued) -> Option<(usize, i32)> {
+        let RequestKind::ConsumerGroupHeartbeat(r) = &q.frame.body else {
+            return None;
+        };
+        let p = self.proc_of_conn(q.conn)?;
+        let corr = q.frame.correlation;
+        let latest = self.procs[p].heartbeat_processed;
+        self.procs[p].heartbeat_processed = latest.max(corr);
+        self.procs[p].member.as_ref()?;
+        (corr < latest).then_some((p, r.member_epoch))
+    }
+
+    /// After a stale heartbeat of process `p`: partitions it owns that the coordinator no longer
+    /// holds for it were released on the stale request's owned partitions (see [`Self::hazards`]).
+    fn note_stale_ack(&mut self, p: usize, epoch: i32) {
+        let Some(m) = self.procs[p].member.as_deref() else {
+            return;
+        };
+        let id = m.member_id();
+        let current = m.generation();
+        let mut owned: BTreeSet<TopicPartition> = m.assignment().into_iter().collect();
+        owned.extend(self.procs[p].revoking.values().flatten().cloned());
+        let released: Vec<TopicPartition> = owned
+            .into_iter()
+            .filter(|tp| {
+                self.coordinator
+                    .consumer_member_holds(&id, &tp.topic, tp.partition)
+                    == Some(false)
+            })
+            .collect();
+        if released.is_empty() {
+            return;
+        }
+        let msg = format!(
+            "{:?}: a heartbeat {} sent at epoch {epoch} was processed after a later one (the member is at epoch {current}); the coordinator took its stale owned partitions as the revocation of {} (throwIfConsumerGroupMemberEpochIsInvalid accepts the epoch, ownsRevokedPartitions the owned set), which {} still owns",
+            self.elapsed(),
+            self.procs[p].name,
+            fmt_partitions(&released),
+            self.procs[p].name
+        );
+        self.log(|| format!("!! HAZARD {msg}"));
+        self.hazards.push(msg);
+        self.procs[p].stale_acked.extend(released);
     }
 
     fn route_replies(&mut self) {
@@ -1043,6 +1241,7 @@ impl World {
         while let Some(r) = self.coordinator.poll_response() {
             let now = self.now;
             let api = super::network::api_of(&r.body);
+            self.note_instance_conflict(&r);
             let body = if self.config.wire_codec {
                 match roundtrip_response(&r.body, api, r.version, r.correlation) {
                     Ok(b) => b,
@@ -1081,10 +1280,60 @@ impl World {
         }
     }
 
+    /// A KIP-848 instance-id conflict is answered at once, so the coordinator's instance map
+    /// now is the one the answer came from: remember who held the instance id.
+    fn note_instance_conflict(&mut self, r: &coordinator::Reply) {
+        let ResponseKind::ConsumerGroupHeartbeat(body) = &r.body else {
+            return;
+        };
+        if !matches!(
+            body.error_code,
+            super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
+        ) {
+            return;
+        }
+        let Some(p) = self.proc_of_conn(r.conn) else {
+            return;
+        };
+        let holder = self.procs[p]
+            .instance_id
+            .as_deref()
+            .and_then(|i| self.coordinator.static_member(i))
+            .map(str::to_owned);
+        self.procs[p]
+            .conflicts
+            .insert((r.conn, r.correlation), (body.error_code, holder));
+    }
+
+    /// A KIP-848 FENCED_INSTANCE_ID / UNRELEASED_INSTANCE_ID reached process `p`: legitimate when
+    /// the instance id was held by a member id this process never used (another process's);
+    /// held by one of its own ids, FENCED_INSTANCE_ID is self-fencing.
+    fn check_instance_conflict(&mut self, p: usize, key: (ConnId, i32), code: i16) {
+        let Some((_, holder)) = self.procs[p].conflicts.remove(&key) else {
+            return;
+        };
+        let own = holder
+            .as_ref()
+            .is_some_and(|h| self.procs[p].member_ids.contains(h));
+        if code == super::codes::UNRELEASED_INSTANCE_ID {
+            self.procs[p].unreleased_elsewhere = !own;
+        } else if own {
+            let msg = format!(
+                "{:?}: FENCED_INSTANCE_ID reached {} while its instance id was held by its own member id {} (self-fencing)",
+                self.elapsed(),
+                self.procs[p].name,
+                holder.unwrap_or_default()
+            );
+            self.log(|| format!("!! VIOLATION {msg}"));
+            self.violations.push(msg);
+        }
+    }
+
     fn deliver(&mut self, d: Delivery) {
         let Some(p) = self.proc_of_conn(d.conn) else {
             return;
         };
+        self.touch(Touched::One(p));
         let now = self.now;
         let code = response_error(&d.body);
         let key = (d.conn, d.correlation);
@@ -1123,7 +1372,16 @@ impl World {
             code,
             duplicate: d.duplicate,
         });
-        if code == super::codes::FENCED_INSTANCE_ID {
+        if d.api == ApiKey::ConsumerGroupHeartbeat {
+            if !d.duplicate
+                && matches!(
+                    code,
+                    super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
+                )
+            {
+                self.check_instance_conflict(p, key, code);
+            }
+        } else if code == super::codes::FENCED_INSTANCE_ID {
             self.check_fence(p);
         }
         let Some(m) = self.procs[p].member.as_deref_mut() else {
@@ -1201,6 +1459,7 @@ impl World {
         if !self.network.is_open(conn) {
             return;
         }
+        self.touch(Touched::One(p));
         self.network.close(conn);
         if self.procs[p].bootstrap == Some(conn) {
             self.procs[p].bootstrap = None;
@@ -1238,6 +1497,7 @@ impl World {
     /// Drains the process's member: requests go out, events are recorded, tickets scheduled;
     /// repeats until nothing changes.
     fn drain(&mut self, p: usize) {
+        self.touch(Touched::One(p));
         let now = self.now;
         for _ in 0..1000 {
             let mut progress = false;
@@ -1326,7 +1586,13 @@ impl World {
         if self.config.trace || matches!(e, Event::Fatal(_)) {
             self.procs[p].events.push((at, text));
         }
-        if let Event::Revoking { ticket, .. } = e {
+        if matches!(e, Event::Lost { .. } | Event::Fatal(_)) {
+            // The member declared its partitions lost: the application stops processing them,
+            // including those it was still revoking.
+            self.procs[p].revoking.clear();
+        }
+        if let Event::Revoking { ticket, partitions } = e {
+            self.procs[p].revoking.insert(ticket.id, partitions);
             let delay = self.config.revocation_delay;
             self.procs[p].tickets.push_back((now + delay, ticket));
         }
@@ -1385,6 +1651,9 @@ impl World {
                 return fail(self, e);
             }
         };
+        if let RequestKind::ConsumerGroupHeartbeat(r) = &body {
+            self.procs[p].member_ids.insert(r.member_id.to_string());
+        }
         self.procs[p].next_correlation += 1;
         let correlation = self.procs[p].next_correlation;
         let client_id = format!("sim-{}", self.procs[p].name);
@@ -1424,52 +1693,207 @@ impl World {
         self.network.send(conn, frame, now, &mut self.rng);
     }
 
-    /// Checks the invariants that hold after every step.
-    fn observe(&mut self) {
-        // A member's generation never goes backwards while its member id is unchanged.
-        for i in 0..self.procs.len() {
-            let Some(m) = self.procs[i].member.as_deref() else {
-                continue;
-            };
-            let (id, generation) = (m.member_id(), m.generation());
-            if id.is_empty() || generation < 0 {
+    /// Checks the invariants that hold after every step (see [`World::violations`]), after the
+    /// steps that can break them: a member changes only when it gets an input (an answer, a
+    /// timer, a command), the coordinator only when it processes something.
+    fn observe(&mut self, action: Action) {
+        let coordinator_changed = matches!(
+            action,
+            Action::Coordinator | Action::CoordinatorTimer | Action::Script
+        );
+        let touched = std::mem::replace(&mut self.touched, Touched::Nobody);
+        let procs: Vec<usize> = match touched {
+            Touched::Nobody => Vec::new(),
+            Touched::One(p) => vec![p],
+            Touched::All => (0..self.procs.len()).collect(),
+        };
+        let mut changed = coordinator_changed;
+        for i in procs {
+            let snapshot = self.procs[i].member.as_deref().map(|m| Snapshot {
+                protocol: m.protocol(),
+                member_id: m.member_id(),
+                generation: m.generation(),
+                state: m.state(),
+                owned: m.assignment(),
+                revoking: self.procs[i].revoking.values().flatten().cloned().collect(),
+            });
+            if snapshot == self.procs[i].snapshot {
                 continue;
             }
-            let prev = self.procs[i].generations.get(&id).copied();
-            if let Some(prev) = prev
-                && generation < prev
-            {
-                let msg = format!(
-                    "{:?}: {} went from generation {prev} back to {generation} with member id {id}",
-                    self.elapsed(),
-                    self.procs[i].name
-                );
-                self.violations.push(msg);
-            }
-            if prev.is_none_or(|p| generation > p) {
-                self.procs[i].generations.insert(id, generation);
+            changed = true;
+            self.procs[i].snapshot = snapshot;
+            match self.procs[i].snapshot.as_ref().map(|s| s.protocol) {
+                Some("consumer") => self.observe_epoch(i),
+                Some(_) => self.observe_generation(i),
+                None => {}
             }
         }
-        // No partition owned by two live members of the same generation.
-        let mut owners: BTreeMap<(TopicPartition, i32), &str> = BTreeMap::new();
+        if !changed {
+            return;
+        }
+        self.observe_classic_ownership();
+        if self.coordinator.consumer_epochs().is_some() {
+            self.observe_consumer_ownership(coordinator_changed);
+        }
+    }
+
+    /// Classic: a member's generation never goes backwards while its member id is unchanged
+    /// (a new member id starts over).
+    fn observe_generation(&mut self, i: usize) {
+        let Some(m) = self.procs[i].snapshot.as_ref() else {
+            return;
+        };
+        let (id, generation) = (m.member_id.clone(), m.generation);
+        if id.is_empty() || generation < 0 {
+            return;
+        }
+        let prev = self.procs[i].generations.get(&id).copied();
+        if let Some(prev) = prev
+            && generation < prev
+        {
+            let msg = format!(
+                "{:?}: {} went from generation {prev} back to {generation} with member id {id}",
+                self.elapsed(),
+                self.procs[i].name
+            );
+            self.violations.push(msg);
+        }
+        if prev.is_none_or(|p| generation > p) {
+            self.procs[i].generations.insert(id, generation);
+        }
+    }
+
+    /// KIP-848: the member epoch never decreases, except to 0 when the member (re)joins or
+    /// leaves. KIP-1082 keeps the member id through fencing, UNKNOWN_MEMBER_ID and leaves, and
+    /// the epoch the member gets back afterwards (the same member reused, KAFKA-19233; a static
+    /// replacement; or a new member) is never below one it held: the broker's member epochs
+    /// never exceed the group epoch, which only grows.
+    fn observe_epoch(&mut self, i: usize) {
+        let Some(m) = self.procs[i].snapshot.as_ref() else {
+            return;
+        };
+        let epoch = m.generation;
+        let max = self.procs[i].max_epoch;
+        if epoch > 0 && epoch < max {
+            let msg = format!(
+                "{:?}: {} went from member epoch {max} back to {epoch} with member id {} (only a drop to 0, on a rejoin, is allowed)",
+                self.elapsed(),
+                self.procs[i].name,
+                m.member_id
+            );
+            if !self.violations.contains(&msg) {
+                self.violations.push(msg);
+            }
+        }
+        if epoch > max {
+            self.procs[i].max_epoch = epoch;
+        }
+    }
+
+    /// Classic: no partition owned by two live members of the same generation.
+    fn observe_classic_ownership(&mut self) {
+        let mut owners: BTreeMap<(&TopicPartition, i32), &str> = BTreeMap::new();
         let mut found = Vec::new();
         for p in &self.procs {
-            let Some(m) = p.member.as_deref() else {
+            let Some(m) = p.snapshot.as_ref() else {
                 continue;
             };
-            let generation = m.generation();
-            for tp in m.assignment() {
-                if let Some(other) = owners.insert((tp.clone(), generation), &p.name) {
+            if m.protocol == "consumer" {
+                continue;
+            }
+            for tp in &m.owned {
+                if let Some(other) = owners.insert((tp, m.generation), &p.name) {
                     found.push(format!(
-                        "{:?}: {tp} owned by {other} and {} in generation {generation}",
+                        "{:?}: {tp} owned by {other} and {} in generation {}",
                         self.elapsed(),
-                        p.name
+                        p.name,
+                        m.generation
                     ));
                 }
             }
         }
         for f in found {
             if !self.violations.contains(&f) {
+                self.violations.push(f);
+            }
+        }
+    }
+
+    /// KIP-848: ownership moves only through a revocation the old owner acknowledged, so at
+    /// every instant
+    /// - no partition is owned by two live members, except by a zombie: a member the
+    ///   coordinator removed (session or rebalance timeout, a stale leave processed late) that
+    ///   still believes it is in the group, until its next heartbeat answers UNKNOWN_MEMBER_ID
+    ///   (like a classic member after its session expired);
+    /// - a member the coordinator holds owns only partitions the coordinator assigned to it or
+    ///   still waits for it to revoke;
+    /// - the coordinator's own state is consistent ([`SimCoordinator::check_invariants`]).
+    ///
+    /// What a member owns is what the application holds: its assignment plus the partitions of
+    /// revocation tickets the application has not handed back yet (it is still committing and
+    /// processing them), until the member declares them lost ([`Event::Lost`], a fatal error)
+    /// or the process dies. An [`Event::Revoked`] (close, unsubscribe) does not end a pending
+    /// revocation: as in the Java client, the leave must wait for the application.
+    fn observe_consumer_ownership(&mut self, coordinator_changed: bool) {
+        let mut owners: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
+        let mut found = Vec::new();
+        for p in &self.procs {
+            let Some(m) = p.snapshot.as_ref() else {
+                continue;
+            };
+            if m.protocol != "consumer" {
+                continue;
+            }
+            let id = &m.member_id;
+            let held = self.coordinator.consumer_member_holds(id, "", -1).is_some();
+            let in_group = matches!(
+                m.state,
+                "Joining" | "Reconciling" | "AwaitRevoke" | "Acknowledging" | "Stable"
+            );
+            if !held && in_group {
+                // A zombie: it learns with its next heartbeat.
+                continue;
+            }
+            let owned: BTreeSet<&TopicPartition> = m
+                .owned
+                .iter()
+                .chain(&m.revoking)
+                .filter(|tp| !p.stale_acked.contains(*tp))
+                .collect();
+            for tp in owned {
+                if self
+                    .coordinator
+                    .consumer_member_holds(id, &tp.topic, tp.partition)
+                    == Some(false)
+                {
+                    found.push(format!(
+                        "{:?}: {} (member {id}) owns {tp}, which the coordinator neither assigned to it nor awaits its revocation of",
+                        self.elapsed(),
+                        p.name
+                    ));
+                }
+                if let Some(other) = owners.insert(tp, &p.name) {
+                    found.push(format!(
+                        "{:?}: {tp} owned by {other} and {} at the same time (both members of the group)",
+                        self.elapsed(),
+                        p.name
+                    ));
+                }
+            }
+        }
+        if coordinator_changed {
+            found.extend(self.coordinator.check_invariants());
+        }
+        for p in &mut self.procs {
+            if !p.stale_acked.is_empty() {
+                let owned = p.snapshot.as_ref().map(|m| (&m.owned, &m.revoking));
+                p.stale_acked
+                    .retain(|tp| owned.is_some_and(|(o, r)| o.contains(tp) || r.contains(tp)));
+            }
+        }
+        for f in found {
+            if !self.violations.contains(&f) {
+                self.log(|| format!("!! VIOLATION {f}"));
                 self.violations.push(f);
             }
         }

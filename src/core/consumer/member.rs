@@ -183,6 +183,8 @@ pub struct ConsumerMember {
     may_be_registered: bool,
     unreleased_recoveries: u32,
     answered_once: bool,
+    /// A close or unsubscribe that waits for the outstanding revocation ticket.
+    deferred_leave: Option<(CloseOptions, AfterLeave, &'static str)>,
     next_ticket: u64,
     next_op: u64,
 }
@@ -239,6 +241,7 @@ impl ConsumerMember {
             may_be_registered: false,
             unreleased_recoveries: 0,
             answered_once: false,
+            deferred_leave: None,
             next_ticket: 0,
             next_op: 0,
             config,
@@ -408,12 +411,47 @@ impl ConsumerMember {
         if !self.in_group() {
             return;
         }
-        self.release_owned();
-        self.leave(
+        self.leave_when_revoked(
             CloseOptions::Default,
             AfterLeave::Unsubscribe,
             "unsubscribed",
         );
+    }
+
+    /// Releases what the application owns and leaves — but while a revocation ticket is out, the
+    /// leave waits for it: a leave would let the broker hand the partitions being revoked to
+    /// others before the application committed them (the ticket's promise).
+    fn leave_when_revoked(
+        &mut self,
+        options: CloseOptions,
+        then: AfterLeave,
+        reason: &'static str,
+    ) {
+        if let Phase::AwaitRevoke { revoking, .. } = &self.phase {
+            let revoking = revoking.clone();
+            let released: Vec<(Uuid, i32)> = self
+                .owned
+                .iter()
+                .filter(|tp| !revoking.contains(tp))
+                .cloned()
+                .collect();
+            if !released.is_empty() {
+                let partitions = released.iter().filter_map(|tp| self.named(tp)).collect();
+                for tp in &released {
+                    self.owned.remove(tp);
+                }
+                self.events.push_back(Event::Revoked { partitions });
+            }
+            self.deferred_leave = Some((options, then, reason));
+            // Bounded: without the ticket within max.poll.interval.ms the member leaves anyway.
+            self.timers.set(
+                Timer::PollInterval,
+                self.now + self.config.max_poll_interval,
+            );
+            return;
+        }
+        self.release_owned();
+        self.leave(options, then, reason);
     }
 
     /// Records that the application is alive; after a poll timeout, rejoins.
@@ -444,6 +482,11 @@ impl ConsumerMember {
             } if *t == ticket.id => {
                 for tp in revoking.clone() {
                     self.owned.remove(&tp);
+                }
+                if let Some((options, then, reason)) = self.deferred_leave.take() {
+                    self.release_owned();
+                    self.leave(options, then, reason);
+                    return Ok(());
                 }
                 self.set_phase(Phase::Reconciling, "revocation completed");
                 self.reconcile();
@@ -506,8 +549,7 @@ impl ConsumerMember {
             *then = AfterLeave::Close;
             return;
         }
-        self.release_owned();
-        self.leave(options, AfterLeave::Close, "closed");
+        self.leave_when_revoked(options, AfterLeave::Close, "closed");
     }
 
     // ------------------------------------------------------------------ outputs
@@ -621,7 +663,12 @@ impl ConsumerMember {
         if self.timers.expire(Timer::PollInterval, self.now) && self.in_group() {
             tracing::warn!(group = %self.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
             self.lose_owned("poll timeout");
-            self.leave(CloseOptions::Default, AfterLeave::Stale, "poll timeout");
+            // A close that waited for a ticket the application never handed back ends here.
+            let (options, then) = match self.deferred_leave.take() {
+                Some((options, then, _)) => (options, then),
+                None => (CloseOptions::Default, AfterLeave::Stale),
+            };
+            self.leave(options, then, "poll timeout");
         }
     }
 
@@ -718,6 +765,11 @@ impl ConsumerMember {
     fn fenced(&mut self, reason: &'static str) {
         if let Phase::Leaving { then, .. } = self.phase {
             // Fenced while leaving completes the leave.
+            return self.finish_leave(then);
+        }
+        if let Some((_, then, _)) = self.deferred_leave.take() {
+            // Fenced while a leave waited for a ticket: nothing is left to leave.
+            self.lose_owned(reason);
             return self.finish_leave(then);
         }
         self.lose_owned(reason);
