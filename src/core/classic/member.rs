@@ -1541,9 +1541,14 @@ impl ClassicMember {
 
     /// A reset while a rebalance step or a revocation is under way: whatever was awaited is void.
     fn interrupt_for_rejoin(&mut self, reason: &'static str) {
+        // A stopped member stays stopped whatever late answers say.
         if !matches!(
             self.phase,
-            Phase::Leaving { .. } | Phase::Unsubscribed | Phase::PollExpired
+            Phase::Leaving { .. }
+                | Phase::Unsubscribed
+                | Phase::PollExpired
+                | Phase::Closed
+                | Phase::Fatal(_)
         ) {
             self.set_phase(Phase::Rejoin { not_before: None }, reason);
         }
