@@ -15,7 +15,7 @@
 //! A violated invariant panics with the step, the op and the trace of the run. The proptest
 //! part below runs in `cargo test` (`PROPTEST_CASES` overrides the 256 cases per variant, of up
 //! to 100 ops each); bugs still open in `src/` are listed in [`OPEN_BUGS`], with `#[ignore]`d
-//! reproductions in `mod open_bugs`;
+//! reproductions in `mod regressions`;
 //! `fuzz/fuzz_targets/member_ops.rs` drives the same harness from fuzzer bytes (this file is
 //! included there with `#[path]`; everything under `#[cfg(test)]` stays out of it).
 //!
@@ -260,7 +260,7 @@ pub struct Setup {
 }
 
 /// Bugs in `src/` this harness found that are still open. Each relaxes the checks it trips (so
-/// the search goes on past it) and has an `#[ignore]`d regression test below
+/// the search goes on past it) and has an `#[ignore]`d reproduction in `mod regressions`
 /// (`cargo test --test op_sequences -- --ignored`); `OP_SEQUENCES_STRICT=1` checks them anyway.
 /// Set a flag to `false` once its bug is fixed.
 pub struct OpenBugs {
@@ -283,11 +283,6 @@ pub struct OpenBugs {
     /// (the member leaves with -2 and rejoins instead of closing). Relaxed by not delivering
     /// that code outside a static join.
     pub consumer_unreleased_outside_a_join: bool,
-    /// Classic: a member stopped by a fatal error leaves `Fatal` for `Rejoin` (and sends a
-    /// JoinGroup) when a late Heartbeat or OffsetCommit answer for its generation carries
-    /// UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION (`interrupt_for_rejoin` does not exclude
-    /// `Fatal`). Relaxed by not delivering those answers once the member is `Fatal`.
-    pub classic_fatal_member_rejoins: bool,
     /// Both protocols: `unsubscribe()` after `close()` cancels the close, and so does, in the
     /// classic protocol, `subscribe()` after `close()` (it re-arms `max.poll.interval.ms`, and the
     /// poll-timeout leave finishes the close's `Leaving` as a rejoin). Classic, during the
@@ -306,7 +301,6 @@ pub const OPEN_BUGS: OpenBugs = OpenBugs {
     classic_metadata_refresh_spin: true,
     consumer_heartbeat_across_leave: true,
     consumer_unreleased_outside_a_join: true,
-    classic_fatal_member_rejoins: true,
     calls_after_close_cancel_it: true,
 };
 
@@ -1080,15 +1074,6 @@ impl Run {
         {
             // The member would take this answer as current (and clear the in-flight flag of a
             // heartbeat sent after the leave).
-            self.log(format!("   <- {} dropped (open bug)", sent.out.id));
-            return;
-        }
-        if self.terminal == Some("Fatal")
-            && matches!(sent.api, ApiKey::Heartbeat | ApiKey::OffsetCommit)
-            && self.setup.variant.classic()
-            && !self.strict
-            && OPEN_BUGS.classic_fatal_member_rejoins
-        {
             self.log(format!("   <- {} dropped (open bug)", sent.out.id));
             return;
         }
@@ -2441,13 +2426,14 @@ mod hostile_sizes {
     }
 }
 
-// ---------------------------------------------------------------------------------- open bugs
+// ---------------------------------------------------------------------------------- regressions
 
-/// Minimal reproductions of the [`OPEN_BUGS`], written against the `Member` API. They fail
-/// while the bugs are open (`cargo test --test op_sequences -- --ignored open_bugs`); remove the
-/// `#[ignore]` and the flag in [`OPEN_BUGS`] with the fix.
+/// Minimal reproductions of the bugs this harness found in `src/`, written against the `Member`
+/// API. Those of the [`OPEN_BUGS`] are `#[ignore]`d and fail while the bug is open (`cargo test
+/// --test op_sequences -- --ignored regressions`); remove the `#[ignore]` and the flag in
+/// [`OPEN_BUGS`] with the fix.
 #[cfg(test)]
-mod open_bugs {
+mod regressions {
     use super::*;
 
     struct M {
@@ -2650,9 +2636,10 @@ mod open_bugs {
         );
     }
 
-    /// `classic_fatal_member_rejoins`.
+    /// Classic: a member stopped by a fatal error left `Fatal` for `Rejoin` (and sent a
+    /// JoinGroup) when a late Heartbeat answer for its generation carried ILLEGAL_GENERATION
+    /// (fixed in faf2ab3).
     #[test]
-    #[ignore = "open bug: classic_fatal_member_rejoins"]
     fn classic_fatal_member_stays_stopped_when_a_late_heartbeat_answer_arrives() {
         let (mut h, sync) = leader_syncing(Variant::ClassicDynamic);
         h.advance(1000);
