@@ -26,6 +26,7 @@
 //! | `--assignment-strategy CLASS` | classic only: Java class names (`...RangeAssignor`, `...RoundRobinAssignor`, `...CooperativeStickyAssignor`) or this crate's names (`range`, `roundrobin`, `cooperative-sticky`); default RangeAssignor |
 //! | `--command-config FILE` | a `.properties` file; command-line options override it |
 //! | `--consumer.config FILE` | deprecated alias of `--command-config` (prints Java's notice) |
+//! | `--members N` | extension: N members of the group in this process (default 1), see below |
 //!
 //! The properties file takes the keys of `consumer_membership::properties::KEYS` plus those the
 //! example handles itself: `auto.commit.interval.ms`, `max.poll.records`, `fetch.max.wait.ms`,
@@ -51,9 +52,17 @@
 //! - `shutdown_complete`: after the member closed (default leave semantics: a dynamic member
 //!   leaves, a static one stays).
 //!
-//! Extension (not in VerifiableConsumer): `member_state` on every state change of the member,
+//! Extension (not in VerifiableConsumer): every event also carries `"timestamp_us"`, the same
+//! instant in microseconds (the rejoin benchmark times sub-millisecond steps with it), after
+//! `"name"`. And `member_state` on every state change of the member,
 //! `{"timestamp","name":"member_state","member_id","generation","state","reason"}` with the
 //! classic protocol, `"member_epoch"` instead of `"generation"` with the consumer protocol.
+//!
+//! Extension `--members N` (N > 1): N members run side by side in this process, each with its
+//! own transports, as N consumers would; every event line then carries `"member":i` (0-based)
+//! after `"name"`, and each member prints its own `startup_complete` and `shutdown_complete`.
+//! `shutdown_requested` is printed once, without `"member"`. `--group-instance-id ID` gives
+//! member i the instance id `ID-i`. `--max-messages` counts per member.
 //!
 //! Offsets: a partition starts at its committed offset, else per `--reset-policy` (`none`:
 //! the consumer stops with an error, like Java's `NoOffsetForPartitionException`). Without
@@ -141,6 +150,7 @@ struct Args {
     assignment_strategy: String,
     consumer_config: Option<PathBuf>,
     command_config: Option<PathBuf>,
+    members: u32,
 }
 
 /// How argument parsing ends when it does not produce [`Args`].
@@ -174,6 +184,7 @@ fn parse_args(raw: impl IntoIterator<Item = String>) -> Result<Args, ArgsExit> {
         "--assignment-strategy",
         "--consumer.config",
         "--command-config",
+        "--members",
     ];
     let mut it = raw.into_iter();
     while let Some(arg) = it.next() {
@@ -261,7 +272,14 @@ fn parse_args(raw: impl IntoIterator<Item = String>) -> Result<Args, ArgsExit> {
             "argument --close-timeout: {close_timeout} must not be negative"
         )));
     }
+    let members = int("--members")?.unwrap_or(1);
+    if members < 1 {
+        return Err(ArgsExit::Error(format!(
+            "argument --members: {members} must be at least 1"
+        )));
+    }
     Ok(Args {
+        members: members.unsigned_abs(),
         bootstrap,
         topic,
         group_id,
@@ -457,13 +475,6 @@ fn read_properties(path: &std::path::Path) -> Result<BTreeMap<String, String>, S
 
 // =============================================================================== JSON output
 
-/// Milliseconds since the epoch, as Java's `System.currentTimeMillis()`.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// `s` as a JSON string literal, escaped as Jackson does (quote, backslash, control characters;
 /// everything else, non-ASCII included, as is).
 fn quote(s: &str) -> String {
@@ -486,6 +497,11 @@ fn quote(s: &str) -> String {
     out
 }
 
+tokio::task_local! {
+    /// The index of the member whose events this task prints (`--members` > 1).
+    static MEMBER: Option<u32>;
+}
+
 /// One JSON object, fields in insertion order.
 struct Obj(String);
 
@@ -494,9 +510,22 @@ impl Obj {
         Obj(String::from("{"))
     }
 
-    /// An event: `"timestamp"` and `"name"` first, as Java's `@JsonPropertyOrder`.
+    /// An event: `"timestamp"` (ms since the epoch, as Java's `System.currentTimeMillis()`) and
+    /// `"name"` first, as Java's `@JsonPropertyOrder`; then `"timestamp_us"`; then `"member"` when the event comes from one of several members (`--members`).
     fn event(name: &str) -> Self {
-        Obj::new().num("timestamp", now_ms()).str("name", name)
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let ms = i64::try_from(now.as_millis()).unwrap_or(i64::MAX);
+        let us = i64::try_from(now.as_micros()).unwrap_or(i64::MAX);
+        let o = Obj::new()
+            .num("timestamp", ms)
+            .str("name", name)
+            .num("timestamp_us", us);
+        match MEMBER.try_with(|m| *m).ok().flatten() {
+            Some(i) => o.num("member", i),
+            None => o,
+        }
     }
 
     fn raw(mut self, key: &str, json: &str) -> Self {
@@ -1245,12 +1274,55 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let shutdown = Shutdown::register();
-    run(settings, shutdown).await;
+    let mut shutdown = Shutdown::register();
+    let members = settings.args.members;
+    if members == 1 {
+        run(settings, Stop::Signal(shutdown)).await;
+        return ExitCode::SUCCESS;
+    }
+    // --members N: N members side by side; one signal stops them all.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..members {
+        let mut own = Settings::clone(&settings);
+        own.group.instance_id = own.group.instance_id.map(|id| format!("{id}-{i}"));
+        let stop = Stop::Watch(stopped.clone());
+        tasks.spawn(MEMBER.scope(Some(i), run(Arc::new(own), stop)));
+    }
+    tokio::select! {
+        () = shutdown.requested() => {
+            Obj::event("shutdown_requested").emit();
+            let _ = stop.send(true);
+        }
+        () = async { while tasks.join_next().await.is_some() {} } => {}
+    }
+    while tasks.join_next().await.is_some() {}
     ExitCode::SUCCESS
 }
 
-async fn run(settings: Arc<Settings>, mut shutdown: Shutdown) {
+/// What ends the main loop besides the consumer itself.
+enum Stop {
+    /// SIGTERM or Ctrl-C (one member): prints `shutdown_requested`.
+    Signal(Shutdown),
+    /// The process-wide signal, already reported (`--members` > 1).
+    Watch(tokio::sync::watch::Receiver<bool>),
+}
+
+impl Stop {
+    async fn requested(&mut self) {
+        match self {
+            Stop::Signal(s) => {
+                s.requested().await;
+                Obj::event("shutdown_requested").emit();
+            }
+            Stop::Watch(w) => {
+                let _ = w.wait_for(|stop| *stop).await;
+            }
+        }
+    }
+}
+
+async fn run(settings: Arc<Settings>, mut shutdown: Stop) {
     // One transport for the member, one for the data path: a fetch parked for
     // fetch.max.wait.ms must not hold up a heartbeat.
     let member_transport = Arc::new(TcpTransport::new(settings.client.clone()));
@@ -1295,10 +1367,7 @@ async fn run(settings: Arc<Settings>, mut shutdown: Shutdown) {
             pending = consumer.start_round(&handle);
         }
         tokio::select! {
-            () = shutdown.requested() => {
-                Obj::event("shutdown_requested").emit();
-                running = false;
-            }
+            () = shutdown.requested() => running = false,
             event = member.next_event() => match event {
                 Some(event) => running = consumer.on_event(event, &handle).await == Flow::Continue,
                 None => running = false,

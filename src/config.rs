@@ -248,6 +248,17 @@ pub struct GroupConfig {
     pub metadata_max_age: Duration,
     /// Seed of the backoff jitter; `None` draws one at random.
     pub seed: Option<u64>,
+    /// **Test only** (feature `sim`): reproduce the Java client's behaviour (KAFKA-20985) of
+    /// wiping a classic member's id whenever a LeaveGroup is suppressed (a static member's
+    /// unsubscribe, close or poll timeout, `resetGenerationOnLeaveGroup`), with no quarantine of
+    /// an empty-id JoinGroup in doubt and no forgiveness of the self-fence that follows. A static
+    /// member with this policy rejoins with `""` and can be fenced by its own abandoned
+    /// JoinGroup; it exists so simulations and tests can show the difference. Default `false`
+    /// (this crate's policy: the member id is kept). Applies to the classic protocol only
+    /// (also after a `group.protocol=auto` fallback); see
+    /// [`ClassicMember::set_java_reset_policy`](crate::core::classic::ClassicMember::set_java_reset_policy).
+    #[cfg(feature = "sim")]
+    pub java_reset_policy: bool,
 }
 
 impl GroupConfig {
@@ -268,12 +279,23 @@ impl GroupConfig {
             retry_backoff_max: Duration::from_secs(1),
             metadata_max_age: Duration::from_secs(300),
             seed: None,
+            #[cfg(feature = "sim")]
+            java_reset_policy: false,
         }
     }
 
     /// Sets `group.instance.id` (static membership).
     pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
+        self
+    }
+
+    /// **Test only** (feature `sim`): sets [`java_reset_policy`](Self::java_reset_policy), the
+    /// Java client's member-id reset on a suppressed LeaveGroup (KAFKA-20985). Never for
+    /// production: a static member with it can fence itself.
+    #[cfg(feature = "sim")]
+    pub fn with_java_reset_policy(mut self, on: bool) -> Self {
+        self.java_reset_policy = on;
         self
     }
 

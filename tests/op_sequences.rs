@@ -14,10 +14,12 @@
 //!
 //! A violated invariant panics with the step, the op and the trace of the run. The proptest
 //! part below runs in `cargo test` (`PROPTEST_CASES` overrides the 256 cases per variant, of up
-//! to 100 ops each); bugs still open in `src/` are listed in [`OPEN_BUGS`], with `#[ignore]`d
-//! reproductions in `mod regressions`;
-//! `fuzz/fuzz_targets/member_ops.rs` drives the same harness from fuzzer bytes (this file is
-//! included there with `#[path]`; everything under `#[cfg(test)]` stays out of it).
+//! to 100 ops each); every bug it found in `src/` has a minimal reproduction in
+//! `mod regressions`. No bug is open at the moment, so no check is relaxed (a bug found but not
+//! yet fixed would get a flag in an `OPEN_BUGS` table here that relaxes the checks it trips, and
+//! an `#[ignore]`d reproduction). `fuzz/fuzz_targets/member_ops.rs` drives the same harness from
+//! fuzzer bytes (this file is included there with `#[path]`; everything under `#[cfg(test)]`
+//! stays out of it).
 //!
 //! Invariants (the crate's README tables, "Identity rules"):
 //! - no panic; request ids are never reused; every request encodes at every version it allows;
@@ -31,15 +33,18 @@
 //!   only after `close(LeaveGroup)`; a close that owes a leave to a coordinator that may know the
 //!   member sends it (also before the first answer), but during a revocation only once the
 //!   ticket is back; a dynamic `close(RemainInGroup)` sends none;
-//! - after `close()` the member only moves towards Closed (Leaving, Closed or Fatal; a consumer
-//!   member may first wait in AwaitRevoke for the ticket);
+//! - after `close()` the member only moves towards Closed (Leaving, Closed or Fatal; it may first
+//!   wait in AwaitRevoke for the ticket); `subscribe`, `subscribe_regex` and `unsubscribe` after
+//!   `close()` change nothing (the first two answer `ApiMisuse::Stopped`);
 //! - classic protocol: the member id becomes "" only on the answer to a LeaveGroup, on
 //!   UNKNOWN_MEMBER_ID answering a request that carried the current member id (and generation),
 //!   or on FENCED_INSTANCE_ID after an empty-id JoinGroup of this static member failed in the
 //!   transport (at most once per such join); it changes to another non-empty id only on a
 //!   JoinGroup answer; a JoinGroup carries the current member id; a static member sends
 //!   LeaveGroup only after `close(LeaveGroup)`; a close that owes a LeaveGroup sends it, one that
-//!   does not sends none;
+//!   does not sends none; a close during a revocation sends its LeaveGroup only once the ticket
+//!   is back (or, without it, `max.poll.interval.ms` after the close, or once an answer voided
+//!   the revocation);
 //! - generations / epochs never go backwards under one member id, except to -1 (classic) or 0
 //!   (consumer), unless a damaged answer said so;
 //! - `poll_timeout()` never returns a deadline at or before `now` that `handle_timeout(now)`
@@ -259,51 +264,6 @@ pub struct Setup {
     pub partitions: [u8; 3],
 }
 
-/// Bugs in `src/` this harness found that are still open. Each relaxes the checks it trips (so
-/// the search goes on past it) and has an `#[ignore]`d reproduction in `mod regressions`
-/// (`cargo test --test op_sequences -- --ignored`); `OP_SEQUENCES_STRICT=1` checks them anyway.
-/// Set a flag to `false` once its bug is fixed.
-pub struct OpenBugs {
-    /// Classic leader: `poll_timeout()` returns the `MetadataRefresh` deadline whenever the member
-    /// is leader, but only `poll_request()` in `Stable`, with a known coordinator and with
-    /// `assigned_metadata` acts on it, and `handle_timeout()` never clears it: a driver spins
-    /// (a) until the member is `Stable` again with a coordinator (a rebalance, or a coordinator
-    /// lookup, after the deadline passed), and (b) for good when a timer armed in an earlier
-    /// leadership survives into a leadership with `skip_assignment` (KIP-814), which has no
-    /// `assigned_metadata`.
-    pub classic_metadata_refresh_spin: bool,
-    /// Consumer: a completed leave clears the in-flight flag of a regular heartbeat still
-    /// outstanding from before the leave; the next join heartbeat overlaps it, and its late
-    /// answer is taken as current (and clears the flag of the new one). Relaxed by not counting
-    /// heartbeats sent before the last completed leave, and not delivering their answers.
-    pub consumer_heartbeat_across_leave: bool,
-    /// Consumer: UNRELEASED_INSTANCE_ID outside a static member's join (the broker sends it only
-    /// to a static member joining at epoch 0) still starts the recovery: a dynamic member leaves
-    /// with epoch -2 and no instance id, and a close deferred during a revocation is dropped
-    /// (the member leaves with -2 and rejoins instead of closing). Relaxed by not delivering
-    /// that code outside a static join.
-    pub consumer_unreleased_outside_a_join: bool,
-    /// Both protocols: `unsubscribe()` after `close()` cancels the close, and so does, in the
-    /// classic protocol, `subscribe()` after `close()` (it re-arms `max.poll.interval.ms`, and the
-    /// poll-timeout leave finishes the close's `Leaving` as a rejoin). Classic, during the
-    /// close's LeaveGroup (`Leaving { then_close }`): a static member finishes as unsubscribed at
-    /// once, a dynamic one sends a second LeaveGroup and ends unsubscribed; no `Event::Closed`
-    /// either way, and the first LeaveGroup's answer is ignored (a static member keeps its id
-    /// though a LeaveGroup went out). Consumer: it replaces a close deferred during a
-    /// revocation, so once the ticket is back the member leaves and ends `Unsubscribed`.
-    /// Relaxed by not issuing `unsubscribe()` (nor, classic, `subscribe()`) once a close was
-    /// issued.
-    pub calls_after_close_cancel_it: bool,
-}
-
-/// See [`OpenBugs`].
-pub const OPEN_BUGS: OpenBugs = OpenBugs {
-    classic_metadata_refresh_spin: true,
-    consumer_heartbeat_across_leave: true,
-    consumer_unreleased_outside_a_join: true,
-    calls_after_close_cancel_it: true,
-};
-
 // ---------------------------------------------------------------------------------- the harness
 
 /// A request the member emitted and the harness has not answered.
@@ -319,8 +279,6 @@ struct Sent {
     generation: Option<i32>,
     /// A classic JoinGroup of a static member with member id "".
     empty_static_join: bool,
-    /// Consumer: leaves completed before this request went out.
-    incarnation: u64,
 }
 
 /// What the answer of a step was.
@@ -467,12 +425,6 @@ fn error_code_of(body: &ResponseKind) -> Option<i16> {
     (code != 0).then_some(code)
 }
 
-/// `OP_SEQUENCES_STRICT` is set: check what [`OPEN_BUGS`] relaxes too.
-fn strict() -> bool {
-    static STRICT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STRICT.get_or_init(|| std::env::var_os("OP_SEQUENCES_STRICT").is_some())
-}
-
 /// One run: a member, the clock, the outstanding requests and what the application was told.
 pub struct Run {
     setup: Setup,
@@ -498,19 +450,17 @@ pub struct Run {
     close_leave: bool,
     /// A close was issued to a member not yet stopped.
     closing: bool,
-    /// Consumer: a close issued during a revocation waits for the ticket.
+    /// A close issued during a revocation waits for the ticket.
     deferred_close: Option<CloseKind>,
+    /// When the pending `deferred_close` was issued.
+    deferred_since: Option<Instant>,
     /// Consumer: an epoch-0 heartbeat went out since the last completed leave.
     join_sent: bool,
-    /// Consumer: leaves completed so far.
-    incarnation: u64,
     /// Consumer: a damaged Metadata answer decoded, so topic ids may be bound to other names.
     names_tainted: bool,
     /// Consumer: a regular heartbeat failed (transport error or error code) since the last
     /// regular heartbeat went out, so the next one must be full.
     full_due: bool,
-    /// Check what [`OPEN_BUGS`] relaxes too.
-    strict: bool,
     /// What the run reached: states, events, answers (for coverage reports).
     pub reached: BTreeMap<String, u64>,
     step: usize,
@@ -560,11 +510,10 @@ impl Run {
             close_leave: false,
             closing: false,
             deferred_close: None,
+            deferred_since: None,
             join_sent: false,
-            incarnation: 0,
             names_tainted: false,
             full_due: false,
-            strict: strict(),
             reached: BTreeMap::new(),
             step: 0,
             trace: Vec::new(),
@@ -622,14 +571,6 @@ impl Run {
         ));
         let now = self.now;
         match op {
-            Op::Subscribe(_)
-                if self.closing
-                    && self.setup.variant.classic()
-                    && !self.strict
-                    && OPEN_BUGS.calls_after_close_cancel_it =>
-            {
-                self.log("   skipped (open bug)".into());
-            }
             Op::Subscribe(mask) => {
                 let topics: Vec<String> = TOPICS
                     .iter()
@@ -637,7 +578,7 @@ impl Run {
                     .filter(|(i, _)| mask >> i & 1 == 1)
                     .map(|(_, t)| t.to_string())
                     .collect();
-                let expected = if Self::stopped(before.state) {
+                let expected = if Self::stopped(before.state) || self.closing {
                     Err(ApiMisuse::Stopped)
                 } else if topics.is_empty() {
                     Err(ApiMisuse::EmptySubscription)
@@ -652,7 +593,7 @@ impl Run {
             Op::SubscribeRegex => {
                 let expected = if self.setup.variant.classic() {
                     Err(ApiMisuse::RegexNeedsConsumerProtocol)
-                } else if Self::stopped(before.state) {
+                } else if Self::stopped(before.state) || self.closing {
                     Err(ApiMisuse::Stopped)
                 } else {
                     Ok(())
@@ -663,11 +604,6 @@ impl Run {
                         "subscribe_regex returned {r:?}, expected {expected:?}"
                     ));
                 }
-            }
-            Op::Unsubscribe
-                if self.closing && !self.strict && OPEN_BUGS.calls_after_close_cancel_it =>
-            {
-                self.log("   skipped (open bug)".into());
             }
             Op::Unsubscribe => self.member.unsubscribe(now),
             Op::Poll => self.member.poll(now),
@@ -894,9 +830,6 @@ impl Run {
                 if from == "Leaving" || matches!(to, "Closed" | "Unsubscribed" | "Stale") {
                     self.join_sent = false;
                 }
-                if from == "Leaving" {
-                    self.incarnation += 1;
-                }
             }
             Event::Committed { id, .. } => {
                 let fresh = self.commits.contains(&id) && self.commits_reported.insert(id);
@@ -952,7 +885,6 @@ impl Run {
             member_id: None,
             generation: None,
             empty_static_join: false,
-            incarnation: self.incarnation,
         };
         let mut summary = format!("{} {api:?}", out.id);
         match &body {
@@ -1045,12 +977,11 @@ impl Run {
         self.log(format!("   -> {summary}"));
         step.requests.push(summary);
         self.outstanding.push_back(sent);
-        let relax = !self.strict && OPEN_BUGS.consumer_heartbeat_across_leave;
+        // Also across a leave: a heartbeat sent before it is still outstanding at the broker.
         let regular: Vec<RequestId> = self
             .outstanding
             .iter()
             .filter(|s| s.regular_heartbeat)
-            .filter(|s| !relax || s.incarnation == self.incarnation)
             .map(|s| s.out.id)
             .collect();
         if regular.len() > 1 {
@@ -1067,27 +998,8 @@ impl Run {
         }) else {
             return;
         };
-        if sent.regular_heartbeat
-            && sent.incarnation != self.incarnation
-            && !self.strict
-            && OPEN_BUGS.consumer_heartbeat_across_leave
-        {
-            // The member would take this answer as current (and clear the in-flight flag of a
-            // heartbeat sent after the leave).
-            self.log(format!("   <- {} dropped (open bug)", sent.out.id));
-            return;
-        }
         let (result, hostile) = self.answer(&sent, answer);
         let code = result.as_ref().ok().and_then(|r| error_code_of(&r.body));
-        if code == Some(111)
-            && sent.api == ApiKey::ConsumerGroupHeartbeat
-            && !(self.setup.variant.is_static() && sent.generation == Some(0))
-            && !self.strict
-            && OPEN_BUGS.consumer_unreleased_outside_a_join
-        {
-            self.log(format!("   <- {} code 111 dropped (open bug)", sent.out.id));
-            return;
-        }
         step.hostile |= hostile;
         if hostile
             && sent.api == ApiKey::Metadata
@@ -1646,13 +1558,6 @@ impl Run {
         if let Some((at, timer)) = self.member.poll_timeout()
             && at <= self.now
         {
-            if timer == consumer_membership::core::timer::Timer::MetadataRefresh
-                && self.setup.variant.classic()
-                && !self.strict
-                && OPEN_BUGS.classic_metadata_refresh_spin
-            {
-                return;
-            }
             self.violation(&format!(
                 "poll_timeout returns {timer:?} {:?} in the past and handle_timeout(now) leaves it",
                 self.now - at
@@ -1718,11 +1623,43 @@ impl Run {
         if step.revocation_completed
             && let Some(kind) = self.deferred_close.take()
         {
+            self.reach("deferred close after the ticket".into());
             self.check_close(kind, before, true, step);
         }
-        // After a close the member only moves towards Closed (a consumer member may first wait
-        // for an outstanding revocation ticket).
-        let waiting = !self.setup.variant.classic() && after.state == "AwaitRevoke";
+        // Classic: before that, a LeaveGroup goes out only once the close waited
+        // max.poll.interval.ms, or once an answer voided the revocation.
+        if self.setup.variant.classic() && self.deferred_close.is_some() && !step.leaves.is_empty()
+        {
+            let waited = self
+                .deferred_since
+                .is_some_and(|at| self.now - at >= config(&self.setup).max_poll_interval);
+            let allowed = match op {
+                Op::Tick(_) => waited,
+                Op::Respond(..) => true,
+                _ => false,
+            };
+            if !allowed {
+                self.violation(&format!(
+                    "a close waiting for the revocation ticket sent LeaveGroup on {op:?}"
+                ));
+            }
+        }
+        if after.state != "AwaitRevoke" {
+            self.deferred_close = None;
+            self.deferred_since = None;
+        }
+        // After a close the member only moves towards Closed (it may first wait for an
+        // outstanding revocation ticket).
+        let waiting = after.state == "AwaitRevoke";
+        if self.closing
+            && matches!(op, Op::Subscribe(_) | Op::SubscribeRegex | Op::Unsubscribe)
+            && (!step.requests.is_empty() || step.events > 0 || after != *before)
+        {
+            self.violation(&format!(
+                "{op:?} after close() changed the member: {before:?} -> {after:?}, requests {:?}",
+                step.requests
+            ));
+        }
         if self.closing && !matches!(after.state, "Leaving" | "Closed" | "Fatal") && !waiting {
             self.violation(&format!(
                 "a closed member went on to {} (from {})",
@@ -1781,6 +1718,21 @@ impl Run {
 
     fn check_close(&mut self, kind: CloseKind, before: &Snapshot, join_sent: bool, step: &Step) {
         let is_static = self.setup.variant.is_static();
+        if before.state == "AwaitRevoke" && !step.revocation_completed {
+            // The leave waits for the ticket (the partitions being revoked must not move
+            // before the application committed them).
+            if !step.leaves.is_empty() {
+                self.violation(&format!(
+                    "close({kind:?}) during a revocation left at once: {:?}",
+                    step.leaves
+                ));
+            }
+            if self.deferred_close.replace(kind).is_none() {
+                self.deferred_since = Some(self.now);
+            }
+            self.reach("close during a revocation".into());
+            return;
+        }
         if self.setup.variant.classic() {
             // `maybeLeaveGroup` with this crate's rule: dynamic members leave unless told to
             // remain, static ones only when told to leave.
@@ -1805,18 +1757,6 @@ impl Run {
                 (CloseKind::Default, false) => Some(-1),
                 (CloseKind::Remain, false) => None,
             };
-            if before.state == "AwaitRevoke" && !step.revocation_completed {
-                // The leave waits for the ticket (the partitions being revoked must not move
-                // before the application committed them).
-                if !step.leaves.is_empty() {
-                    self.violation(&format!(
-                        "close({kind:?}) during a revocation left at once: {:?}",
-                        step.leaves
-                    ));
-                }
-                self.deferred_close = Some(kind);
-                return;
-            }
             let in_group = matches!(
                 before.state,
                 "Joining" | "Reconciling" | "AwaitRevoke" | "Acknowledging" | "Stable"
@@ -2429,9 +2369,9 @@ mod hostile_sizes {
 // ---------------------------------------------------------------------------------- regressions
 
 /// Minimal reproductions of the bugs this harness found in `src/`, written against the `Member`
-/// API. Those of the [`OPEN_BUGS`] are `#[ignore]`d and fail while the bug is open (`cargo test
-/// --test op_sequences -- --ignored regressions`); remove the `#[ignore]` and the flag in
-/// [`OPEN_BUGS`] with the fix.
+/// API, each named after the open-bug flag it had while open (all fixed now). A new open bug's
+/// reproduction is `#[ignore]`d until the fix (`cargo test --test op_sequences -- --ignored
+/// regressions`).
 #[cfg(test)]
 mod regressions {
     use super::*;
@@ -2439,6 +2379,8 @@ mod regressions {
     struct M {
         m: Member,
         now: Instant,
+        /// A consumer member's metadata prefetch, sent with the coordinator lookup.
+        prefetch: Option<Outbound>,
     }
 
     impl M {
@@ -2452,6 +2394,7 @@ mod regressions {
             Self {
                 m: Run::new(setup, now).member,
                 now,
+                prefetch: None,
             }
         }
 
@@ -2462,6 +2405,14 @@ mod regressions {
             }
             while self.m.poll_event().is_some() {}
             out
+        }
+
+        /// The Metadata request the member is waiting for: its prefetch, else the only request.
+        fn metadata_request(&mut self) -> Outbound {
+            match self.prefetch.take() {
+                Some(o) => o,
+                None => self.one(ApiKey::Metadata),
+            }
         }
 
         fn one(&mut self, api: ApiKey) -> Outbound {
@@ -2483,8 +2434,16 @@ mod regressions {
             self.m.handle_timeout(self.now);
         }
 
+        /// Answers the coordinator lookup. A consumer member's join also asks for the
+        /// subscribed topics' metadata right after it (prefetch): kept for
+        /// [`metadata_request`](Self::metadata_request).
         fn find_coordinator(&mut self) {
-            let out = self.one(ApiKey::FindCoordinator);
+            let mut out = self.drain();
+            assert!((1..=2).contains(&out.len()), "{out:#?}");
+            self.prefetch = out.pop_if(|o| o.request.api_key() == ApiKey::Metadata);
+            assert_eq!(out.len(), 1, "{out:#?}");
+            let out = out.swap_remove(0);
+            assert_eq!(out.request.api_key(), ApiKey::FindCoordinator, "{out:?}");
             let c = Coordinator::default()
                 .with_key(s("g"))
                 .with_node_id(BrokerId(1))
@@ -2572,7 +2531,7 @@ mod regressions {
         h.find_coordinator();
         let join = h.one(ApiKey::JoinGroup);
         h.answer(&join, join_answer("m-1", 1, true, false));
-        let metadata = h.one(ApiKey::Metadata);
+        let metadata = h.metadata_request();
         h.answer(&metadata, metadata_answer());
         let sync = h.one(ApiKey::SyncGroup);
         (h, sync)
@@ -2580,7 +2539,6 @@ mod regressions {
 
     /// `classic_metadata_refresh_spin` (a): the deadline passes during a rebalance step.
     #[test]
-    #[ignore = "open bug: classic_metadata_refresh_spin"]
     fn classic_leader_metadata_deadline_during_a_rebalance_is_not_stuck() {
         let (mut h, _sync) = leader_syncing(Variant::ClassicDynamic);
         h.advance(1000);
@@ -2597,7 +2555,6 @@ mod regressions {
     /// and the coordinator tells it to skip the assignment (KIP-814); the timer of its earlier
     /// leadership is never cleared, so the member spins for as long as it stays Stable.
     #[test]
-    #[ignore = "open bug: classic_metadata_refresh_spin"]
     fn classic_returning_static_leader_with_skip_assignment_is_not_stuck() {
         let (mut h, sync) = leader_syncing(Variant::ClassicStatic);
         h.answer(&sync, sync_answer());
@@ -2688,7 +2645,6 @@ mod regressions {
     /// member out of order: each request waits in its own task, and a failed connection fails
     /// its requests in `HashMap` order).
     #[test]
-    #[ignore = "open bug: consumer_heartbeat_across_leave"]
     fn consumer_heartbeat_from_before_a_leave_does_not_overlap_or_count_after_it() {
         let mut h = M::new(Variant::ConsumerDynamic);
         h.m.subscribe(["t0".to_string()], h.now).unwrap();
@@ -2725,7 +2681,6 @@ mod regressions {
 
     /// `calls_after_close_cancel_it`, classic, `unsubscribe()`.
     #[test]
-    #[ignore = "open bug: calls_after_close_cancel_it"]
     fn classic_unsubscribe_after_close_does_not_cancel_the_close() {
         let (mut h, sync) = leader_syncing(Variant::ClassicDynamic);
         h.answer(&sync, sync_answer());
@@ -2749,7 +2704,6 @@ mod regressions {
     /// `calls_after_close_cancel_it`, classic, `subscribe()`: max.poll.interval.ms later the
     /// poll-timeout leave turns the close's `Leaving` into a rejoin.
     #[test]
-    #[ignore = "open bug: calls_after_close_cancel_it"]
     fn classic_subscribe_after_close_does_not_cancel_the_close() {
         let (mut h, sync) = leader_syncing(Variant::ClassicStatic);
         h.answer(&sync, sync_answer());
@@ -2770,14 +2724,13 @@ mod regressions {
     /// `consumer_unreleased_outside_a_join`, static member: a close deferred during a
     /// revocation is dropped.
     #[test]
-    #[ignore = "open bug: consumer_unreleased_outside_a_join"]
     fn consumer_unreleased_instance_does_not_drop_a_deferred_close() {
         let mut h = M::new(Variant::ConsumerStatic);
         h.m.subscribe(["t0".to_string()], h.now).unwrap();
         h.find_coordinator();
         let join = h.one(ApiKey::ConsumerGroupHeartbeat);
         h.answer(&join, consumer_heartbeat_answer(1, &[0]));
-        let metadata = h.one(ApiKey::Metadata);
+        let metadata = h.metadata_request();
         h.answer(&metadata, metadata_answer());
         let ack = h.one(ApiKey::ConsumerGroupHeartbeat);
         h.answer(&ack, consumer_heartbeat_answer(2, &[]));
@@ -2815,14 +2768,13 @@ mod regressions {
     /// `calls_after_close_cancel_it`, consumer, `unsubscribe()`: the close waits for the
     /// revocation ticket.
     #[test]
-    #[ignore = "open bug: calls_after_close_cancel_it"]
     fn consumer_unsubscribe_after_a_deferred_close_does_not_cancel_it() {
         let mut h = M::new(Variant::ConsumerDynamic);
         h.m.subscribe(["t0".to_string()], h.now).unwrap();
         h.find_coordinator();
         let join = h.one(ApiKey::ConsumerGroupHeartbeat);
         h.answer(&join, consumer_heartbeat_answer(1, &[0]));
-        let metadata = h.one(ApiKey::Metadata);
+        let metadata = h.metadata_request();
         h.answer(&metadata, metadata_answer());
         let ack = h.one(ApiKey::ConsumerGroupHeartbeat);
         // The broker moves t0-0 away: a revocation, and its ticket.
@@ -2854,7 +2806,6 @@ mod regressions {
 
     /// `consumer_unreleased_outside_a_join`, dynamic member.
     #[test]
-    #[ignore = "open bug: consumer_unreleased_outside_a_join"]
     fn consumer_dynamic_member_never_leaves_with_the_static_epoch() {
         let mut h = M::new(Variant::ConsumerDynamic);
         h.m.subscribe(["t0".to_string()], h.now).unwrap();

@@ -259,3 +259,67 @@ async fn connection_refused_retries_with_backoff_then_fails_typed() {
         "{took:?}"
     );
 }
+
+/// A coordinator on the broker FindCoordinator went to takes that connection over (no second
+/// connect + ApiVersions on the rejoin path); the next bootstrap request opens a connection of
+/// its own, so a parked JoinGroup never holds up Metadata or FindCoordinator.
+#[tokio::test]
+async fn the_coordinator_takes_over_the_bootstrap_connection_to_its_broker() {
+    use common::proxy::{Proxy, What};
+    use kafka_protocol::messages::{DescribeGroupsRequest, GroupId, MetadataRequest};
+    use kafka_protocol::protocol::StrBytes;
+
+    let Some(b) = common::bootstrap() else { return };
+    let proxy = Proxy::start(&b).await.expect("proxy");
+    let (t, config) = common::transport(proxy.bootstrap());
+    let group = common::unique("takeover");
+    let coordinator = driver::find_coordinator(&t, &config, &group)
+        .await
+        .expect("coordinator");
+    let describe = Request::Raw {
+        body: Box::new(RequestKind::DescribeGroups(
+            DescribeGroupsRequest::default()
+                .with_groups(vec![GroupId(StrBytes::from_string(group.clone()))]),
+        )),
+        versions: 0..=5,
+    };
+    t.send(
+        Target::Coordinator(coordinator),
+        describe,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("DescribeGroups");
+    let metadata = Request::Raw {
+        body: Box::new(RequestKind::Metadata(MetadataRequest::default())),
+        versions: 12..=13,
+    };
+    t.send(Target::Bootstrap, metadata, Duration::from_secs(10))
+        .await
+        .expect("Metadata");
+
+    let records = proxy.records();
+    let conn_of = |api: ApiKey| {
+        records
+            .iter()
+            .find(|r| r.what == What::Forwarded && r.api == Some(api))
+            .map(|r| r.conn)
+            .unwrap_or_else(|| panic!("no {api:?} forwarded:\n{}", proxy.log_text()))
+    };
+    let api_versions = records
+        .iter()
+        .filter(|r| r.what == What::Forwarded && r.api == Some(ApiKey::ApiVersions))
+        .count();
+    println!("{}", proxy.log_text());
+    assert_eq!(
+        conn_of(ApiKey::FindCoordinator),
+        conn_of(ApiKey::DescribeGroups),
+        "the coordinator reuses the FindCoordinator connection"
+    );
+    assert_ne!(
+        conn_of(ApiKey::Metadata),
+        conn_of(ApiKey::DescribeGroups),
+        "the bootstrap gets a connection of its own again"
+    );
+    assert_eq!(api_versions, 2, "one ApiVersions per connection");
+}

@@ -213,6 +213,131 @@ async fn scenario(protocol: &str) {
     );
 }
 
+// ---------------------------------------------------------------------------- with Kafka's own
+
+#[tokio::test(flavor = "multi_thread")]
+async fn classic_shares_a_group_with_kafkas_verifiable_consumer() {
+    share_with_java("classic").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn consumer_protocol_shares_a_group_with_kafkas_verifiable_consumer() {
+    share_with_java("consumer").await;
+}
+
+/// What the two runs of [`share_with_java`] told so far, by run (0: ours, 1: Java's).
+#[derive(Default)]
+struct Shared {
+    assigned: [BTreeSet<i32>; 2],
+    /// Per partition, the offset after the last record consumed.
+    consumed: [BTreeMap<i32, i64>; 2],
+    /// The two owned every partition between them, disjointly, each at least one, while
+    /// every record had been consumed.
+    met: bool,
+}
+
+/// The example and Kafka's own `org.apache.kafka.tools.VerifiableConsumer` (kafka-tools, the
+/// broker's version) started by the same harness ([`run`]) with the same flags, in one group:
+/// together they own every partition, disjointly, both at once, and consume all 100 records
+/// between them; both stop cleanly on SIGTERM.
+async fn share_with_java(protocol: &str) {
+    let Some(bootstrap) = bootstrap() else { return };
+    let (t, _) = transport(&bootstrap);
+    let topic = unique(&format!("vc-share-{protocol}"));
+    let group = unique(&format!("vc-share-{protocol}"));
+    create_topic(&*t, &topic, PARTITIONS).await;
+    let ends = produce(&bootstrap, &topic, 0..100).await;
+    let ours = tokio::task::spawn_blocking(example_binary)
+        .await
+        .expect("build task");
+    let (java, jvm) = tokio::task::spawn_blocking(common::java_peer::verifiable_consumer_command)
+        .await
+        .expect("peer jars");
+    let flags: Vec<String> = [
+        "--bootstrap-server",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--group-id",
+        &group,
+        "--group-protocol",
+        protocol,
+        "--reset-policy",
+        "earliest",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let stop = |i: usize| {
+        let shared = shared.clone();
+        let topic = topic.clone();
+        let ends = ends.clone();
+        move |lines: &[Line]| {
+            let mut s = shared.lock().unwrap();
+            s.assigned[i] = assigned(lines);
+            for e in lines
+                .iter()
+                .filter(|l| l.name() == Some("records_consumed"))
+            {
+                for p in e.json.as_ref().map_or(&[][..], |j| j.arr("partitions")) {
+                    if p.str("topic") != Some(topic.as_str()) {
+                        continue;
+                    }
+                    if let (Some(part), Some(max)) = (p.num("partition"), p.num("maxOffset")) {
+                        let next = s.consumed[i].entry(part as i32).or_insert(0);
+                        *next = (*next).max(max + 1);
+                    }
+                }
+            }
+            let [a, b] = &s.assigned;
+            let split = !a.is_empty()
+                && !b.is_empty()
+                && a.is_disjoint(b)
+                && a.union(b).copied().collect::<BTreeSet<_>>() == (0..PARTITIONS).collect();
+            let all_consumed = ends.iter().all(|(p, end)| {
+                s.consumed
+                    .iter()
+                    .filter_map(|c| c.get(p))
+                    .max()
+                    .is_some_and(|n| n >= end)
+            });
+            s.met |= split && all_consumed;
+            s.met
+        }
+    };
+    let java_args: Vec<String> = jvm.iter().chain(&flags).cloned().collect();
+    let (ours_label, java_label) = (format!("{group}-ours"), format!("{group}-java"));
+    let (ours_run, java_run) = tokio::join!(
+        run(&ours, &ours_label, flags.clone(), stop(0)),
+        run(&java, &java_label, java_args, stop(1)),
+    );
+    let s = shared.lock().unwrap();
+    let why = format!(
+        "assigned ours {:?} / java {:?}; consumed ours {:?} / java {:?}; log end offsets {:?}",
+        s.assigned[0], s.assigned[1], s.consumed[0], s.consumed[1], ends
+    );
+    assert!(
+        s.met,
+        "{why}\n{}\n{}",
+        ours_run.report("a disjoint, complete split with everything consumed (ours)"),
+        java_run.report("(java)")
+    );
+    ours_run.check_frame();
+    java_run.check_frame_exiting(&[0, 143]);
+    for r in [&ours_run, &java_run] {
+        assert!(r.sigterm_sent, "{}", r.report("stopped by SIGTERM"));
+        assert!(
+            r.events("offsets_committed")
+                .iter()
+                .all(|e| e.get("success") == Some(&Json::Bool(true))),
+            "{}",
+            r.report("every commit successful")
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------- producing
 
 /// Produces records `key-i` / `value-i` for `range`, record i to partition i % 3; returns the
@@ -639,10 +764,18 @@ impl Run {
     /// Every line is a JSON event with a timestamp, startup_complete first, shutdown_complete
     /// last, exit status 0.
     fn check_frame(&self) {
+        self.check_frame_exiting(&[0]);
+    }
+
+    /// [`check_frame`](Self::check_frame) with one of `codes` as the exit status (a JVM that
+    /// ran its shutdown hook on SIGTERM exits with 143).
+    fn check_frame_exiting(&self, codes: &[i32]) {
         assert!(
-            self.status.is_some_and(|s| s.success()),
+            self.status
+                .and_then(|s| s.code())
+                .is_some_and(|c| codes.contains(&c)),
             "{}",
-            self.report("exit status 0")
+            self.report(&format!("exit status in {codes:?}"))
         );
         assert!(
             self.lines.iter().all(|l| l

@@ -4,8 +4,7 @@
 //! partition counts, the rest is read op by op. Answers include damaged encodings and raw bytes,
 //! decoded by `transport::wire::decode_response` into the member.
 //!
-//! The open bugs listed in `OPEN_BUGS` are relaxed as in `cargo test`; `OP_SEQUENCES_STRICT=1`
-//! checks them too.
+//! Every invariant is checked (no open bug is relaxed there any more).
 
 #![no_main]
 

@@ -33,7 +33,10 @@ macro_rules! delegate {
 }
 
 impl Member {
-    /// A member speaking `config.protocol` (auto starts with the consumer protocol).
+    /// A member speaking `config.protocol` (auto starts with the consumer protocol). A classic
+    /// member, also the one an `auto` fallback builds from the same config, runs the test-only
+    /// Java reset policy when `config.java_reset_policy` asks for it (feature `sim`; see
+    /// `ClassicMember::set_java_reset_policy`).
     pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
         Ok(match config.protocol {
             GroupProtocol::Classic => Member::Classic(ClassicMember::new(config, now)?),

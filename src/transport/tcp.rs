@@ -112,9 +112,36 @@ impl TcpTransport {
             return Ok(c.clone());
         }
         *slot = None;
+        if matches!(target, Target::Coordinator(_))
+            && let Some(conn) = self.take_bootstrap(&addrs)
+        {
+            *slot = Some(conn.clone());
+            return Ok(conn);
+        }
         let conn = Arc::new(self.connect(&addrs, timeout).await?);
         *slot = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// The live bootstrap connection, when it goes to one of `addrs`, moved out of the bootstrap
+    /// slot: a new coordinator then starts on the connection FindCoordinator just used instead of
+    /// a new connect and ApiVersions round trip on the rejoin path. The coordinator still gets a
+    /// connection of its own (the next bootstrap request opens a new one), so a JoinGroup the
+    /// broker parks never holds up Metadata or FindCoordinator (the broker reads one request
+    /// per connection at a time). Skipped while the bootstrap slot is busy connecting.
+    fn take_bootstrap(&self, addrs: &[String]) -> Option<Arc<Connection>> {
+        let slot = self
+            .inner
+            .slots
+            .lock()
+            .expect("lock")
+            .get(&Key::Bootstrap)?
+            .clone();
+        let mut slot = slot.try_lock().ok()?;
+        let usable = slot
+            .as_ref()
+            .is_some_and(|c| !c.is_failed() && addrs.iter().any(|a| a == c.addr()));
+        if usable { slot.take() } else { None }
     }
 
     /// Connects to one of `addrs` (round robin), retrying with `reconnect.backoff.ms` doubling up

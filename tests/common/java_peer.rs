@@ -884,3 +884,22 @@ mod json {
         }
     }
 }
+
+/// The command line that starts Kafka's own VerifiableConsumer, up to its flags: the `java`
+/// executable and the JVM arguments ending with the main class. Used to drive it exactly like
+/// the crate's `verifiable_consumer` example (tests/verifiable_consumer.rs).
+pub fn verifiable_consumer_command() -> (PathBuf, Vec<String>) {
+    let peer = peer_env();
+    let args = vec![
+        "-Xmx256m".into(),
+        "-XX:+UseSerialGC".into(),
+        "-XX:TieredStopAtLevel=1".into(),
+        "-XX:-UsePerfData".into(),
+        "-Djava.awt.headless=true".into(),
+        format!("-Dlog4j2.configurationFile={}", peer.log4j.display()),
+        "-cp".into(),
+        format!("{}/*", peer.libs.display()),
+        MAIN_CLASS.into(),
+    ];
+    (peer.java.clone(), args)
+}

@@ -84,7 +84,8 @@ pub enum ApiMisuse {
     /// The subscription has no topic.
     #[error("subscribe needs at least one topic")]
     EmptySubscription,
-    /// The member was closed or stopped.
+    /// The member was closed (`close()` was called, also while its leave is still under way) or
+    /// stopped by a terminal error.
     #[error("the member is closed or stopped")]
     Stopped,
     /// Regular-expression subscriptions are evaluated by the broker, in the consumer protocol only.
@@ -213,6 +214,11 @@ pub struct ClassicMember {
     empty_join_in_flight: bool,
     next_ticket: u64,
     next_op: u64,
+    /// `close()` was called: the member only moves towards `Closed` from now on.
+    close_requested: bool,
+    /// A close that waits for the outstanding revocation ticket before its LeaveGroup (see
+    /// [`close`](Self::close)).
+    deferred_close: Option<CloseOptions>,
     /// Simulation only: wipe the member id on a suppressed LeaveGroup, as the Java client does.
     #[cfg(feature = "sim")]
     java_reset_policy: bool,
@@ -278,9 +284,11 @@ impl ClassicMember {
             empty_join_in_flight: false,
             next_ticket: 0,
             next_op: 0,
+            close_requested: false,
+            deferred_close: None,
             rejoin_reason: "subscribed",
             #[cfg(feature = "sim")]
-            java_reset_policy: false,
+            java_reset_policy: config.java_reset_policy,
             config,
         })
     }
@@ -331,7 +339,8 @@ impl ClassicMember {
     }
 
     /// Simulation only: behave like the Java client and wipe the member id whenever a LeaveGroup
-    /// is suppressed (the root of KAFKA-20985), so a simulation can show the difference.
+    /// is suppressed (the root of KAFKA-20985), so a simulation can show the difference. The
+    /// initial value comes from [`GroupConfig::java_reset_policy`].
     #[cfg(feature = "sim")]
     pub fn set_java_reset_policy(&mut self, on: bool) {
         self.java_reset_policy = on;
@@ -380,13 +389,17 @@ impl ClassicMember {
     // ------------------------------------------------------------------ commands
 
     /// Subscribes to `topics` (replacing an earlier subscription) and starts joining.
+    ///
+    /// Errors with [`ApiMisuse::Stopped`] once [`close`](Self::close) was called (also while the
+    /// close's LeaveGroup or revocation ticket is still outstanding: the close is not undone) or
+    /// the member stopped, and with [`ApiMisuse::EmptySubscription`] without topics.
     pub fn subscribe(
         &mut self,
         topics: impl IntoIterator<Item = String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
         self.advance(now);
-        if self.stopped() {
+        if self.stopped() || self.close_requested {
             return Err(ApiMisuse::Stopped);
         }
         let topics: BTreeSet<String> = topics.into_iter().collect();
@@ -409,9 +422,11 @@ impl ClassicMember {
 
     /// Leaves the subscription. The application releases its partitions ([`Event::Revoked`]);
     /// a dynamic member sends LeaveGroup, a static one does not and keeps its member id.
+    ///
+    /// Does nothing once [`close`](Self::close) was called: the close goes on as asked.
     pub fn unsubscribe(&mut self, now: Instant) {
         self.advance(now);
-        if self.stopped() || matches!(self.phase, Phase::Unsubscribed) {
+        if self.stopped() || self.close_requested || matches!(self.phase, Phase::Unsubscribed) {
             return;
         }
         self.topics.clear();
@@ -425,7 +440,7 @@ impl ClassicMember {
     /// and sends nothing); the next poll rejoins.
     pub fn poll(&mut self, now: Instant) {
         self.advance(now);
-        if self.topics.is_empty() || self.stopped() {
+        if self.topics.is_empty() || self.stopped() || self.close_requested {
             return;
         }
         self.timers
@@ -436,7 +451,8 @@ impl ClassicMember {
     }
 
     /// Hands back the ticket of an [`Event::Revoking`]: the application committed and stopped
-    /// using those partitions. The member then rejoins.
+    /// using those partitions. The member then rejoins — or, when [`close`](Self::close) was
+    /// called meanwhile, sends the LeaveGroup the close waited for and closes.
     ///
     /// Errors with [`ApiMisuse::UnknownTicket`] when the ticket is not the one awaited (the
     /// member has since lost the partitions, or the ticket is stale).
@@ -448,6 +464,10 @@ impl ClassicMember {
         self.advance(now);
         match self.phase {
             Phase::AwaitRevoke { ticket: t } if t == ticket.id => {
+                if let Some(options) = self.deferred_close.take() {
+                    self.leave(options, true, "closed after the revocation completed");
+                    return Ok(());
+                }
                 self.set_phase(Phase::Rejoin { not_before: None }, "revocation completed");
                 Ok(())
             }
@@ -506,19 +526,39 @@ impl ClassicMember {
 
     /// Closes the member. Owned partitions are released ([`Event::Revoked`]); a LeaveGroup is
     /// sent when `options` ask for it (see [`CloseOptions`]); then [`Event::Closed`].
+    ///
+    /// While a revocation ticket is out ([`Event::Revoking`] not yet handed back), the close
+    /// waits for it: a LeaveGroup would let the coordinator hand the partitions being revoked to
+    /// other members before the application committed them. The member stays in its generation
+    /// meanwhile (heartbeats, commits); once the ticket is back, or `max.poll.interval.ms` after
+    /// the close without it, the close goes on as asked. The consumer member does the same.
     pub fn close(&mut self, options: CloseOptions, now: Instant) {
         self.advance(now);
         if self.stopped() {
             return;
         }
+        self.close_requested = true;
         self.topics.clear();
-        self.timers.stop(Timer::PollInterval);
         if let Phase::Leaving { then_close, .. } = &mut self.phase {
             // A LeaveGroup is already out: close when it is answered.
+            self.timers.stop(Timer::PollInterval);
             *then_close = true;
             return;
         }
         self.release_owned();
+        if matches!(self.phase, Phase::AwaitRevoke { .. }) {
+            // Bounded: without the ticket the close goes on after max.poll.interval.ms (the
+            // rebalance timeout: a coordinator waiting for this member's JoinGroup drops it
+            // after that anyway). A second close only changes how the member leaves, not when.
+            if self.deferred_close.replace(options).is_none() {
+                self.timers.set(
+                    Timer::PollInterval,
+                    self.now + self.config.max_poll_interval,
+                );
+            }
+            return;
+        }
+        self.timers.stop(Timer::PollInterval);
         self.leave(options, true, "closed");
     }
 
@@ -570,9 +610,7 @@ impl ClassicMember {
                 }
             }
         }
-        if matches!(self.phase, Phase::Stable)
-            && self.leader
-            && !self.metadata_refresh_in_flight
+        if self.metadata_refresh_due_when_expired()
             && self
                 .timers
                 .get(Timer::MetadataRefresh)
@@ -606,7 +644,9 @@ impl ClassicMember {
             Timer::Heartbeat => self.heartbeating() && !self.heartbeat_in_flight,
             Timer::Session => self.heartbeating(),
             Timer::Rejoin => matches!(self.phase, Phase::Rejoin { .. }),
-            Timer::MetadataRefresh => self.leader && !self.metadata_refresh_in_flight,
+            // Exactly when `poll_request` acts on it (a deadline nobody acts on makes a driver
+            // spin).
+            Timer::MetadataRefresh => self.metadata_refresh_due_when_expired(),
             _ => true,
         });
         match (own, self.lookup.poll_timeout()) {
@@ -632,7 +672,13 @@ impl ClassicMember {
             self.timers
                 .set(Timer::Session, self.now + self.config.session_timeout);
         }
-        if self.timers.expire(Timer::PollInterval, self.now)
+        let poll_expired = self.timers.expire(Timer::PollInterval, self.now);
+        if poll_expired && let Some(options) = self.deferred_close.take() {
+            // A close that waited for a ticket the application never handed back goes on.
+            tracing::warn!(group = %self.config.group_id, "revocation ticket not handed back within max.poll.interval.ms after close; closing");
+            self.lose_owned("revocation ticket not handed back");
+            self.leave(options, true, "closed without the revocation ticket");
+        } else if poll_expired
             && !self.topics.is_empty()
             && !matches!(self.phase, Phase::PollExpired | Phase::Unsubscribed)
             && !self.stopped()
@@ -716,6 +762,7 @@ impl ClassicMember {
             return;
         }
         tracing::error!(group = %self.config.group_id, %error, "member stopped");
+        self.deferred_close = None;
         self.lose_owned("fatal error");
         self.queued_fail(CommitError::Stopped(error.to_string()));
         self.set_phase(Phase::Fatal(error.clone()), "fatal error");
@@ -788,6 +835,8 @@ impl ClassicMember {
         self.protocol_name = None;
         self.leader = false;
         self.assigned_metadata = None;
+        // The leader's metadata watch ends with its generation; a later leadership arms its own.
+        self.timers.stop(Timer::MetadataRefresh);
         self.heartbeat_failures = 0;
     }
 
@@ -1144,6 +1193,10 @@ impl ClassicMember {
             self.lose_owned("replaced by this member's own earlier JoinGroup");
             self.reset_member_id();
             self.empty_join_quarantine = None;
+            if let Some(options) = self.deferred_close.take() {
+                // The revocation the close waited for is void; nothing is left to leave.
+                return self.leave(options, true, "closed after being replaced");
+            }
             self.set_phase(Phase::Rejoin { not_before: None }, "self-fenced");
             return;
         }
@@ -1320,8 +1373,22 @@ impl ClassicMember {
         self.timers.set(Timer::MetadataRefresh, self.now + after);
     }
 
+    /// Leader: whether `poll_request` sends the metadata re-check once its timer expired. The
+    /// same condition gates the timer in `poll_timeout`.
+    fn metadata_refresh_due_when_expired(&self) -> bool {
+        matches!(self.phase, Phase::Stable)
+            && self.leader
+            && !self.metadata_refresh_in_flight
+            && self.assigned_metadata.is_some()
+            && self.coordinator().is_some()
+    }
+
     fn build_metadata_refresh(&mut self) -> Option<Outbound> {
-        let watched = self.assigned_metadata.as_ref()?;
+        let Some(watched) = self.assigned_metadata.as_ref() else {
+            // Nothing to watch (a KIP-814 leader that skipped the assignment): no re-check.
+            self.timers.stop(Timer::MetadataRefresh);
+            return None;
+        };
         let topics = watched.keys().cloned().collect();
         let id = self.ids.next();
         self.sent.insert(id, Sent::MetadataRefresh);
@@ -1540,7 +1607,11 @@ impl ClassicMember {
     }
 
     /// A reset while a rebalance step or a revocation is under way: whatever was awaited is void.
+    /// A close that waited for the revocation goes on instead of the rejoin.
     fn interrupt_for_rejoin(&mut self, reason: &'static str) {
+        if let Some(options) = self.deferred_close.take() {
+            return self.leave(options, true, reason);
+        }
         // A stopped member stays stopped whatever late answers say.
         if !matches!(
             self.phase,

@@ -612,3 +612,277 @@ fn stale_and_unexpected_answers_are_ignored() {
     assert_eq!(h.m.member_id(), "i1-abc");
     assert_eq!(h.m.state(), "Stable");
 }
+
+// ------------------------------------------------- found by tests/op_sequences.rs (regressions)
+
+/// Every request in `out` that is a LeaveGroup.
+fn leaves(out: &[Outbound]) -> usize {
+    out.iter()
+        .filter(|o| matches!(body(o), RequestKind::LeaveGroup(_)))
+        .count()
+}
+
+impl Harness {
+    /// A deadline at or before now that `handle_timeout(now)` leaves in place (a driver spins).
+    fn stuck_deadline(&mut self) -> Option<crate::core::timer::Timer> {
+        self.m.handle_timeout(self.now);
+        self.drain();
+        self.m
+            .poll_timeout()
+            .filter(|(at, _)| *at <= self.now)
+            .map(|(_, t)| t)
+    }
+
+    /// Answers `join` making this member ("i1-abc") the leader of `generation`, with another
+    /// member subscribed to "x", a topic that does not exist (so the leader re-checks metadata
+    /// after retry.backoff.max.ms, 1 s). Answers the leader's Metadata; the SyncGroup is left
+    /// outstanding and returned.
+    fn lead(&mut self, join: &Outbound, generation: i32) -> Outbound {
+        let sub = |t: &str| Subscription::new(vec![t]).encode();
+        let r = JoinGroupResponse::default()
+            .with_generation_id(generation)
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("range")))
+            .with_leader(s("i1-abc"))
+            .with_member_id(s("i1-abc"))
+            .with_members(vec![
+                JoinGroupResponseMember::default()
+                    .with_member_id(s("i1-abc"))
+                    .with_metadata(sub("t")),
+                JoinGroupResponseMember::default()
+                    .with_member_id(s("other"))
+                    .with_metadata(sub("x")),
+            ]);
+        self.answer(join, ResponseKind::JoinGroup(r));
+        let md = self.one();
+        assert!(matches!(md.request, Request::Metadata { .. }), "{md:?}");
+        let t = kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
+            .with_name(Some(kafka_protocol::messages::TopicName(s("t"))))
+            .with_partitions(vec![
+                kafka_protocol::messages::metadata_response::MetadataResponsePartition::default(),
+            ]);
+        self.answer(
+            &md,
+            ResponseKind::Metadata(
+                kafka_protocol::messages::MetadataResponse::default().with_topics(vec![t]),
+            ),
+        );
+        let sync = self.one();
+        assert!(matches!(body(&sync), RequestKind::SyncGroup(_)), "{sync:?}");
+        sync
+    }
+
+    /// Stable, with the Revoking ticket of an eager rebalance (REBALANCE_IN_PROGRESS) out.
+    fn revoking(instance: Option<&str>, member: &str) -> (Self, crate::core::events::RevokeTicket) {
+        let mut h = Self::stable(instance, member);
+        let hb = h.heartbeat();
+        h.heartbeat_answer(&hb, 27);
+        assert_eq!(h.m.state(), "AwaitRevoke");
+        let ticket = h
+            .take_events()
+            .into_iter()
+            .find_map(|e| match e {
+                Event::Revoking { ticket, .. } => Some(ticket),
+                _ => None,
+            })
+            .expect("a revocation ticket");
+        (h, ticket)
+    }
+}
+
+#[test]
+fn the_leaders_metadata_deadline_counts_only_when_the_re_check_can_be_sent() {
+    let mut h = Harness::new(Some("i1"));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_join();
+    let sync = h.lead(&join, 1);
+    // The re-check is due during the SyncGroup: not a deadline while it cannot be sent.
+    h.advance(Duration::from_secs(1));
+    assert_eq!(h.m.state(), "Syncing");
+    assert_eq!(
+        h.stuck_deadline(),
+        None,
+        "a driver would spin while Syncing"
+    );
+    h.answer(
+        &sync,
+        ResponseKind::SyncGroup(
+            SyncGroupResponse::default()
+                .with_protocol_type(Some(s("consumer")))
+                .with_protocol_name(Some(s("range")))
+                .with_assignment(
+                    Assignment {
+                        partitions: vec![TopicPartition::new("t", 0)],
+                        user_data: None,
+                    }
+                    .encode(),
+                ),
+        ),
+    );
+    assert_eq!(h.m.state(), "Stable");
+    // Stable again: the overdue re-check goes out at once.
+    let out = h.drain();
+    assert!(
+        out.iter()
+            .any(|o| matches!(o.request, Request::Metadata { .. })),
+        "{out:#?}"
+    );
+    assert_eq!(h.stuck_deadline(), None);
+}
+
+#[test]
+fn a_leader_that_loses_its_generation_drops_its_metadata_deadline() {
+    // A static leader's generation ends without LeaveGroup (ILLEGAL_GENERATION); it comes back
+    // and the coordinator tells it to skip the assignment (KIP-814): it has nothing to watch,
+    // and the earlier leadership's re-check must not be a deadline for ever.
+    let mut h = Harness::new(Some("i1"));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_join();
+    let _sync = h.lead(&join, 1);
+    h.advance(Duration::from_secs(1));
+    let hb = h.one();
+    assert!(matches!(body(&hb), RequestKind::Heartbeat(_)), "{hb:?}");
+    h.heartbeat_answer(&hb, 22);
+    assert_eq!(h.m.generation(), -1);
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "i1-abc");
+    let r = JoinGroupResponse::default()
+        .with_generation_id(2)
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")))
+        .with_leader(s("i1-abc"))
+        .with_member_id(s("i1-abc"))
+        .with_skip_assignment(true);
+    h.answer(&join, ResponseKind::JoinGroup(r));
+    h.sync_ok(&[("t", 0)]);
+    assert_eq!(h.m.state(), "Stable");
+    assert!(h.m.is_leader());
+    for _ in 0..3 {
+        h.advance(Duration::from_secs(1));
+        let out = h.drain();
+        assert!(
+            out.iter()
+                .all(|o| !matches!(o.request, Request::Metadata { .. })),
+            "a leader that skipped the assignment watches nothing: {out:#?}"
+        );
+        assert_eq!(h.stuck_deadline(), None, "a driver would spin while Stable");
+    }
+}
+
+#[test]
+fn close_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
+    let (mut h, ticket) = Harness::revoking(None, "m-1");
+    h.m.close(CloseOptions::Default, h.now);
+    assert_eq!(
+        leaves(&h.drain()),
+        0,
+        "LeaveGroup before the ticket is back"
+    );
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert!(!h.take_events().contains(&Event::Closed));
+    // Still in its generation meanwhile: commits and heartbeats go out.
+    h.m.commit(
+        vec![CommitOffset {
+            partition: TopicPartition::new("t", 0),
+            offset: 7,
+            metadata: None,
+        }],
+        h.now,
+    );
+    let commit = h.one();
+    assert!(
+        matches!(body(&commit), RequestKind::OffsetCommit(ref r) if r.generation_id_or_member_epoch == 1 && r.member_id.as_str() == "m-1"),
+        "{commit:?}"
+    );
+    h.advance(Duration::from_secs(2));
+    assert_eq!(leaves(&h.drain()), 0);
+    // Calls after close do not undo it.
+    assert_eq!(
+        h.m.subscribe(["t".to_string()], h.now),
+        Err(crate::core::classic::ApiMisuse::Stopped)
+    );
+    h.m.unsubscribe(h.now);
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let leave = h.one();
+    let RequestKind::LeaveGroup(l) = body(&leave) else {
+        panic!("{leave:?}")
+    };
+    assert_eq!(l.members[0].member_id.as_str(), "m-1");
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), "Closed");
+    assert!(h.take_events().contains(&Event::Closed));
+
+    // A static member owes no LeaveGroup: it closes once the ticket is back, keeping its id.
+    let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
+    h.m.close(CloseOptions::Default, h.now);
+    assert!(h.drain().is_empty());
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    assert_eq!(leaves(&h.drain()), 0);
+    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.member_id(), "i1-abc");
+}
+
+#[test]
+fn close_during_a_revocation_goes_on_without_the_ticket_after_max_poll_interval() {
+    let (mut h, _ticket) = Harness::revoking(None, "m-1");
+    h.m.close(CloseOptions::Default, h.now);
+    let mut sent = Vec::new();
+    for _ in 0..29 {
+        h.advance(Duration::from_secs(1));
+        for out in h.drain() {
+            if matches!(body(&out), RequestKind::Heartbeat(_)) {
+                h.heartbeat_answer(&out, 0);
+            }
+            sent.push(out);
+        }
+    }
+    assert_eq!(leaves(&sent), 0, "LeaveGroup before max.poll.interval.ms");
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.advance(Duration::from_secs(1));
+    let out = h.drain();
+    assert_eq!(leaves(&out), 1, "{out:#?}");
+    assert_eq!(h.m.state(), "Leaving");
+    // A heartbeat error that voids the revocation closes at once too.
+    let (mut h, _ticket) = Harness::revoking(None, "m-1");
+    h.m.close(CloseOptions::Default, h.now);
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 25);
+    assert_eq!(leaves(&h.drain()), 0, "no member id left to leave with");
+    assert_eq!(h.m.state(), "Closed");
+    assert!(h.take_events().contains(&Event::Closed));
+}
+
+#[test]
+fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
+    // Dynamic: during the close's LeaveGroup.
+    let mut h = Harness::stable(None, "m-1");
+    h.m.close(CloseOptions::Default, h.now);
+    let leave = h.one();
+    assert!(
+        matches!(body(&leave), RequestKind::LeaveGroup(_)),
+        "{leave:?}"
+    );
+    h.m.unsubscribe(h.now);
+    assert_eq!(
+        h.m.subscribe(["t".to_string()], h.now),
+        Err(crate::core::classic::ApiMisuse::Stopped)
+    );
+    h.m.poll(h.now);
+    h.advance(Duration::from_secs(31));
+    assert!(h.drain().is_empty(), "a second LeaveGroup or a rejoin");
+    assert_eq!(h.m.state(), "Leaving");
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.member_id(), "", "a LeaveGroup went out");
+    assert!(h.take_events().contains(&Event::Closed));
+}

@@ -16,11 +16,18 @@
 //! - a close before the first answer still sends the leave carrying that id, on the same
 //!   coordinator connection as the join (a broker reads a connection in order), so no ghost member
 //!   stays behind;
-//! - UNRELEASED_INSTANCE_ID while this member's own earlier join may be registered (a lost
-//!   answer, or after fencing): leave with -2 and the own id, rejoin at epoch 0, at most
-//!   [`UNRELEASED_RECOVERIES`] times, then a typed fatal error;
+//! - UNRELEASED_INSTANCE_ID answering a static member's epoch-0 join while this member's own
+//!   earlier join may be registered (a lost answer, or after fencing): leave with -2 and the own
+//!   id, rejoin at epoch 0, at most [`UNRELEASED_RECOVERIES`] times, then a typed fatal error
+//!   (a close or unsubscribe waiting for a revocation ticket ends the episode as it asked
+//!   instead of the rejoin); anywhere else (a dynamic member, a heartbeat that is not a join)
+//!   the broker cannot mean this member's own join, and the code is fatal as in the Java client;
 //! - answers with a negative epoch are ignored; at most one regular heartbeat is in flight and
-//!   only a leave may overlap it; after any failure the next heartbeat is full.
+//!   only a leave may overlap it (a leave completed with a heartbeat still outstanding does not
+//!   free its slot, and that heartbeat's late answer is ignored); after any failure the next
+//!   heartbeat is full;
+//! - once `close()` was called, `subscribe`, `subscribe_regex` and `unsubscribe` do not change
+//!   the close (the first two answer [`ApiMisuse::Stopped`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -60,6 +67,8 @@ const LOOKUP_IDS: u64 = 1 << 48;
 /// Epochs with a meaning of their own (ConsumerGroupHeartbeatRequest.json).
 const LEAVE_EPOCH: i32 = -1;
 const STATIC_LEAVE_EPOCH: i32 = -2;
+/// The error code of UNRELEASED_INSTANCE_ID.
+const UNRELEASED_INSTANCE_ID: i16 = 111;
 
 #[derive(Debug)]
 enum Phase {
@@ -132,6 +141,8 @@ enum Sent {
     Heartbeat {
         epoch: i32,
         fields: SentFields,
+        /// The member's incarnation (leaves completed) when it went out.
+        incarnation: u64,
     },
     Leave,
     Metadata,
@@ -170,12 +181,21 @@ pub struct ConsumerMember {
     events: VecDeque<Event>,
     queued: VecDeque<Queued>,
     outbound: VecDeque<Outbound>,
-    heartbeat_in_flight: bool,
+    /// The regular heartbeat in flight (at most one); only its answer frees the slot, also when
+    /// it belongs to a membership the member left since.
+    heartbeat_in_flight: Option<RequestId>,
+    /// Leaves completed so far: answers to heartbeats of an earlier incarnation describe a
+    /// membership the member left, and are ignored.
+    incarnation: u64,
     heartbeat_failures: u32,
     interval: Duration,
     /// What the broker knows; `None` makes the next heartbeat full.
     known: Option<SentFields>,
     metadata_in_flight: bool,
+    /// Ask for the subscribed topics' metadata right after the coordinator lookup: the broker
+    /// assigns by topic id, and knowing the names before the first assignment arrives saves a
+    /// round trip on the join and rejoin path.
+    prefetch_metadata: bool,
     /// An epoch-0 heartbeat went out (the broker may know this member).
     join_sent: bool,
     /// This member may be registered under its instance id (lost join answer, or it held an
@@ -185,6 +205,8 @@ pub struct ConsumerMember {
     answered_once: bool,
     /// A close or unsubscribe that waits for the outstanding revocation ticket.
     deferred_leave: Option<(CloseOptions, AfterLeave, &'static str)>,
+    /// `close()` was called: the member only moves towards `Closed` from now on.
+    close_requested: bool,
     next_ticket: u64,
     next_op: u64,
 }
@@ -232,16 +254,19 @@ impl ConsumerMember {
             events: VecDeque::new(),
             queued: VecDeque::new(),
             outbound: VecDeque::new(),
-            heartbeat_in_flight: false,
+            heartbeat_in_flight: None,
+            incarnation: 0,
             heartbeat_failures: 0,
             interval: Duration::ZERO,
             known: None,
             metadata_in_flight: false,
+            prefetch_metadata: false,
             join_sent: false,
             may_be_registered: false,
             unreleased_recoveries: 0,
             answered_once: false,
             deferred_leave: None,
+            close_requested: false,
             next_ticket: 0,
             next_op: 0,
             config,
@@ -342,13 +367,16 @@ impl ConsumerMember {
     // ------------------------------------------------------------------ commands
 
     /// Subscribes to `topics` by name and joins (or tells the coordinator the new subscription).
+    ///
+    /// Errors with [`ApiMisuse::Stopped`] once [`close`](Self::close) was called (the close goes
+    /// on) or the member stopped, and with [`ApiMisuse::EmptySubscription`] without topics.
     pub fn subscribe(
         &mut self,
         topics: impl IntoIterator<Item = String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
         self.advance(now);
-        if self.stopped() {
+        if self.stopped() || self.close_requested {
             return Err(ApiMisuse::Stopped);
         }
         let topics: BTreeSet<String> = topics.into_iter().collect();
@@ -357,18 +385,26 @@ impl ConsumerMember {
         }
         self.topics = topics;
         self.regex = None;
+        // Joining: the names of the subscribed topics are needed as soon as the first
+        // assignment arrives. (A member in the group resolves new ids when they come.)
+        self.prefetch_metadata = matches!(self.phase, Phase::Unsubscribed | Phase::Stale)
+            && self
+                .topics
+                .iter()
+                .any(|t| !self.names.values().any(|n| n == t));
         self.start(now);
         Ok(())
     }
 
     /// Subscribes by a server-side regular expression (RE2/J syntax, `SubscribedTopicRegex`, v1).
+    /// Errors as [`subscribe`](Self::subscribe) does.
     pub fn subscribe_regex(
         &mut self,
         pattern: impl Into<String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
         self.advance(now);
-        if self.stopped() {
+        if self.stopped() || self.close_requested {
             return Err(ApiMisuse::Stopped);
         }
         let pattern = pattern.into();
@@ -377,6 +413,8 @@ impl ConsumerMember {
         }
         self.topics.clear();
         self.regex = Some(pattern);
+        // By pattern the metadata would be every topic's: fetched only for ids assigned.
+        self.prefetch_metadata = false;
         self.start(now);
         Ok(())
     }
@@ -396,9 +434,12 @@ impl ConsumerMember {
     /// Leaves the subscription: the application releases its partitions ([`Event::Revoked`]) and
     /// the member leaves (-1; -2 for a static member, which keeps its partitions at the broker for
     /// a return within the session timeout).
+    ///
+    /// Does nothing once [`close`](Self::close) was called: the close goes on as asked (also a
+    /// close waiting for a revocation ticket).
     pub fn unsubscribe(&mut self, now: Instant) {
         self.advance(now);
-        if self.stopped() {
+        if self.stopped() || self.close_requested {
             return;
         }
         // The subscription goes in every state, so a later poll() does not rejoin.
@@ -457,7 +498,10 @@ impl ConsumerMember {
     /// Records that the application is alive; after a poll timeout, rejoins.
     pub fn poll(&mut self, now: Instant) {
         self.advance(now);
-        if self.stopped() || (self.topics.is_empty() && self.regex.is_none()) {
+        if self.stopped()
+            || self.close_requested
+            || (self.topics.is_empty() && self.regex.is_none())
+        {
             return;
         }
         self.timers
@@ -542,6 +586,7 @@ impl ConsumerMember {
         if self.stopped() {
             return;
         }
+        self.close_requested = true;
         self.topics.clear();
         self.regex = None;
         self.timers.stop(Timer::PollInterval);
@@ -567,6 +612,13 @@ impl ConsumerMember {
         }
         if self.stopped() {
             return None;
+        }
+        if self.prefetch_metadata && needed {
+            self.prefetch_metadata = false;
+            self.request_metadata();
+            if let Some(out) = self.outbound.pop_front() {
+                return Some(out);
+            }
         }
         let Some(coordinator) = self.coordinator().cloned() else {
             // A leave that cannot be sent completes the leave (AbstractHeartbeatRequestManager).
@@ -602,7 +654,7 @@ impl ConsumerMember {
         if let Some(q) = self.queued.pop_front() {
             return self.build_queued(q, &coordinator);
         }
-        if self.in_group() && !self.heartbeat_in_flight {
+        if self.in_group() && self.heartbeat_in_flight.is_none() {
             let urgent = matches!(self.phase, Phase::Joining | Phase::Acknowledging);
             let due = self
                 .timers
@@ -634,7 +686,9 @@ impl ConsumerMember {
     /// The earliest deadline and its timer.
     pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
         let own = self.timers.next_where(|t| match t {
-            Timer::Heartbeat | Timer::Rejoin => self.in_group() && !self.heartbeat_in_flight,
+            Timer::Heartbeat | Timer::Rejoin => {
+                self.in_group() && self.heartbeat_in_flight.is_none()
+            }
             Timer::MetadataRefresh => !self.metadata_in_flight,
             _ => true,
         });
@@ -689,7 +743,11 @@ impl ConsumerMember {
             return;
         };
         match sent {
-            Sent::Heartbeat { epoch, fields } => self.on_heartbeat(epoch, fields, result),
+            Sent::Heartbeat {
+                epoch,
+                fields,
+                incarnation,
+            } => self.on_heartbeat(id, epoch, fields, incarnation, result),
             Sent::Leave => self.on_leave(id, result),
             Sent::Metadata => self.on_metadata(result),
             Sent::Commit {
@@ -811,7 +869,9 @@ impl ConsumerMember {
         self.known = None;
         self.target = None;
         self.join_sent = false;
-        self.heartbeat_in_flight = false;
+        // A regular heartbeat still outstanding keeps its slot until its answer (ignored then):
+        // the next join must not overlap it.
+        self.incarnation += 1;
         match then {
             AfterLeave::Close => {
                 self.fail_queued(CommitError::Stopped("closed".into()));
@@ -932,14 +992,19 @@ impl ConsumerMember {
             r.rack_id = self.config.rack_id.clone().map(StrBytes::from_string);
             self.join_sent = true;
         }
-        self.heartbeat_in_flight = true;
         let epoch = self.epoch;
-        self.push(
+        let incarnation = self.incarnation;
+        let id = self.push(
             Target::Coordinator(coordinator.clone()),
             RequestKind::ConsumerGroupHeartbeat(r),
             HEARTBEAT_VERSIONS,
-            Sent::Heartbeat { epoch, fields },
+            Sent::Heartbeat {
+                epoch,
+                fields,
+                incarnation,
+            },
         );
+        self.heartbeat_in_flight = Some(id);
         self.outbound.pop_front().expect("just pushed")
     }
 
@@ -1012,11 +1077,21 @@ impl ConsumerMember {
 
     fn on_heartbeat(
         &mut self,
+        id: RequestId,
         sent_epoch: i32,
         fields: SentFields,
+        incarnation: u64,
         result: Result<Response, TransportError>,
     ) {
-        self.heartbeat_in_flight = false;
+        if self.heartbeat_in_flight == Some(id) {
+            self.heartbeat_in_flight = None;
+        }
+        if incarnation != self.incarnation {
+            // Sent before the member last left: it answers for a membership that is gone (the
+            // broker may even have registered it after the leave's answer was written).
+            tracing::debug!(%id, "ignoring the answer to a heartbeat sent before the last leave");
+            return;
+        }
         if !self.in_group() {
             // Answers after the member left (or stopped) change nothing.
             return;
@@ -1063,7 +1138,7 @@ impl ConsumerMember {
                     "UNKNOWN_MEMBER_ID"
                 });
             }
-            ErrorAction::UnreleasedInstance => self.unreleased(),
+            ErrorAction::UnreleasedInstance => self.unreleased(sent_epoch),
             ErrorAction::Fenced => {
                 let instance_id = self.config.instance_id.clone().unwrap_or_default();
                 self.fail(GroupError::FencedInstanceId {
@@ -1088,14 +1163,31 @@ impl ConsumerMember {
         }
     }
 
-    /// UNRELEASED_INSTANCE_ID: our own earlier registration may hold the instance id; release it
-    /// with a -2 leave under our id and rejoin, a bounded number of times.
-    fn unreleased(&mut self) {
-        let instance_id = self.config.instance_id.clone().unwrap_or_default();
-        if self.may_be_registered && self.unreleased_recoveries < UNRELEASED_RECOVERIES {
+    /// UNRELEASED_INSTANCE_ID answering a static member's epoch-0 join: our own earlier
+    /// registration may hold the instance id; release it with a -2 leave under our id and
+    /// rejoin, a bounded number of times. The broker sends the code only there
+    /// (`throwIfInstanceIdIsUnreleased`); anywhere else it cannot be this member's own join, and
+    /// it is fatal as in the Java client (`handleFatalFailure`).
+    fn unreleased(&mut self, sent_epoch: i32) {
+        let Some(instance_id) = self.config.instance_id.clone() else {
+            // A member without an instance id holds none to release.
+            return self.fail(GroupError::Fatal {
+                api: ApiKey::ConsumerGroupHeartbeat,
+                code: UNRELEASED_INSTANCE_ID,
+            });
+        };
+        let own_join = sent_epoch == 0;
+        if own_join && self.may_be_registered && self.unreleased_recoveries < UNRELEASED_RECOVERIES
+        {
             self.unreleased_recoveries += 1;
             tracing::warn!(group = %self.config.group_id, %instance_id, attempt = self.unreleased_recoveries, "UNRELEASED_INSTANCE_ID after this member's own join may have landed; leaving with -2 and rejoining");
             self.lose_owned("UNRELEASED_INSTANCE_ID");
+            if let Some((options, then, reason)) = self.deferred_leave.take() {
+                // A close or unsubscribe waited for a revocation this error voids: its leave
+                // releases the instance id too (-2, or -1 for close(LeaveGroup)), and the member
+                // ends as that call asked instead of rejoining.
+                return self.leave(options, then, reason);
+            }
             self.set_phase(
                 Phase::Leaving {
                     epoch: STATIC_LEAVE_EPOCH,

@@ -222,11 +222,23 @@ impl Harness {
         self.m.handle_timeout(self.now);
     }
 
+    /// Expects the coordinator lookup and answers it. A subscription by names also asks for
+    /// the topics' metadata right after the lookup (prefetch): that request fails here, so the
+    /// tests see the member resolve assigned ids after the assignment arrives; the prefetch
+    /// has tests of its own.
     fn find_coordinator(&mut self) {
-        let out = self.one();
-        assert!(is_find_coordinator(&out), "{out:?}");
-        assert_eq!(out.target, Target::Bootstrap);
-        self.answer(&out, find_coordinator_answer());
+        let mut out = self.drain();
+        assert!(
+            (1..=2).contains(&out.len()) && is_find_coordinator(&out[0]),
+            "expected FindCoordinator (and a metadata prefetch): {out:#?}"
+        );
+        if let Some(prefetch) = out.get(1) {
+            assert!(is_metadata(prefetch), "{prefetch:?}");
+            self.fail(prefetch);
+        }
+        let fc = out.swap_remove(0);
+        assert_eq!(fc.target, Target::Bootstrap);
+        self.answer(&fc, find_coordinator_answer());
     }
 
     /// Expects exactly one request, a ConsumerGroupHeartbeat.
@@ -421,6 +433,9 @@ fn first_heartbeat_of_a_dynamic_member_leaves_unset_options_out() {
         }),
         now,
     );
+    // The subscribed topics' metadata (prefetch), then the join.
+    let md = m.poll_request().unwrap();
+    assert!(is_metadata(&md), "{md:?}");
     let hb = m.poll_request().unwrap();
     let b = heartbeat_body(&hb);
     assert_eq!(
@@ -850,7 +865,63 @@ fn unknown_topic_ids_are_carried_until_metadata_knows_them() {
 }
 
 #[test]
+fn a_join_asks_for_the_subscribed_topics_with_the_lookup_and_reconciles_without_another_round_trip()
+{
+    let mut h = Harness::new(None);
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    let out = h.drain();
+    assert_eq!(out.len(), 2, "{out:#?}");
+    assert!(
+        is_find_coordinator(&out[0]),
+        "the lookup goes first: {out:#?}"
+    );
+    let Request::Metadata { topics, .. } = &out[1].request else {
+        panic!("expected the metadata prefetch: {out:#?}");
+    };
+    assert_eq!(topics.as_deref(), Some(&["t".to_string()][..]));
+    assert_eq!(out[1].target, Target::Bootstrap);
+    h.metadata_answer(&out[1], &[("t", T, 4)]);
+    h.answer(&out[0], find_coordinator_answer());
+    let (join, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, 0);
+    h.hb_answer(&join, ok(1, 1000, Some(&[(T, &[0, 1])])));
+    // No Metadata request now: the acknowledgement goes out at once.
+    let (ack, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(vec![(T, vec![0, 1])]));
+    assert_eq!(h.m.assignment(), vec![tp("t", 0), tp("t", 1)]);
+    h.hb_answer(&ack, ok(1, 1000, None));
+    assert_eq!(h.m.state(), "Stable");
+}
 
+#[test]
+fn an_assignment_that_overtakes_the_prefetch_waits_for_it_without_asking_again() {
+    let mut h = Harness::new(None);
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    let out = h.drain();
+    assert!(
+        is_find_coordinator(&out[0]) && is_metadata(&out[1]),
+        "{out:#?}"
+    );
+    h.answer(&out[0], find_coordinator_answer());
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, ok(1, 1000, Some(&[(T, &[0, 1])])));
+    h.nothing("the prefetch is still in flight: no second Metadata, no acknowledgement yet");
+    assert_eq!(h.m.state(), "Reconciling");
+    h.metadata_answer(&out[1], &[("t", T, 4)]);
+    let (_, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(vec![(T, vec![0, 1])]));
+}
+
+#[test]
+fn a_pattern_subscription_fetches_no_metadata_before_the_assignment() {
+    let mut h = Harness::new(None);
+    h.m.subscribe_regex("t.*", h.now).unwrap();
+    let out = h.drain();
+    assert_eq!(out.len(), 1, "{out:#?}");
+    assert!(is_find_coordinator(&out[0]));
+}
+
+#[test]
 fn metadata_for_unknown_ids_is_asked_again_only_after_the_refresh_delay() {
     let mut h = Harness::joined(None);
     let (hb, _) = h.regular(Duration::from_secs(1));
@@ -1400,7 +1471,7 @@ fn close_before_anything_was_sent_closes_at_once() {
     // Subscribed, the coordinator lookup in flight.
     let mut h = Harness::new(None);
     h.m.subscribe(["t".to_string()], h.now).unwrap();
-    let find = h.one();
+    let find = h.drain().swap_remove(0);
     assert!(is_find_coordinator(&find));
     h.m.close(CloseOptions::Default, h.now);
     assert!(h.take_events().contains(&Event::Closed));
@@ -1712,8 +1783,10 @@ fn member_drain(m: &mut Member) -> (Vec<Outbound>, Vec<Event>) {
 
 fn member_find_coordinator(m: &mut Member, now: Instant) {
     let (out, _) = member_drain(m);
-    assert_eq!(out.len(), 1, "{out:?}");
+    assert!((1..=2).contains(&out.len()), "{out:?}");
     assert!(is_find_coordinator(&out[0]), "{out:?}");
+    // The subscribed topics' metadata (prefetch) follows the lookup; left unanswered.
+    assert!(out.get(1).is_none_or(is_metadata), "{out:?}");
     m.handle_response(
         out[0].id,
         Ok(Response {
@@ -1829,4 +1902,149 @@ fn auto_does_not_fall_back_after_a_successful_heartbeat() {
         vec![&GroupError::ConsumerProtocolUnsupported]
     );
     assert_eq!(m.protocol(), "consumer");
+}
+
+// ------------------------------------------------- found by tests/op_sequences.rs (regressions)
+
+#[test]
+fn a_heartbeat_outstanding_across_a_leave_keeps_its_slot_and_its_late_answer_is_ignored() {
+    let mut h = Harness::joined(None);
+    let (hb, b) = h.regular(Duration::from_secs(1));
+    assert_eq!(b.member_epoch, 1);
+    // max.poll.interval.ms passes: the leave overtakes the regular heartbeat and is answered
+    // first.
+    h.advance(Duration::from_secs(30));
+    let (leave, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, -1);
+    h.hb_answer(&leave, ok(-1, 0, None));
+    assert_eq!(h.m.state(), "Stale");
+    h.events.clear();
+    // The next poll rejoins, but the join waits for the earlier heartbeat's answer: one regular
+    // heartbeat in flight at a time, also across a leave.
+    h.m.poll(h.now);
+    assert_eq!(h.m.state(), "Joining");
+    h.nothing("a join while the heartbeat from before the leave is unanswered");
+    assert!(
+        h.m.poll_timeout().is_none_or(|(at, _)| at > h.now),
+        "no deadline due while waiting for the answer"
+    );
+    // Its late answer describes the membership the member left: ignored, but the slot is free.
+    h.hb_answer(&hb, ok(2, 1000, Some(&[(T, &[0, 1, 2])])));
+    assert_eq!(h.m.epoch(), 0, "the late answer's epoch is not taken");
+    assert!(h.m.assignment().is_empty());
+    let (join, b) = h.expect_hb();
+    assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));
+    assert_full(&b, vec![], "the join after the leave");
+    assert!(assigned_of(&h.events).is_empty(), "{:?}", h.events);
+    // The new join's answer is the current one.
+    h.hb_answer(&join, ok(3, 1000, Some(&[(T, &[0])])));
+    assert_eq!(h.m.epoch(), 3);
+    // A late error answer from before a leave is ignored too (no fencing of the new membership).
+    let mut h = Harness::joined(Some("i1"));
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.advance(Duration::from_secs(30));
+    let (leave, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, -2);
+    h.hb_answer(&leave, ok(-2, 0, None));
+    h.m.poll(h.now);
+    h.nothing("waiting for the old heartbeat");
+    h.events.clear();
+    h.hb_answer(&hb, err(110));
+    let (_, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, 0);
+    assert!(lost_of(&h.events).is_empty(), "{:?}", h.events);
+    assert_eq!(h.m.state(), "Joining");
+}
+
+#[test]
+fn unreleased_instance_id_outside_a_static_join_is_fatal() {
+    // A dynamic member holds no instance id: no -2 leave, a typed terminal error.
+    let mut h = Harness::joined(None);
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.hb_answer(&hb, err(111));
+    h.nothing("stopped, no leave with the static epoch");
+    let events = std::mem::take(&mut h.events);
+    assert_eq!(
+        fatal_of(&events),
+        vec![&GroupError::Fatal {
+            api: ApiKey::ConsumerGroupHeartbeat,
+            code: 111
+        }]
+    );
+    // A static member's regular heartbeat (not a join): the broker cannot mean this member's
+    // own join, so no recovery.
+    let mut h = Harness::joined(Some("i1"));
+    let (hb, b) = h.regular(Duration::from_secs(1));
+    assert_eq!(b.member_epoch, 1);
+    h.hb_answer(&hb, err(111));
+    h.nothing("stopped, no recovery leave");
+    let events = std::mem::take(&mut h.events);
+    assert_eq!(
+        fatal_of(&events),
+        vec![&GroupError::UnreleasedInstanceId {
+            group: "g".into(),
+            instance_id: "i1".into()
+        }]
+    );
+}
+
+#[test]
+fn unreleased_instance_recovery_keeps_a_close_deferred_during_a_revocation() {
+    let mut h = Harness::joined(Some("i1"));
+    // The broker takes t-0 away and (oddly) answers epoch 0: the next heartbeat is a join.
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.hb_answer(&hb, ok(0, 1000, Some(&[(T, &[1])])));
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.nothing("waiting for the ticket");
+    let _ticket = take_revoking(&mut h.events);
+    h.m.close(CloseOptions::Default, h.now);
+    h.nothing("the close waits for the ticket");
+    let (join, b) = h.regular(Duration::from_secs(1));
+    assert_eq!(b.member_epoch, 0);
+    h.hb_answer(&join, err(111));
+    // The recovery's -2 leave is the close's leave: the member closes instead of rejoining.
+    let (leave, b) = h.expect_hb();
+    assert_eq!((b.member_epoch, b.member_id.as_str()), (-2, ID));
+    h.hb_answer(&leave, ok(-2, 0, None));
+    assert_eq!(h.m.state(), "Closed");
+    assert!(h.take_events().contains(&Event::Closed));
+    h.advance(Duration::from_secs(5));
+    h.nothing("closed");
+}
+
+#[test]
+fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
+    // During the close's leave.
+    let mut h = Harness::joined(None);
+    h.m.close(CloseOptions::Default, h.now);
+    let (leave, _) = h.expect_hb();
+    assert_eq!(
+        h.m.subscribe(["t".to_string()], h.now),
+        Err(ApiMisuse::Stopped)
+    );
+    assert_eq!(h.m.subscribe_regex("t.*", h.now), Err(ApiMisuse::Stopped));
+    h.m.unsubscribe(h.now);
+    h.m.poll(h.now);
+    h.nothing("nothing after the leave");
+    h.hb_answer(&leave, ok(-1, 0, None));
+    assert_eq!(h.m.state(), "Closed");
+    // A close deferred during a revocation keeps its kind: unsubscribe() does not replace it.
+    let mut h = Harness::joined(None);
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.hb_answer(&hb, ok(2, 1000, Some(&[(T, &[1])])));
+    h.nothing("waiting for the ticket");
+    let (_, ticket) = take_revoking(&mut h.events);
+    h.m.close(CloseOptions::Default, h.now);
+    h.m.unsubscribe(h.now);
+    assert_eq!(
+        h.m.subscribe(["t".to_string()], h.now),
+        Err(ApiMisuse::Stopped)
+    );
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let (leave, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, -1);
+    h.hb_answer(&leave, ok(-1, 0, None));
+    assert_eq!(h.m.state(), "Closed", "the close was not replaced");
+    assert!(h.take_events().contains(&Event::Closed));
 }
