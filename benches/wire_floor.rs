@@ -19,6 +19,10 @@
 //!   FindCoordinator, ConsumerGroupHeartbeat epoch 0 with the instance id until it carries
 //!   partitions; then, untimed, the static leave (epoch -2).
 //!
+//! `--no-setup` skips the untimed setup of (a) and (c), done by an earlier run with `--reps 0`:
+//! bench/rejoin.py runs every timed repetition in a process of its own, as it does for the
+//! clients, so that no repetition runs on code and allocations warmed up by the one before.
+//!
 //! Each repetition prints one JSON line `{"client":"floor","scenario":..,"rep":i,"ms":..}`;
 //! the time runs from before `connect` to the answer that carries the assignment.
 
@@ -258,6 +262,8 @@ struct Args {
     topic: String,
     group: String,
     reps: u32,
+    /// Skip the untimed setup of the static scenarios (it ran in an earlier process).
+    no_setup: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -271,8 +277,13 @@ fn parse_args() -> Result<Args> {
         topic: String::new(),
         group: format!("floor-{}", std::process::id()),
         reps: 20,
+        no_setup: false,
     };
     while let Some(flag) = it.next() {
+        if flag == "--no-setup" {
+            args.no_setup = true;
+            continue;
+        }
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--bootstrap" => args.bootstrap = value,
@@ -299,10 +310,12 @@ fn run(args: &Args) -> Result<()> {
     match args.scenario.as_str() {
         "classic-static-restart" => {
             let instance = "floor-static";
-            let mut first = Conn::open(&args.bootstrap)?;
-            first.find_coordinator(&args.group)?;
-            first.classic_join(&args.group, instance, &args.topic)?;
-            drop(first); // gone without LeaveGroup
+            if !args.no_setup {
+                let mut first = Conn::open(&args.bootstrap)?;
+                first.find_coordinator(&args.group)?;
+                first.classic_join(&args.group, instance, &args.topic)?;
+                drop(first); // gone without LeaveGroup
+            }
             for rep in 0..args.reps {
                 let start = Instant::now();
                 let mut conn = Conn::open(&args.bootstrap)?;
@@ -327,7 +340,8 @@ fn run(args: &Args) -> Result<()> {
         }
         "consumer-static-restart" => {
             let instance = "floor-static";
-            for rep in 0..=args.reps {
+            let first = u32::from(args.no_setup);
+            for rep in first..=args.reps {
                 // A restarted process draws a new member id (KIP-1082) and keeps the instance id.
                 let member = MemberId::generate();
                 let (mut conn, _, elapsed) = consumer_join(

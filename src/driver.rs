@@ -10,7 +10,7 @@ use crate::config::ClientConfig;
 use crate::core::Machine;
 use crate::core::backoff::ExponentialBackoff;
 use crate::core::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
-use crate::core::io::{Broker, RequestId, Response};
+use crate::core::io::{Broker, Outbound, RequestId, Response};
 use crate::error::{Error, TransportError};
 use crate::transport::Transport;
 
@@ -28,12 +28,8 @@ where
     let (tx, mut rx) = mpsc::unbounded_channel::<(RequestId, Result<Response, TransportError>)>();
     loop {
         while let Some(out) = machine.poll_request() {
-            let (transport, tx) = (transport.clone(), tx.clone());
             tracing::trace!(id = %out.id, target = %out.target, api = ?out.request.api_key(), "sending");
-            tokio::spawn(async move {
-                let result = transport.send(out.target, out.request, out.timeout).await;
-                let _ = tx.send((out.id, result));
-            });
+            dispatch(transport.clone(), out, tx.clone()).await;
         }
         if let Some(r) = done(machine) {
             return r;
@@ -42,6 +38,24 @@ where
         tokio::select! {
             Some((id, result)) = rx.recv() => machine.handle_response(id, result, Instant::now()),
             _ = sleep_until(deadline) => machine.handle_timeout(Instant::now()),
+        }
+    }
+}
+
+/// Where a request's outcome goes: its id and the answer or the transport's error.
+type Answers = mpsc::UnboundedSender<(RequestId, Result<Response, TransportError>)>;
+
+/// Sends `out` on a task of its own after polling it once here: the request takes its place on
+/// its connection in the order the machine emitted it (a task spawned later may run first), so
+/// e.g. FindCoordinator goes ahead of the metadata a joining member asks for with it.
+async fn dispatch<T: Transport>(transport: Arc<T>, out: Outbound, answers: Answers) {
+    let id = out.id;
+    let mut send =
+        Box::pin(async move { transport.send(out.target, out.request, out.timeout).await });
+    match std::future::poll_fn(|cx| std::task::Poll::Ready(send.as_mut().poll(cx))).await {
+        std::task::Poll::Ready(result) => drop(answers.send((id, result))),
+        std::task::Poll::Pending => {
+            tokio::spawn(async move { drop(answers.send((id, send.await))) });
         }
     }
 }
@@ -331,11 +345,7 @@ async fn run_member<T: Transport>(
     loop {
         while let Some(out) = member.poll_request() {
             metrics.on_request(out.id, out.request.api_key(), Instant::now());
-            let (transport, tx) = (transport.clone(), resp_tx.clone());
-            tokio::spawn(async move {
-                let result = transport.send(out.target, out.request, out.timeout).await;
-                let _ = tx.send((out.id, result));
-            });
+            dispatch(transport.clone(), out, resp_tx.clone()).await;
         }
         let mut closed = false;
         while let Some(event) = member.poll_event() {

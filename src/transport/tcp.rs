@@ -172,12 +172,16 @@ impl TcpTransport {
                     reason: "no address to connect to".into(),
                 }
             })?;
-            let stream = TcpStream::connect(&addr)
-                .await
-                .map_err(|e| TransportError::Connect {
-                    addr: addr.clone(),
-                    reason: e.to_string(),
-                })?;
+            // A literal address connects at once; a name goes through the resolver (a blocking
+            // getaddrinfo on tokio's blocking pool, a thread start on first use).
+            let stream = match addr.parse::<std::net::SocketAddr>() {
+                Ok(literal) => TcpStream::connect(literal).await,
+                Err(_) => TcpStream::connect(&addr).await,
+            }
+            .map_err(|e| TransportError::Connect {
+                addr: addr.clone(),
+                reason: e.to_string(),
+            })?;
             let _ = stream.set_nodelay(true);
             tracing::debug!(%addr, "connected");
             let host = addr
