@@ -44,7 +44,11 @@
 //!   LeaveGroup only after `close(LeaveGroup)`; a close that owes a LeaveGroup sends it, one that
 //!   does not sends none; a close during a revocation sends its LeaveGroup only once the ticket
 //!   is back (or, without it, `max.poll.interval.ms` after the close, or once an answer voided
-//!   the revocation);
+//!   the revocation), and so does an `unsubscribe` during a revocation (a dynamic member's
+//!   LeaveGroup when the ticket is back, then Leaving; a static member's none, then
+//!   Unsubscribed); a `subscribe` before then cancels the unsubscribe's leave, a `close` takes it
+//!   over with the first call's deadline; past that deadline the member no longer waits; a
+//!   ticket handed back with no close or unsubscribe waiting sends no LeaveGroup;
 //! - generations / epochs never go backwards under one member id, except to -1 (classic) or 0
 //!   (consumer), unless a damaged answer said so;
 //! - `poll_timeout()` never returns a deadline at or before `now` that `handle_timeout(now)`
@@ -221,6 +225,15 @@ impl CloseKind {
             CloseKind::Leave => CloseOptions::LeaveGroup,
         }
     }
+}
+
+/// What waits for a revocation ticket before leaving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deferred {
+    Close(CloseKind),
+    /// Classic: an `unsubscribe()` (LeaveGroup as `CloseOptions::Default` would, then
+    /// Unsubscribed).
+    Unsubscribe,
 }
 
 /// One step of a run.
@@ -450,9 +463,9 @@ pub struct Run {
     close_leave: bool,
     /// A close was issued to a member not yet stopped.
     closing: bool,
-    /// A close issued during a revocation waits for the ticket.
-    deferred_close: Option<CloseKind>,
-    /// When the pending `deferred_close` was issued.
+    /// A close (or, classic, an unsubscribe) issued during a revocation waits for the ticket.
+    deferred: Option<Deferred>,
+    /// When the first call of the pending `deferred` was issued (its deadline counts from there).
     deferred_since: Option<Instant>,
     /// Consumer: an epoch-0 heartbeat went out since the last completed leave.
     join_sent: bool,
@@ -509,7 +522,7 @@ impl Run {
             self_fence_credit: 0,
             close_leave: false,
             closing: false,
-            deferred_close: None,
+            deferred: None,
             deferred_since: None,
             join_sent: false,
             names_tainted: false,
@@ -588,6 +601,12 @@ impl Run {
                 let r = self.member.subscribe(topics, now);
                 if r != expected {
                     self.violation(&format!("subscribe returned {r:?}, expected {expected:?}"));
+                }
+                // Classic: a subscribe cancels an unsubscribe waiting for the ticket.
+                if r.is_ok() && self.deferred == Some(Deferred::Unsubscribe) {
+                    self.reach("subscribe cancelled a deferred unsubscribe".into());
+                    self.deferred = None;
+                    self.deferred_since = None;
                 }
             }
             Op::SubscribeRegex => {
@@ -1619,33 +1638,68 @@ impl Run {
         {
             self.check_close(*kind, before, join_sent_before, step);
         }
-        // A close waiting for a revocation ticket leaves once the ticket is back.
-        if step.revocation_completed
-            && let Some(kind) = self.deferred_close.take()
+        // Classic: an unsubscribe during a revocation waits for the ticket as a close does.
+        if self.setup.variant.classic()
+            && matches!(op, Op::Unsubscribe)
+            && before.state == "AwaitRevoke"
+            && !self.closing
         {
-            self.reach("deferred close after the ticket".into());
-            self.check_close(kind, before, true, step);
+            self.check_unsubscribe_during_revocation(&after, step);
         }
-        // Classic: before that, a LeaveGroup goes out only once the close waited
-        // max.poll.interval.ms, or once an answer voided the revocation.
-        if self.setup.variant.classic() && self.deferred_close.is_some() && !step.leaves.is_empty()
+        // A close or unsubscribe waiting for a revocation ticket leaves once the ticket is back.
+        if step.revocation_completed {
+            match self.deferred.take() {
+                Some(Deferred::Close(kind)) => {
+                    self.reach("deferred close after the ticket".into());
+                    self.check_close(kind, before, true, step);
+                }
+                Some(Deferred::Unsubscribe) => {
+                    self.reach("deferred unsubscribe after the ticket".into());
+                    self.check_unsubscribe_after_ticket(before, &after, step);
+                }
+                None if self.setup.variant.classic() && !step.leaves.is_empty() => {
+                    self.violation(&format!(
+                        "a ticket handed back with no close or unsubscribe waiting sent LeaveGroup \
+                         ({:?})",
+                        step.requests
+                    ));
+                }
+                None => {}
+            }
+        }
+        // Classic: before that, a LeaveGroup goes out only once the close or unsubscribe waited
+        // max.poll.interval.ms, or once an answer voided the revocation; and past that deadline
+        // the member waits no more.
+        if self.setup.variant.classic()
+            && let Some(deferred) = self.deferred
         {
             let waited = self
                 .deferred_since
                 .is_some_and(|at| self.now - at >= config(&self.setup).max_poll_interval);
-            let allowed = match op {
-                Op::Tick(_) => waited,
-                Op::Respond(..) => true,
-                _ => false,
-            };
-            if !allowed {
+            if !step.leaves.is_empty() {
+                if waited && matches!(op, Op::Tick(_)) {
+                    self.reach(format!("{deferred:?} left at the deadline"));
+                }
+                let allowed = match op {
+                    Op::Tick(_) => waited,
+                    Op::Respond(..) => true,
+                    _ => false,
+                };
+                if !allowed {
+                    self.violation(&format!(
+                        "{deferred:?} waiting for the revocation ticket sent LeaveGroup on {op:?}"
+                    ));
+                }
+            }
+            if waited && after.state == "AwaitRevoke" {
                 self.violation(&format!(
-                    "a close waiting for the revocation ticket sent LeaveGroup on {op:?}"
+                    "{deferred:?} still waits for the revocation ticket max.poll.interval.ms after \
+                     it was issued"
                 ));
             }
         }
         if after.state != "AwaitRevoke" {
-            self.deferred_close = None;
+            self.deferred = None;
             self.deferred_since = None;
         }
         // After a close the member only moves towards Closed (it may first wait for an
@@ -1716,6 +1770,52 @@ impl Run {
         }
     }
 
+    /// Classic: `unsubscribe()` in AwaitRevoke (not closing) sends nothing that leaves, stays in
+    /// AwaitRevoke and waits for the ticket.
+    fn check_unsubscribe_during_revocation(&mut self, after: &Snapshot, step: &Step) {
+        if !step.leaves.is_empty() {
+            self.violation(&format!(
+                "unsubscribe during a revocation left at once: {:?}",
+                step.requests
+            ));
+        }
+        if after.state != "AwaitRevoke" {
+            self.violation(&format!(
+                "unsubscribe during a revocation went on to {} without the ticket",
+                after.state
+            ));
+        }
+        match self.deferred {
+            None => {
+                self.deferred = Some(Deferred::Unsubscribe);
+                self.deferred_since = Some(self.now);
+            }
+            // A second unsubscribe changes nothing (a close cannot be pending: not closing).
+            Some(Deferred::Unsubscribe) => {}
+            Some(d @ Deferred::Close(_)) => self.violation(&format!("{d:?} pending, not closing")),
+        }
+        self.reach("unsubscribe during a revocation".into());
+    }
+
+    /// Classic: the ticket is back and an unsubscribe waited for it: a dynamic member that the
+    /// coordinator may know sends its LeaveGroup (then Leaving), else nothing (Unsubscribed).
+    fn check_unsubscribe_after_ticket(&mut self, before: &Snapshot, after: &Snapshot, step: &Step) {
+        let owed =
+            !self.setup.variant.is_static() && !before.member_id.is_empty() && before.coordinator;
+        let (leaves, state) = if owed {
+            (vec![0], "Leaving")
+        } else {
+            (vec![], "Unsubscribed")
+        };
+        if step.leaves != leaves || after.state != state {
+            self.violation(&format!(
+                "unsubscribe after the ticket: LeaveGroups {:?} and state {}, expected {leaves:?} \
+                 and {state}",
+                step.leaves, after.state
+            ));
+        }
+    }
+
     fn check_close(&mut self, kind: CloseKind, before: &Snapshot, join_sent: bool, step: &Step) {
         let is_static = self.setup.variant.is_static();
         if before.state == "AwaitRevoke" && !step.revocation_completed {
@@ -1727,7 +1827,8 @@ impl Run {
                     step.leaves
                 ));
             }
-            if self.deferred_close.replace(kind).is_none() {
+            // A close after a deferred unsubscribe takes it over: how, not when.
+            if self.deferred.replace(Deferred::Close(kind)).is_none() {
                 self.deferred_since = Some(self.now);
             }
             self.reach("close during a revocation".into());
@@ -2802,6 +2903,49 @@ mod regressions {
             ),
         );
         assert_eq!(h.m.state(), "Closed", "unsubscribe() cancelled the close");
+    }
+
+    /// Reported (not found here; the harness did not check unsubscribe during a revocation
+    /// then): a classic dynamic member that unsubscribes while a revocation ticket is out sent
+    /// its LeaveGroup at once, so the partitions still being committed could move.
+    #[test]
+    fn classic_unsubscribe_during_a_revocation_waits_for_the_ticket() {
+        let (mut h, sync) = leader_syncing(Variant::ClassicDynamic);
+        h.answer(&sync, sync_answer());
+        h.drain();
+        h.advance(1000);
+        let heartbeat = h
+            .drain()
+            .into_iter()
+            .find(|o| o.request.api_key() == ApiKey::Heartbeat)
+            .expect("a heartbeat");
+        h.answer(
+            &heartbeat,
+            ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(27)),
+        );
+        let mut ticket = None;
+        while let Some(e) = h.m.poll_event() {
+            if let Event::Revoking { ticket: t, .. } = e {
+                ticket = Some(t);
+            }
+        }
+        assert_eq!(h.m.state(), "AwaitRevoke");
+        h.m.unsubscribe(h.now);
+        let out = h.drain();
+        assert!(
+            out.iter()
+                .all(|o| o.request.api_key() != ApiKey::LeaveGroup),
+            "LeaveGroup before the ticket is back: {out:#?}"
+        );
+        assert_eq!(h.m.state(), "AwaitRevoke");
+        h.m.complete_revocation(ticket.expect("a ticket"), h.now)
+            .unwrap();
+        let leave = h.one(ApiKey::LeaveGroup);
+        h.answer(
+            &leave,
+            ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+        );
+        assert_eq!(h.m.state(), "Unsubscribed");
     }
 
     /// `consumer_unreleased_outside_a_join`, dynamic member.

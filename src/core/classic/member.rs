@@ -8,6 +8,7 @@
 //!                             │                                                           │
 //!                             └─ AwaitRevoke ◄── rebalance (eager: revoke all first) ─────┘
 //!      close/unsubscribe ──► Leaving (LeaveGroup, when due) ──► Closed | Unsubscribed
+//!      (in AwaitRevoke both wait for the ticket first, or max.poll.interval.ms without it)
 //!      FENCED_INSTANCE_ID, fatal codes ──► Fatal
 //! ```
 //!
@@ -100,8 +101,12 @@ enum Phase {
     Unsubscribed,
     /// Wants to join as soon as the coordinator is known and `not_before` passed.
     Rejoin { not_before: Option<Instant> },
-    /// Waiting for the application's revocation ticket before rejoining.
-    AwaitRevoke { ticket: u64 },
+    /// Waiting for the application's revocation ticket before rejoining — or, when `leave`
+    /// is set, before the LeaveGroup of a close or unsubscribe that came meanwhile.
+    AwaitRevoke {
+        ticket: u64,
+        leave: Option<DeferredLeave>,
+    },
     /// JoinGroup in flight.
     Joining { request: RequestId },
     /// Leader: Metadata for the members' topics in flight.
@@ -143,6 +148,38 @@ impl Phase {
             Phase::Fatal(_) => "Fatal",
         }
     }
+}
+
+/// A close or unsubscribe issued while a revocation ticket was out: its LeaveGroup (or the
+/// decision not to send one) waits for the ticket, `max.poll.interval.ms` after the first such
+/// call, or an answer that voids the revocation, whichever comes first.
+#[derive(Debug, Clone, Copy)]
+struct DeferredLeave {
+    options: CloseOptions,
+    /// `close()` (then `Closed`) rather than `unsubscribe()` (then `Unsubscribed`).
+    then_close: bool,
+}
+
+impl DeferredLeave {
+    /// The reason logged and sent with the LeaveGroup, for `close` or `unsubscribe` and `why`.
+    fn reason(self, why: Why) -> &'static str {
+        match (self.then_close, why) {
+            (true, Why::Ticket) => "closed after the revocation completed",
+            (false, Why::Ticket) => "unsubscribed after the revocation completed",
+            (true, Why::Deadline) => "closed without the revocation ticket",
+            (false, Why::Deadline) => "unsubscribed without the revocation ticket",
+            (true, Why::Replaced) => "closed after being replaced",
+            (false, Why::Replaced) => "unsubscribed after being replaced",
+        }
+    }
+}
+
+/// Why a [`DeferredLeave`] goes on (the voided-revocation case logs the answer's reason).
+#[derive(Debug, Clone, Copy)]
+enum Why {
+    Ticket,
+    Deadline,
+    Replaced,
 }
 
 /// What a request in flight was sent with: the gate compares it with the state on return.
@@ -214,11 +251,9 @@ pub struct ClassicMember {
     empty_join_in_flight: bool,
     next_ticket: u64,
     next_op: u64,
-    /// `close()` was called: the member only moves towards `Closed` from now on.
+    /// `close()` was called: the member only moves towards `Closed` from now on. (A close or
+    /// unsubscribe waiting for a revocation ticket lives in `Phase::AwaitRevoke`.)
     close_requested: bool,
-    /// A close that waits for the outstanding revocation ticket before its LeaveGroup (see
-    /// [`close`](Self::close)).
-    deferred_close: Option<CloseOptions>,
     /// Simulation only: wipe the member id on a suppressed LeaveGroup, as the Java client does.
     #[cfg(feature = "sim")]
     java_reset_policy: bool,
@@ -285,7 +320,6 @@ impl ClassicMember {
             next_ticket: 0,
             next_op: 0,
             close_requested: false,
-            deferred_close: None,
             rejoin_reason: "subscribed",
             #[cfg(feature = "sim")]
             java_reset_policy: config.java_reset_policy,
@@ -390,6 +424,12 @@ impl ClassicMember {
 
     /// Subscribes to `topics` (replacing an earlier subscription) and starts joining.
     ///
+    /// After an [`unsubscribe`](Self::unsubscribe) whose LeaveGroup still waits for a revocation
+    /// ticket, the deferred leave is cancelled: the member stays in its generation and, once the
+    /// ticket is back, rejoins with the new topics, as a subscribe during any revocation does
+    /// (partitions the unsubscribe released stay released). Once that LeaveGroup went out, the
+    /// member rejoins after its answer.
+    ///
     /// Errors with [`ApiMisuse::Stopped`] once [`close`](Self::close) was called (also while the
     /// close's LeaveGroup or revocation ticket is still outstanding: the close is not undone) or
     /// the member stopped, and with [`ApiMisuse::EmptySubscription`] without topics.
@@ -408,6 +448,12 @@ impl ClassicMember {
         }
         let changed = topics != self.topics;
         self.topics = topics;
+        // Not a close (that refused above): an unsubscribe whose LeaveGroup has not gone out.
+        // The member never left; the ticket's return rejoins with the new topics.
+        if self.take_deferred_leave().is_some() {
+            tracing::info!(group = %self.config.group_id, "subscribed again while an unsubscribe waited for the revocation ticket; staying in the group");
+        }
+        // Also replaces the deadline of that unsubscribe.
         self.timers
             .set(Timer::PollInterval, now + self.config.max_poll_interval);
         match self.phase {
@@ -423,6 +469,13 @@ impl ClassicMember {
     /// Leaves the subscription. The application releases its partitions ([`Event::Revoked`]);
     /// a dynamic member sends LeaveGroup, a static one does not and keeps its member id.
     ///
+    /// While a revocation ticket is out, the leave waits for it as [`close`](Self::close)'s
+    /// does: what is not under the ticket is released at once, the member stays in its
+    /// generation (heartbeats, commits), and the LeaveGroup goes out once the ticket is back,
+    /// `max.poll.interval.ms` after the unsubscribe without it, or when an answer voids the
+    /// revocation. A [`subscribe`](Self::subscribe) before then cancels it; a `close` takes it
+    /// over (same deadline).
+    ///
     /// Does nothing once [`close`](Self::close) was called: the close goes on as asked.
     pub fn unsubscribe(&mut self, now: Instant) {
         self.advance(now);
@@ -430,9 +483,43 @@ impl ClassicMember {
             return;
         }
         self.topics.clear();
-        self.timers.stop(Timer::PollInterval);
         self.release_owned();
+        if self.defer_leave(CloseOptions::Default, false) {
+            return;
+        }
+        self.timers.stop(Timer::PollInterval);
         self.leave(CloseOptions::Default, false, "unsubscribed");
+    }
+
+    /// In `AwaitRevoke`: records a close (`then_close`) or unsubscribe whose leave waits for
+    /// the ticket and returns true. A second call only changes how the member leaves, not when:
+    /// the deadline is `max.poll.interval.ms` after the first (the rebalance timeout: a
+    /// coordinator waiting for this member's JoinGroup drops it after that anyway).
+    fn defer_leave(&mut self, options: CloseOptions, then_close: bool) -> bool {
+        let Phase::AwaitRevoke { leave, .. } = &mut self.phase else {
+            return false;
+        };
+        let first = leave
+            .replace(DeferredLeave {
+                options,
+                then_close,
+            })
+            .is_none();
+        if first {
+            self.timers.set(
+                Timer::PollInterval,
+                self.now + self.config.max_poll_interval,
+            );
+        }
+        true
+    }
+
+    /// Takes the close or unsubscribe waiting for the revocation ticket, if any.
+    fn take_deferred_leave(&mut self) -> Option<DeferredLeave> {
+        match &mut self.phase {
+            Phase::AwaitRevoke { leave, .. } => leave.take(),
+            _ => None,
+        }
     }
 
     /// Records that the application is alive (its poll loop ran). Missing `max.poll.interval.ms`
@@ -451,8 +538,9 @@ impl ClassicMember {
     }
 
     /// Hands back the ticket of an [`Event::Revoking`]: the application committed and stopped
-    /// using those partitions. The member then rejoins — or, when [`close`](Self::close) was
-    /// called meanwhile, sends the LeaveGroup the close waited for and closes.
+    /// using those partitions. The member then rejoins — or, when [`close`](Self::close) or
+    /// [`unsubscribe`](Self::unsubscribe) was called meanwhile, leaves as it waited to (the
+    /// LeaveGroup when due) and closes or ends unsubscribed.
     ///
     /// Errors with [`ApiMisuse::UnknownTicket`] when the ticket is not the one awaited (the
     /// member has since lost the partitions, or the ticket is stale).
@@ -463,9 +551,9 @@ impl ClassicMember {
     ) -> Result<(), ApiMisuse> {
         self.advance(now);
         match self.phase {
-            Phase::AwaitRevoke { ticket: t } if t == ticket.id => {
-                if let Some(options) = self.deferred_close.take() {
-                    self.leave(options, true, "closed after the revocation completed");
+            Phase::AwaitRevoke { ticket: t, .. } if t == ticket.id => {
+                if let Some(d) = self.take_deferred_leave() {
+                    self.leave(d.options, d.then_close, d.reason(Why::Ticket));
                     return Ok(());
                 }
                 self.set_phase(Phase::Rejoin { not_before: None }, "revocation completed");
@@ -531,7 +619,9 @@ impl ClassicMember {
     /// waits for it: a LeaveGroup would let the coordinator hand the partitions being revoked to
     /// other members before the application committed them. The member stays in its generation
     /// meanwhile (heartbeats, commits); once the ticket is back, or `max.poll.interval.ms` after
-    /// the close without it, the close goes on as asked. The consumer member does the same.
+    /// the close without it (after the unsubscribe, when one was already waiting), the close
+    /// goes on as asked. [`unsubscribe`](Self::unsubscribe) waits the same way; so does the
+    /// consumer member.
     pub fn close(&mut self, options: CloseOptions, now: Instant) {
         self.advance(now);
         if self.stopped() {
@@ -546,16 +636,7 @@ impl ClassicMember {
             return;
         }
         self.release_owned();
-        if matches!(self.phase, Phase::AwaitRevoke { .. }) {
-            // Bounded: without the ticket the close goes on after max.poll.interval.ms (the
-            // rebalance timeout: a coordinator waiting for this member's JoinGroup drops it
-            // after that anyway). A second close only changes how the member leaves, not when.
-            if self.deferred_close.replace(options).is_none() {
-                self.timers.set(
-                    Timer::PollInterval,
-                    self.now + self.config.max_poll_interval,
-                );
-            }
+        if self.defer_leave(options, true) {
             return;
         }
         self.timers.stop(Timer::PollInterval);
@@ -673,11 +754,12 @@ impl ClassicMember {
                 .set(Timer::Session, self.now + self.config.session_timeout);
         }
         let poll_expired = self.timers.expire(Timer::PollInterval, self.now);
-        if poll_expired && let Some(options) = self.deferred_close.take() {
-            // A close that waited for a ticket the application never handed back goes on.
-            tracing::warn!(group = %self.config.group_id, "revocation ticket not handed back within max.poll.interval.ms after close; closing");
+        if poll_expired && let Some(d) = self.take_deferred_leave() {
+            // A close or unsubscribe that waited for a ticket the application never handed
+            // back goes on.
+            tracing::warn!(group = %self.config.group_id, close = d.then_close, "revocation ticket not handed back within max.poll.interval.ms after close/unsubscribe; leaving");
             self.lose_owned("revocation ticket not handed back");
-            self.leave(options, true, "closed without the revocation ticket");
+            self.leave(d.options, d.then_close, d.reason(Why::Deadline));
         } else if poll_expired
             && !self.topics.is_empty()
             && !matches!(self.phase, Phase::PollExpired | Phase::Unsubscribed)
@@ -762,7 +844,7 @@ impl ClassicMember {
             return;
         }
         tracing::error!(group = %self.config.group_id, %error, "member stopped");
-        self.deferred_close = None;
+        // A deferred close or unsubscribe goes with the AwaitRevoke phase.
         self.lose_owned("fatal error");
         self.queued_fail(CommitError::Stopped(error.to_string()));
         self.set_phase(Phase::Fatal(error.clone()), "fatal error");
@@ -800,7 +882,13 @@ impl ClassicMember {
             partitions,
             ticket: RevokeTicket { id: ticket },
         });
-        self.set_phase(Phase::AwaitRevoke { ticket }, reason);
+        self.set_phase(
+            Phase::AwaitRevoke {
+                ticket,
+                leave: None,
+            },
+            reason,
+        );
     }
 
     fn rejoin_after_backoff(&mut self, reason: &'static str) {
@@ -1193,9 +1281,10 @@ impl ClassicMember {
             self.lose_owned("replaced by this member's own earlier JoinGroup");
             self.reset_member_id();
             self.empty_join_quarantine = None;
-            if let Some(options) = self.deferred_close.take() {
-                // The revocation the close waited for is void; nothing is left to leave.
-                return self.leave(options, true, "closed after being replaced");
+            if let Some(d) = self.take_deferred_leave() {
+                // The revocation the close or unsubscribe waited for is void; nothing is left
+                // to leave.
+                return self.leave(d.options, d.then_close, d.reason(Why::Replaced));
             }
             self.set_phase(Phase::Rejoin { not_before: None }, "self-fenced");
             return;
@@ -1607,10 +1696,10 @@ impl ClassicMember {
     }
 
     /// A reset while a rebalance step or a revocation is under way: whatever was awaited is void.
-    /// A close that waited for the revocation goes on instead of the rejoin.
+    /// A close or unsubscribe that waited for the revocation goes on instead of the rejoin.
     fn interrupt_for_rejoin(&mut self, reason: &'static str) {
-        if let Some(options) = self.deferred_close.take() {
-            return self.leave(options, true, reason);
+        if let Some(d) = self.take_deferred_leave() {
+            return self.leave(d.options, d.then_close, reason);
         }
         // A stopped member stays stopped whatever late answers say.
         if !matches!(

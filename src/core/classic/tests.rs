@@ -886,3 +886,396 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
     assert_eq!(h.m.member_id(), "", "a LeaveGroup went out");
     assert!(h.take_events().contains(&Event::Closed));
 }
+
+// ------------------------------------------------- unsubscribe during a revocation
+
+impl Harness {
+    /// The `StateChanged` reasons among `events`, as `from -> to (reason)`.
+    fn transitions(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::StateChanged {
+                    from, to, reason, ..
+                } => Some(format!("{from} -> {to} ({reason})")),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Answers the heartbeats that `d` of time brings (one per second), checking that nothing
+    /// but heartbeats goes out meanwhile.
+    fn heartbeats_for(&mut self, d: Duration) {
+        for _ in 0..d.as_secs() {
+            self.advance(Duration::from_secs(1));
+            self.m.poll(self.now);
+            for out in self.drain() {
+                assert!(matches!(body(&out), RequestKind::Heartbeat(_)), "{out:?}");
+                self.heartbeat_answer(&out, 0);
+            }
+        }
+    }
+
+    /// A dynamic member ("m-1") with only `cooperative-sticky`: stable with t-0 and t-1, then a
+    /// cooperative rebalance moves t-1 away: the ticket covers t-1 only, t-0 stays owned.
+    fn cooperative_revoking() -> (Self, crate::core::events::RevokeTicket) {
+        let now = crate::testutil::epoch();
+        let mut c = config(None);
+        c.assignors = vec!["cooperative-sticky".to_string()];
+        let mut h = Self {
+            m: ClassicMember::new(c, now).unwrap(),
+            now,
+            events: Vec::new(),
+        };
+        let joined = |generation| {
+            ResponseKind::JoinGroup(
+                JoinGroupResponse::default()
+                    .with_generation_id(generation)
+                    .with_protocol_type(Some(s("consumer")))
+                    .with_protocol_name(Some(s("cooperative-sticky")))
+                    .with_leader(s("leader-other"))
+                    .with_member_id(s("m-1")),
+            )
+        };
+        let synced = |partitions: &[i32]| {
+            let a = Assignment {
+                partitions: partitions
+                    .iter()
+                    .map(|p| TopicPartition::new("t", *p))
+                    .collect(),
+                user_data: None,
+            };
+            ResponseKind::SyncGroup(
+                SyncGroupResponse::default()
+                    .with_protocol_type(Some(s("consumer")))
+                    .with_protocol_name(Some(s("cooperative-sticky")))
+                    .with_assignment(a.encode()),
+            )
+        };
+        h.m.subscribe(["t".to_string()], h.now).unwrap();
+        h.find_coordinator();
+        let (join, _) = h.expect_join();
+        h.answer(&join, joined(1));
+        let sync = h.one();
+        h.answer(&sync, synced(&[0, 1]));
+        assert_eq!(h.m.state(), "Stable");
+        let hb = h.heartbeat();
+        h.heartbeat_answer(&hb, 27);
+        // Cooperative: nothing to revoke before the JoinGroup.
+        let (join, id) = h.expect_join();
+        assert_eq!(id, "m-1");
+        h.answer(&join, joined(2));
+        let sync = h.one();
+        h.answer(&sync, synced(&[0]));
+        assert_eq!(h.m.state(), "AwaitRevoke");
+        let ticket = h
+            .take_events()
+            .into_iter()
+            .find_map(|e| match e {
+                Event::Revoking { partitions, ticket } => {
+                    assert_eq!(partitions, vec![TopicPartition::new("t", 1)]);
+                    Some(ticket)
+                }
+                _ => None,
+            })
+            .expect("a revocation ticket");
+        assert_eq!(h.m.assignment(), vec![TopicPartition::new("t", 0)]);
+        (h, ticket)
+    }
+}
+
+#[test]
+fn unsubscribe_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
+    let (mut h, ticket) = Harness::revoking(None, "m-1");
+    h.m.unsubscribe(h.now);
+    assert_eq!(
+        leaves(&h.drain()),
+        0,
+        "LeaveGroup before the ticket is back"
+    );
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.generation(), 1);
+    // Still in its generation meanwhile: commits and heartbeats go out.
+    h.m.commit(
+        vec![CommitOffset {
+            partition: TopicPartition::new("t", 0),
+            offset: 7,
+            metadata: None,
+        }],
+        h.now,
+    );
+    let commit = h.one();
+    assert!(
+        matches!(body(&commit), RequestKind::OffsetCommit(ref r) if r.generation_id_or_member_epoch == 1 && r.member_id.as_str() == "m-1"),
+        "{commit:?}"
+    );
+    h.heartbeats_for(Duration::from_secs(5));
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    // A second unsubscribe changes nothing.
+    h.m.unsubscribe(h.now);
+    assert_eq!(leaves(&h.drain()), 0);
+    h.take_events();
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let leave = h.one();
+    let RequestKind::LeaveGroup(l) = body(&leave) else {
+        panic!("{leave:?}")
+    };
+    assert_eq!(l.members[0].member_id.as_str(), "m-1");
+    assert_eq!(
+        l.members[0].reason.as_deref(),
+        Some("unsubscribed after the revocation completed")
+    );
+    assert_eq!(h.m.state(), "Leaving");
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.member_id(), "", "a LeaveGroup went out");
+    let events = h.take_events();
+    assert!(!events.contains(&Event::Closed));
+    assert_eq!(
+        Harness::transitions(&events),
+        vec![
+            "AwaitRevoke -> Leaving (unsubscribed after the revocation completed)",
+            "Leaving -> Unsubscribed (LeaveGroup sent)"
+        ]
+    );
+    h.advance(Duration::from_secs(40));
+    assert!(h.drain().is_empty(), "an unsubscribed member sends nothing");
+}
+
+#[test]
+fn unsubscribe_during_a_cooperative_revocation_releases_what_the_ticket_does_not_cover() {
+    let (mut h, ticket) = Harness::cooperative_revoking();
+    h.m.unsubscribe(h.now);
+    assert_eq!(leaves(&h.drain()), 0);
+    let events = h.take_events();
+    assert_eq!(
+        events,
+        vec![Event::Revoked {
+            partitions: vec![TopicPartition::new("t", 0)]
+        }],
+        "t-0 released at once, t-1 stays under the ticket"
+    );
+    assert!(h.m.assignment().is_empty());
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.heartbeats_for(Duration::from_secs(3));
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let leave = h.one();
+    assert!(
+        matches!(body(&leave), RequestKind::LeaveGroup(_)),
+        "{leave:?}"
+    );
+    // The JoinGroup the revocation was for never goes out.
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), "Unsubscribed");
+    h.advance(Duration::from_secs(5));
+    assert!(h.drain().is_empty());
+}
+
+#[test]
+fn unsubscribe_during_a_revocation_leaves_without_the_ticket_after_max_poll_interval() {
+    let (mut h, ticket) = Harness::revoking(None, "m-1");
+    h.m.unsubscribe(h.now);
+    // poll() does not push the deadline out: the application is not subscribed any more.
+    h.heartbeats_for(Duration::from_secs(29));
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.take_events();
+    h.advance(Duration::from_secs(1));
+    let out = h.drain();
+    assert_eq!(leaves(&out), 1, "{out:#?}");
+    let leave = out
+        .into_iter()
+        .find(|o| matches!(body(o), RequestKind::LeaveGroup(_)))
+        .unwrap();
+    let RequestKind::LeaveGroup(l) = body(&leave) else {
+        unreachable!()
+    };
+    assert_eq!(
+        l.members[0].reason.as_deref(),
+        Some("unsubscribed without the revocation ticket")
+    );
+    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(
+        h.m.complete_revocation(ticket, h.now),
+        Err(crate::core::classic::ApiMisuse::UnknownTicket),
+        "too late"
+    );
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), "Unsubscribed");
+    assert!(!h.take_events().contains(&Event::Closed));
+
+    // An answer that voids the revocation: ILLEGAL_GENERATION keeps the member id, so the
+    // dynamic member leaves at once; UNKNOWN_MEMBER_ID leaves nothing to leave with.
+    let (mut h, _ticket) = Harness::revoking(None, "m-1");
+    h.m.unsubscribe(h.now);
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 22);
+    assert_eq!(leaves(&h.drain()), 1);
+    assert_eq!(h.m.state(), "Leaving");
+    let (mut h, _ticket) = Harness::revoking(None, "m-1");
+    h.m.unsubscribe(h.now);
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 25);
+    assert_eq!(leaves(&h.drain()), 0, "no member id left to leave with");
+    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.member_id(), "");
+}
+
+#[test]
+fn static_unsubscribe_during_a_revocation_sends_no_leave_group_and_keeps_the_id() {
+    let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
+    h.m.unsubscribe(h.now);
+    assert!(h.drain().is_empty());
+    // Waits for the ticket like a dynamic member (its generation stays usable for commits).
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.generation(), 1);
+    h.heartbeats_for(Duration::from_secs(3));
+    h.take_events();
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    assert_eq!(leaves(&h.drain()), 0);
+    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.member_id(), "i1-abc");
+    assert_eq!(h.m.generation(), -1);
+    assert_eq!(
+        Harness::transitions(&h.take_events()),
+        vec!["AwaitRevoke -> Unsubscribed (unsubscribed after the revocation completed)"]
+    );
+    // Subscribing again rejoins with the kept id.
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    let (_, id) = h.expect_join();
+    assert_eq!(id, "i1-abc");
+
+    // Without the ticket: nothing at the deadline either.
+    let (mut h, _ticket) = Harness::revoking(Some("i1"), "i1-abc");
+    h.m.unsubscribe(h.now);
+    h.heartbeats_for(Duration::from_secs(29));
+    h.advance(Duration::from_secs(1));
+    assert_eq!(leaves(&h.drain()), 0);
+    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.member_id(), "i1-abc");
+}
+
+#[test]
+fn subscribe_before_the_ticket_cancels_a_deferred_unsubscribe() {
+    let (mut h, ticket) = Harness::revoking(None, "m-1");
+    h.m.unsubscribe(h.now);
+    h.heartbeats_for(Duration::from_secs(10));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    // The unsubscribe's deadline (30 s after it) is gone; the application's polls count again.
+    h.heartbeats_for(Duration::from_secs(25));
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.take_events();
+    // The ticket's return rejoins with the new subscription, as the member never left.
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let out = h.drain();
+    assert_eq!(leaves(&out), 0, "{out:#?}");
+    let joins: Vec<String> = out
+        .iter()
+        .filter_map(|o| match body(o) {
+            RequestKind::JoinGroup(j) => Some(j.member_id.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(joins, vec!["m-1".to_string()], "{out:#?}");
+    assert_eq!(h.m.state(), "Joining");
+
+    // Unsubscribe, subscribe, unsubscribe: the last one waits for the ticket again, with a
+    // deadline of its own.
+    let (mut h, ticket) = Harness::revoking(None, "m-1");
+    h.m.unsubscribe(h.now);
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.heartbeats_for(Duration::from_secs(20));
+    h.m.unsubscribe(h.now);
+    h.heartbeats_for(Duration::from_secs(20));
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    assert_eq!(leaves(&h.drain()), 1);
+    assert_eq!(h.m.state(), "Leaving");
+}
+
+#[test]
+fn close_after_a_deferred_unsubscribe_still_closes() {
+    // Dynamic, with the ticket: the close takes the unsubscribe's place.
+    let (mut h, ticket) = Harness::revoking(None, "m-1");
+    h.m.unsubscribe(h.now);
+    h.heartbeats_for(Duration::from_secs(5));
+    h.m.close(CloseOptions::Default, h.now);
+    assert_eq!(leaves(&h.drain()), 0);
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(
+        h.m.subscribe(["t".to_string()], h.now),
+        Err(crate::core::classic::ApiMisuse::Stopped)
+    );
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let leave = h.one();
+    let RequestKind::LeaveGroup(l) = body(&leave) else {
+        panic!("{leave:?}")
+    };
+    assert_eq!(
+        l.members[0].reason.as_deref(),
+        Some("closed after the revocation completed")
+    );
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), "Closed");
+    assert!(h.take_events().contains(&Event::Closed));
+
+    // Without the ticket: the close goes on at the unsubscribe's deadline, not its own.
+    let (mut h, _ticket) = Harness::revoking(None, "m-1");
+    h.m.unsubscribe(h.now);
+    h.heartbeats_for(Duration::from_secs(10));
+    h.m.close(CloseOptions::Default, h.now);
+    h.heartbeats_for(Duration::from_secs(19));
+    assert_eq!(h.m.state(), "AwaitRevoke");
+    h.advance(Duration::from_secs(1));
+    let out = h.drain();
+    assert_eq!(leaves(&out), 1, "{out:#?}");
+    let leave = out
+        .into_iter()
+        .find(|o| matches!(body(o), RequestKind::LeaveGroup(_)))
+        .unwrap();
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), "Closed");
+    assert!(h.take_events().contains(&Event::Closed));
+
+    // Static: a close(LeaveGroup) after the unsubscribe changes how the member leaves.
+    let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
+    h.m.unsubscribe(h.now);
+    h.m.close(CloseOptions::LeaveGroup, h.now);
+    assert!(h.drain().is_empty());
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let leave = h.one();
+    let RequestKind::LeaveGroup(l) = body(&leave) else {
+        panic!("{leave:?}")
+    };
+    assert_eq!(l.members[0].group_instance_id.as_deref(), Some("i1"));
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), "Closed");
+
+    // Static, default close: closes at the ticket without LeaveGroup, keeping its id.
+    let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
+    h.m.unsubscribe(h.now);
+    h.m.close(CloseOptions::Default, h.now);
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    assert_eq!(leaves(&h.drain()), 0);
+    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.member_id(), "i1-abc");
+    assert!(h.take_events().contains(&Event::Closed));
+}
