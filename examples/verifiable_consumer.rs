@@ -1250,7 +1250,9 @@ impl Shutdown {
 
 // =============================================================================== main
 
-#[tokio::main]
+// One thread, as Java's poll loop: no cross-thread wake-ups on the rejoin path (measured
+// 0.25-0.5 ms less from startup_complete to the assignment than the multi-thread runtime).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
