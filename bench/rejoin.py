@@ -282,32 +282,82 @@ class Bench:
             log("FAILED " + msg)
             self.errors.append(msg)
 
-    # a / c: a static member restarts.
-    def static_restart(self, client, protocol, scenario):
-        group = f"{scenario}-{client}-{self.run_id}"
-        instance = f"{client}-static"
+    # a, b, c: one member's time to its assignment; every participant (floors and clients) does
+    # one repetition in turn, in a rotating order, after untimed warm-up repetitions, so broker
+    # warm-up (JIT) and machine load fall on all of them alike.
+    def one_member(self, client, protocol, scenario, rep, static):
+        """One repetition for a client: start it (a new group for b; the client's static group for
+        a and c, which an untimed first run formed), time it, stop it with SIGTERM."""
+        if static:
+            group, instance = f"{scenario}-{client}-{self.run_id}", f"{client}-static"
+        else:
+            group, instance = f"{scenario}-{client}-{self.run_id}-{rep}", None
         pr = self.spawn(client, protocol, group, instance)
         try:
-            first_assignment(pr, time.monotonic() + 60)  # the group forms: not timed
+            start, assigned = first_assignment(pr, time.monotonic() + 60)
         finally:
             pr.stop()
-        for rep in range(self.args.reps):
-            pr = self.spawn(client, protocol, group, instance)
-            try:
-                start, assigned = first_assignment(pr, time.monotonic() + 60)
-                self.record(client, scenario, protocol, rep, assigned - start)
-            finally:
-                pr.stop()
+        return assigned - start
 
-    # b: a new member of a new group.
-    def join(self, client, protocol, scenario):
+    def floor_rep(self, scenario, mode, rep, handshake):
+        """One repetition of the wire floor in a fresh process (as every client runs); with
+        `handshake`, ApiVersions first on each connection ("floor+av"), as any client that
+        negotiates versions sends. rep -1: the untimed setup of the static scenarios (none for b);
+        other negative reps are untimed warm-ups."""
+        name = "floor+av" if handshake else "floor"
+        group = f"{scenario}-{name}-{self.run_id}"
+        env = dict(os.environ)
+        env.pop("WIRE_FLOOR_API_VERSIONS", None)
+        if handshake:
+            env["WIRE_FLOOR_API_VERSIONS"] = "1"
+        if rep == -1:
+            if mode == "consumer-join":
+                return None
+            extra = ["--reps", "0"]
+        elif mode == "consumer-join":
+            extra = ["--reps", "1"]
+            group = f"{group}-{rep}"
+        else:
+            extra = ["--reps", "1", "--no-setup"]
+        out = subprocess.run(
+            [self.args.wire_floor, mode, "--bootstrap", self.bootstrap, "--topic", self.args.topic6,
+             "--group", group, *extra],
+            capture_output=True, text=True, timeout=120, env=env,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr.strip())
+        lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        return lines[0]["ms"] if lines else None
+
+    def interleaved(self, scenario, protocol, floor_mode, names):
+        static = scenario in ("a", "c")
+        runners = {}
+        for name in names:
+            if name in ("floor", "floor+av"):
+                runners[name] = (lambda rep, n=name: self.floor_rep(scenario, floor_mode, rep, n == "floor+av"))
+            else:
+                runners[name] = (lambda rep, n=name: self.one_member(n, protocol, scenario, rep, static))
+        live = list(names)
+        # Setup (static: the member exists) and warm-up, untimed.
+        for rep in ([-1] if static else []) + [-2, -3]:
+            for name in list(live):
+                try:
+                    runners[name](rep)
+                except Exception as e:
+                    self.errors.append(f"{scenario} {protocol} {name}: {e}")
+                    log(f"FAILED {scenario} {protocol} {name}: {e}")
+                    live.remove(name)
         for rep in range(self.args.reps):
-            pr = self.spawn(client, protocol, f"{scenario}-{client}-{self.run_id}-{rep}")
-            try:
-                start, assigned = first_assignment(pr, time.monotonic() + 60)
-                self.record(client, scenario, protocol, rep, assigned - start)
-            finally:
-                pr.stop()
+            k = rep % max(len(live), 1)
+            for name in live[k:] + live[:k]:
+                try:
+                    ms = runners[name](rep)
+                except Exception as e:
+                    self.errors.append(f"{scenario} {protocol} {name} rep {rep}: {e}")
+                    log(f"FAILED {scenario} {protocol} {name} rep {rep}: {e}")
+                    continue
+                if ms is not None:
+                    self.record(name, scenario, protocol, rep, ms)
 
     # d: a 4th dynamic member joins a stable group of 3.
     def fourth_joins(self, client, protocol, scenario):
@@ -355,67 +405,28 @@ class Bench:
             finally:
                 pr.stop(timeout=120)
 
-    def floor(self, scenario, protocol, mode, handshake=False):
-        """The wire floor, each timed repetition in a fresh process (as every client runs);
-        `handshake`: with an ApiVersions exchange first on each connection ("floor+av"), as any
-        client that negotiates versions sends."""
-        name = "floor+av" if handshake else "floor"
-        group = f"{scenario}-{name}-{self.run_id}"
-        env = dict(os.environ)
-        env.pop("WIRE_FLOOR_API_VERSIONS", None)
-        if handshake:
-            env["WIRE_FLOOR_API_VERSIONS"] = "1"
-
-        def once(extra):
-            out = subprocess.run(
-                [self.args.wire_floor, mode, "--bootstrap", self.bootstrap, "--topic", self.args.topic6,
-                 "--group", group, *extra],
-                capture_output=True, text=True, timeout=120, env=env,
-            )
-            if out.returncode != 0:
-                raise RuntimeError(out.stderr.strip())
-            return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-
-        if mode != "consumer-join":
-            once(["--reps", "0"])  # the static member exists: not timed
-        for rep in range(self.args.reps):
-            if mode == "consumer-join":
-                extra = ["--reps", "1"]
-                group = f"{scenario}-{name}-{self.run_id}-{rep}"
-            else:
-                extra = ["--reps", "1", "--no-setup"]
-            for r in once(extra):
-                self.record(name, scenario, protocol, rep, r["ms"])
-
     def run(self):
-        want = set(self.args.clients)
-        plan = []
+        want = [c for c in ["floor", "floor+av"] + ALL_CLIENTS if c in self.args.clients]
         for s in self.args.scenarios:
-            if s == "a":
-                plan.append(("a", "classic", self.static_restart, "classic-static-restart"))
-            elif s == "b":
-                plan.append(("b", "consumer", self.join, "consumer-join"))
-            elif s == "c":
-                plan.append(("c", "consumer", self.static_restart, "consumer-static-restart"))
-            elif s == "d":
-                plan.append(("d", "classic", self.fourth_joins, None))
-                plan.append(("d", "consumer", self.fourth_joins, None))
+            if s in "abc":
+                protocol = "classic" if s == "a" else "consumer"
+                mode = {"a": "classic-static-restart", "b": "consumer-join", "c": "consumer-static-restart"}[s]
+                names = [n for n in want if n.startswith("floor") or protocol in self.clients[n].protocols]
+                self.interleaved(s, protocol, mode, names)
+                continue
+            plan = []
+            if s == "d":
+                plan = [("classic", self.fourth_joins), ("consumer", self.fourth_joins)]
             elif s == "e":
-                plan.append(("e", "consumer", self.hundred, None))
-                if self.args.classic_e:
-                    plan.append(("e", "classic", self.hundred, None))
-        for scenario, protocol, fn, floor_mode in plan:
-            if floor_mode and "floor" in want:
-                self.guard("floor", scenario, protocol, lambda: self.floor(scenario, protocol, floor_mode))
-                self.guard("floor+av", scenario, protocol,
-                           lambda: self.floor(scenario, protocol, floor_mode, handshake=True))
-            for name in ALL_CLIENTS:
-                if name not in want:
-                    continue
-                if protocol not in self.clients[name].protocols:
-                    self.errors.append(f"{scenario} {protocol} {name}: not supported by the client")
-                    continue
-                self.guard(name, scenario, protocol, lambda: fn(name, protocol, scenario))
+                plan = [("consumer", self.hundred)] + ([("classic", self.hundred)] if self.args.classic_e else [])
+            for protocol, fn in plan:
+                for name in want:
+                    if name.startswith("floor"):
+                        continue
+                    if protocol not in self.clients[name].protocols:
+                        self.errors.append(f"{s} {protocol} {name}: not supported by the client")
+                        continue
+                    self.guard(name, s, protocol, lambda: fn(name, protocol, s))
 
 
 # ---------------------------------------------------------------------------------- report
@@ -478,6 +489,15 @@ def render(table, errors):
         fastest_ratio = f"{r[fastest]:.2f}" if fastest in r else "-"
         lines.append(f"| {row['scenario']} {row['name']} | {row['protocol']} | " + " | ".join(cells)
                      + f" | {floor_ratio} | {av_ratio} | {fastest or '-'} | {fastest_ratio} |")
+    # Every ratio ours/other, of medians (< 1: ours is faster).
+    others = ["floor", "floor+av"] + [c for c in ALL_CLIENTS if c != "ours"]
+    lines.append("")
+    lines.append("| ours / ... | protocol | " + " | ".join(others) + " |")
+    lines.append("|" + "---|" * (len(others) + 2))
+    for row in table:
+        r = row.get("ratios", {})
+        lines.append(f"| {row['scenario']} {row['name']} | {row['protocol']} | "
+                     + " | ".join(f"{r[c]:.2f}" if c in r else "-" for c in others) + " |")
     out = "\n".join(lines)
     out += ("\n\nCells: median / p90 in ms (startup_complete -> assignment reached the application). "
             "floor: the scenario's requests sent raw; floor+av: the same with ApiVersions first on each "

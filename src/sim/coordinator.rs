@@ -443,6 +443,64 @@ impl ClassicGroup {
 /// A partition of a KIP-848 group: topic name and partition index.
 type Tp = (String, i32);
 
+/// Per-member timers (one per member id) with their deadlines also kept in time order, so the
+/// earliest one and the due ones are found without a scan of every member.
+#[derive(Debug)]
+struct Timers<V> {
+    by_id: BTreeMap<String, (Instant, V)>,
+    by_time: BTreeSet<(Instant, String)>,
+}
+
+impl<V: Clone> Timers<V> {
+    fn new() -> Self {
+        Self {
+            by_id: BTreeMap::new(),
+            by_time: BTreeSet::new(),
+        }
+    }
+
+    /// Sets (or moves) the member's timer.
+    fn insert(&mut self, id: String, at: Instant, value: V) {
+        match self.by_id.get_mut(&id) {
+            Some(slot) => {
+                let old = std::mem::replace(slot, (at, value)).0;
+                if old != at {
+                    self.by_time.remove(&(old, id.clone()));
+                    self.by_time.insert((at, id));
+                }
+            }
+            None => {
+                self.by_time.insert((at, id.clone()));
+                self.by_id.insert(id, (at, value));
+            }
+        }
+    }
+
+    /// Cancels the member's timer.
+    fn remove(&mut self, id: &str) -> Option<(Instant, V)> {
+        let (at, value) = self.by_id.remove(id)?;
+        self.by_time.remove(&(at, id.to_owned()));
+        Some((at, value))
+    }
+
+    /// The earliest deadline.
+    fn next(&self) -> Option<Instant> {
+        self.by_time.first().map(|(t, _)| *t)
+    }
+
+    /// The timers due at `now`, by member id.
+    fn due(&self, now: Instant) -> Vec<(String, V)> {
+        let mut due: Vec<(String, V)> = self
+            .by_time
+            .iter()
+            .take_while(|(t, _)| *t <= now)
+            .map(|(_, id)| (id.clone(), self.by_id[id].1.clone()))
+            .collect();
+        due.sort_by(|a, b| a.0.cmp(&b.0));
+        due
+    }
+}
+
 /// `MemberState` of a KIP-848 member (apache/kafka `modern/MemberState.java`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CgState {
@@ -508,7 +566,23 @@ impl ConsumerMemberState {
     }
 }
 
+/// One member's share of a topic in the round-robin target: the topic's partitions `p` with
+/// `p % takers == rank` (the member is the `rank`-th of the `takers` members subscribed to it,
+/// in member-id order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Share {
+    /// Index into [`ConsumerGroup::topic_table`].
+    topic: u32,
+    rank: u32,
+    takers: u32,
+}
+
 /// A KIP-848 group (`ConsumerGroup`), reduced.
+///
+/// Members' assigned and pending-revocation partitions change only through
+/// [`put_member`](Self::put_member), [`take_member`](Self::take_member),
+/// [`remove_member`](Self::remove_member) and [`static_leave`](Self::static_leave), which keep
+/// the partition index (`held`) and the set of changed members (`changed`) up to date.
 #[derive(Debug, Clone, Default)]
 struct ConsumerGroup {
     /// The group epoch (`groupEpoch`), bumped when the membership or a subscription changes.
@@ -516,24 +590,63 @@ struct ConsumerGroup {
     /// The target assignment's epoch (`assignmentEpoch`); behind `epoch` until the next
     /// heartbeat recomputes the target.
     assignment_epoch: i32,
-    /// The target assignment, by member id (`targetAssignment`).
-    target: BTreeMap<String, BTreeSet<Tp>>,
+    /// The target assignment, by member id (`targetAssignment`), as each member's shares of
+    /// the round robin ([`Self::target_of`] lists the partitions).
+    target: BTreeMap<String, Vec<Share>>,
+    /// The topics (name, partition count) the target's shares refer to, by name.
+    topic_table: Vec<(String, i32)>,
     members: BTreeMap<String, ConsumerMemberState>,
     static_members: BTreeMap<String, String>,
+    /// `ConsumerGroup.partitionEpochs`, reduced to a count: for each partition, how many
+    /// (member, assigned or pending revocation) entries hold it. Above 1 only when the
+    /// coordinator's invariants are broken.
+    held: BTreeMap<Tp, u32>,
+    /// Members whose state changed since [`SimCoordinator::take_changed_consumer_members`].
+    changed: BTreeSet<String>,
 }
 
 impl ConsumerGroup {
-    /// `ConsumerGroup.currentPartitionEpoch != -1`: whether a member other than `except` holds
-    /// the partition (assigned or pending revocation, at any epoch including -2).
-    fn held_by_other(&self, tp: &Tp, except: &str) -> bool {
-        self.members.iter().any(|(id, m)| {
-            id != except && (m.assigned.contains(tp) || m.pending_revocation.contains(tp))
-        })
+    /// `ConsumerGroup.currentPartitionEpoch != -1`: whether any member holds the partition
+    /// (assigned or pending revocation, at any epoch including -2).
+    fn is_held(&self, tp: &Tp) -> bool {
+        self.held.get(tp).is_some_and(|n| *n > 0)
+    }
+
+    /// Counts (`add`) or uncounts the partitions `m` holds in [`Self::held`].
+    fn count_held(&mut self, m: &ConsumerMemberState, add: bool) {
+        for tp in m.assigned.iter().chain(&m.pending_revocation) {
+            if add {
+                *self.held.entry(tp.clone()).or_default() += 1;
+            } else if let Some(n) = self.held.get_mut(tp) {
+                *n -= 1;
+                if *n == 0 {
+                    self.held.remove(tp);
+                }
+            }
+        }
+    }
+
+    /// Stores the member's new state (`members.put`).
+    fn put_member(&mut self, member_id: &str, m: ConsumerMemberState) {
+        if let Some(old) = self.members.remove(member_id) {
+            self.count_held(&old, false);
+        }
+        self.count_held(&m, true);
+        self.members.insert(member_id.to_owned(), m);
+        self.changed.insert(member_id.to_owned());
+    }
+
+    /// Takes the member out of `members` (its target and instance id left as they are).
+    fn take_member(&mut self, member_id: &str) -> Option<ConsumerMemberState> {
+        let m = self.members.remove(member_id)?;
+        self.count_held(&m, false);
+        self.changed.insert(member_id.to_owned());
+        Some(m)
     }
 
     /// `removeMember` (tombstones for the member, its target and current assignment).
     fn remove_member(&mut self, member_id: &str) -> Option<ConsumerMemberState> {
-        let m = self.members.remove(member_id)?;
+        let m = self.take_member(member_id)?;
         self.target.remove(member_id);
         if let Some(i) = &m.instance_id
             && self.static_members.get(i).map(String::as_str) == Some(member_id)
@@ -541,6 +654,32 @@ impl ConsumerGroup {
             self.static_members.remove(i);
         }
         Some(m)
+    }
+
+    /// `consumerGroupStaticMemberGroupLeave`'s member update: epoch -2, pending revocations
+    /// dropped, the assignment kept.
+    fn static_leave(&mut self, member_id: &str) {
+        let Some(mut m) = self.members.get(member_id).cloned() else {
+            return;
+        };
+        m.epoch = STATIC_LEAVE_EPOCH;
+        m.pending_revocation.clear();
+        self.put_member(member_id, m);
+    }
+
+    /// The member's target partitions (`None` when the target has no entry for it).
+    fn target_of(&self, member_id: &str) -> Option<BTreeSet<Tp>> {
+        let shares = self.target.get(member_id)?;
+        let mut out = BTreeSet::new();
+        for s in shares {
+            let (topic, count) = &self.topic_table[s.topic as usize];
+            let mut p = s.rank as i32;
+            while p < *count {
+                out.insert((topic.clone(), p));
+                p += s.takers as i32;
+            }
+        }
+        Some(out)
     }
 }
 
@@ -616,10 +755,10 @@ pub struct SimCoordinator {
     active: bool,
     classic: Option<ClassicGroup>,
     consumer: Option<ConsumerGroup>,
-    heartbeats: BTreeMap<String, Instant>,
-    consumer_sessions: BTreeMap<String, Instant>,
+    heartbeats: Timers<()>,
+    consumer_sessions: Timers<()>,
     /// `consumerGroupRebalanceTimeoutKey`: deadline and the epoch the member must leave.
-    consumer_rebalance_timeouts: BTreeMap<String, (Instant, i32)>,
+    consumer_rebalance_timeouts: Timers<i32>,
     join_timer: Option<(Instant, JoinTimer)>,
     sync_timer: Option<(Instant, i32)>,
     appends: VecDeque<(Instant, Append)>,
@@ -647,9 +786,9 @@ impl SimCoordinator {
             active: true,
             classic: None,
             consumer: None,
-            heartbeats: BTreeMap::new(),
-            consumer_sessions: BTreeMap::new(),
-            consumer_rebalance_timeouts: BTreeMap::new(),
+            heartbeats: Timers::new(),
+            consumer_sessions: Timers::new(),
+            consumer_rebalance_timeouts: Timers::new(),
             join_timer: None,
             sync_timer: None,
             appends: VecDeque::new(),
@@ -762,9 +901,8 @@ impl SimCoordinator {
                 assigned: m.assigned.iter().cloned().collect(),
                 pending_revocation: m.pending_revocation.iter().cloned().collect(),
                 target: c
-                    .target
-                    .get(id)
-                    .map(|t| t.iter().cloned().collect())
+                    .target_of(id)
+                    .map(|t| t.into_iter().collect())
                     .unwrap_or_default(),
             })
             .collect()
@@ -821,6 +959,23 @@ impl SimCoordinator {
                 ));
             }
         }
+        let mut counts: BTreeMap<&Tp, u32> = BTreeMap::new();
+        for m in c.members.values() {
+            for tp in m.assigned.iter().chain(&m.pending_revocation) {
+                *counts.entry(tp).or_default() += 1;
+            }
+        }
+        if counts.len() != c.held.len() || counts.iter().any(|(tp, n)| c.held.get(*tp) != Some(n)) {
+            out.push(
+                "coordinator: the partition index differs from the members' partitions".into(),
+            );
+        }
+        Self::check_group_invariants(c, &mut out);
+        out
+    }
+
+    /// The group-wide part of [`Self::check_invariants`].
+    fn check_group_invariants(c: &ConsumerGroup, out: &mut Vec<String>) {
         if c.assignment_epoch > c.epoch {
             out.push(format!(
                 "coordinator: assignment epoch {} above the group epoch {}",
@@ -834,6 +989,60 @@ impl SimCoordinator {
                 ));
             }
         }
+    }
+
+    /// The KIP-848 members whose state (epoch, assigned or pending partitions, membership)
+    /// changed since the last call.
+    pub(crate) fn take_changed_consumer_members(&mut self) -> BTreeSet<String> {
+        self.consumer
+            .as_mut()
+            .map(|c| std::mem::take(&mut c.changed))
+            .unwrap_or_default()
+    }
+
+    /// [`Self::check_invariants`] for a step that changed only the `changed` members (the same
+    /// messages, for the breaches those members are part of): the cost is in the changed
+    /// members, not the group's size. The assignment epoch only grows, so a member whose epoch
+    /// did not change cannot newly exceed it.
+    pub(crate) fn check_invariants_of(&self, changed: &BTreeSet<String>) -> Vec<String> {
+        let mut out = Vec::new();
+        let Some(c) = &self.consumer else {
+            return out;
+        };
+        for id in changed {
+            let Some(m) = c.members.get(id) else {
+                continue;
+            };
+            for tp in m.assigned.iter().chain(&m.pending_revocation) {
+                if c.held.get(tp).is_some_and(|n| *n > 1) {
+                    // The holders in the order the full check meets them.
+                    let holders: Vec<&str> = c
+                        .members
+                        .iter()
+                        .flat_map(|(id, m)| {
+                            m.assigned
+                                .iter()
+                                .chain(&m.pending_revocation)
+                                .filter(|x| *x == tp)
+                                .map(move |_| id.as_str())
+                        })
+                        .collect();
+                    for pair in holders.windows(2) {
+                        out.push(format!(
+                            "coordinator: {}-{} held by both {} and {}",
+                            tp.0, tp.1, pair[0], pair[1]
+                        ));
+                    }
+                }
+            }
+            if m.epoch > c.assignment_epoch {
+                out.push(format!(
+                    "coordinator: member {id} epoch {} above the assignment epoch {}",
+                    m.epoch, c.assignment_epoch
+                ));
+            }
+        }
+        Self::check_group_invariants(c, &mut out);
         out
     }
 
@@ -876,14 +1085,14 @@ impl SimCoordinator {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        if let Some(t) = self.heartbeats.values().min() {
-            consider(*t);
+        if let Some(t) = self.heartbeats.next() {
+            consider(t);
         }
-        if let Some(t) = self.consumer_sessions.values().min() {
-            consider(*t);
+        if let Some(t) = self.consumer_sessions.next() {
+            consider(t);
         }
-        if let Some((t, _)) = self.consumer_rebalance_timeouts.values().min() {
-            consider(*t);
+        if let Some(t) = self.consumer_rebalance_timeouts.next() {
+            consider(t);
         }
         if let Some((t, _)) = self.join_timer {
             consider(t);
@@ -924,33 +1133,15 @@ impl SimCoordinator {
             self.sync_timer = None;
             self.expire_pending_sync(generation);
         }
-        let due: Vec<String> = self
-            .heartbeats
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for id in due {
+        for (id, ()) in self.heartbeats.due(now) {
             self.heartbeats.remove(&id);
             self.expire_heartbeat(&id);
         }
-        let due: Vec<String> = self
-            .consumer_sessions
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for id in due {
+        for (id, ()) in self.consumer_sessions.due(now) {
             self.consumer_sessions.remove(&id);
             self.consumer_session_expired(&id);
         }
-        let due: Vec<(String, i32)> = self
-            .consumer_rebalance_timeouts
-            .iter()
-            .filter(|(_, (t, _))| *t <= now)
-            .map(|(k, (_, e))| (k.clone(), *e))
-            .collect();
-        for (id, epoch) in due {
+        for (id, epoch) in self.consumer_rebalance_timeouts.due(now) {
             self.consumer_rebalance_timeouts.remove(&id);
             self.consumer_rebalance_timeout_expired(&id, epoch);
         }
@@ -1260,7 +1451,7 @@ impl SimCoordinator {
                 // pending, expire it after the session timeout, answer MEMBER_ID_REQUIRED.
                 self.group().pending_join.insert(new_id.clone());
                 let at = self.now + Duration::from_millis(r.session_timeout_ms.max(0) as u64);
-                self.heartbeats.insert(new_id.clone(), at);
+                self.heartbeats.insert(new_id.clone(), at, ());
                 self.note(|| {
                     format!(
                         "classicGroupJoinNewDynamicMember: pending {new_id}, MEMBER_ID_REQUIRED"
@@ -1693,7 +1884,7 @@ impl SimCoordinator {
                 .unwrap_or_default()
         });
         self.heartbeats
-            .insert(member_id.to_owned(), self.now + timeout);
+            .insert(member_id.to_owned(), self.now + timeout, ());
     }
 
     /// `expireClassicGroupMemberHeartbeat`.
@@ -2397,7 +2588,7 @@ impl SimCoordinator {
         // scheduleConsumerGroupSessionTimeout.
         let session = self.config.consumer_session_timeout;
         self.consumer_sessions
-            .insert(member_id.clone(), self.now + session);
+            .insert(member_id.clone(), self.now + session, ());
         let c = self.consumer.as_ref().expect("created");
         let m = &c.members[&member_id];
         // The assignment goes out on full requests (epoch 0, or every non-optional field set)
@@ -2442,7 +2633,7 @@ impl SimCoordinator {
         match c.members.get(member_id) {
             None if epoch == 0 => {
                 let m = ConsumerMemberState::new();
-                c.members.insert(member_id.to_owned(), m.clone());
+                c.put_member(member_id, m.clone());
                 self.note(|| format!("{member_id} joins the consumer group"));
                 Ok(m)
             }
@@ -2471,11 +2662,14 @@ impl SimCoordinator {
         if epoch == 0 {
             let Some(old_id) = existing else {
                 // A new static member (or a known member id taking an instance id).
-                let m = c
-                    .members
-                    .entry(member_id.to_owned())
-                    .or_insert_with(ConsumerMemberState::new)
-                    .clone();
+                let m = match c.members.get(member_id) {
+                    Some(m) => m.clone(),
+                    None => {
+                        let m = ConsumerMemberState::new();
+                        c.put_member(member_id, m.clone());
+                        m
+                    }
+                };
                 self.note(|| format!("static member {member_id} ({instance}) joins"));
                 return Ok(m);
             };
@@ -2496,11 +2690,11 @@ impl SimCoordinator {
             new.epoch = 0;
             new.previous_epoch = 0;
             let target = c.target.remove(&old_id);
-            c.members.remove(&old_id);
+            c.take_member(&old_id);
             if let Some(t) = target {
                 c.target.insert(member_id.to_owned(), t);
             }
-            c.members.insert(member_id.to_owned(), new.clone());
+            c.put_member(member_id, new.clone());
             c.static_members
                 .insert(instance.to_owned(), member_id.to_owned());
             if old_id != member_id {
@@ -2587,9 +2781,7 @@ impl SimCoordinator {
             // consumerGroupStaticMemberGroupLeave: kept with epoch -2 and its assignment (the
             // partitions stay reserved for its return); pending revocations are dropped; no
             // group epoch bump.
-            let m = c.members.get_mut(member_id).expect("checked");
-            m.epoch = STATIC_LEAVE_EPOCH;
-            m.pending_revocation.clear();
+            c.static_leave(member_id);
             self.note(|| format!("leave -2: static member {member_id} kept with epoch -2"));
         } else {
             self.note(|| format!("leave -1: {member_id} left"));
@@ -2618,33 +2810,88 @@ impl SimCoordinator {
     }
 
     /// `updateTargetAssignment`: a round-robin over the subscribed members in member-id order
-    /// (members that left with -2 included), at the group epoch.
+    /// (members that left with -2 included), at the group epoch: partition `i` of a topic goes
+    /// to the `i % n`-th of the `n` members subscribed to it. Kept as each member's share (rank
+    /// and member count per topic), updated in place: one pass over the members, no
+    /// per-partition work.
     fn update_target_assignment(&mut self) {
-        let topics: BTreeMap<String, i32> = self.config.topics.iter().cloned().collect();
-        let c = self.consumer.as_mut().expect("consumer group");
-        let mut target: BTreeMap<String, BTreeSet<Tp>> = c
-            .members
-            .keys()
-            .map(|id| (id.clone(), BTreeSet::new()))
+        let table: Vec<(String, i32)> = self
+            .config
+            .topics
+            .iter()
+            .cloned()
+            .collect::<BTreeMap<String, i32>>()
+            .into_iter()
             .collect();
-        let subscribed: BTreeSet<&String> =
-            c.members.values().flat_map(|m| m.topics.iter()).collect();
-        for t in subscribed {
-            let Some(count) = topics.get(t) else {
-                continue;
-            };
-            let takers: Vec<&String> = c
-                .members
-                .iter()
-                .filter(|(_, m)| m.topics.contains(t))
-                .map(|(id, _)| id)
-                .collect();
-            for i in 0..*count {
-                let id = takers[i as usize % takers.len()];
-                target.get_mut(id).expect("member").insert((t.clone(), i));
+        let c = self.consumer.as_mut().expect("consumer group");
+        let ConsumerGroup {
+            members,
+            target,
+            topic_table,
+            ..
+        } = c;
+        if *topic_table != table {
+            *topic_table = table;
+        }
+        let index = |t: &str| -> Option<u32> {
+            topic_table
+                .binary_search_by(|(n, _)| n.as_str().cmp(t))
+                .ok()
+                .map(|i| i as u32)
+        };
+        let mut takers = vec![0u32; topic_table.len()];
+        for m in members.values() {
+            for t in &m.topics {
+                if let Some(i) = index(t) {
+                    takers[i as usize] += 1;
+                }
             }
         }
-        c.target = target;
+        let mut rank = vec![0u32; topic_table.len()];
+        let mut shares_of = |m: &ConsumerMemberState, out: &mut Vec<Share>| {
+            out.clear();
+            for t in &m.topics {
+                if let Some(i) = index(t) {
+                    let r = &mut rank[i as usize];
+                    out.push(Share {
+                        topic: i,
+                        rank: *r,
+                        takers: takers[i as usize],
+                    });
+                    *r += 1;
+                }
+            }
+        };
+        // Merge the members (by id) into the target (by id): update, add, drop.
+        let mut added: Vec<(String, Vec<Share>)> = Vec::new();
+        let mut gone: Vec<String> = Vec::new();
+        let mut entries = target.iter_mut().peekable();
+        for (id, m) in members.iter() {
+            while let Some((k, _)) = entries.peek() {
+                if k.as_str() < id.as_str() {
+                    gone.push((*k).clone());
+                    entries.next();
+                } else {
+                    break;
+                }
+            }
+            match entries.peek_mut() {
+                Some((k, v)) if k.as_str() == id.as_str() => {
+                    shares_of(m, v);
+                    entries.next();
+                }
+                _ => {
+                    let mut v = Vec::new();
+                    shares_of(m, &mut v);
+                    added.push((id.clone(), v));
+                }
+            }
+        }
+        gone.extend(entries.map(|(k, _)| k.clone()));
+        for k in gone {
+            target.remove(&k);
+        }
+        target.extend(added);
         c.assignment_epoch = c.epoch;
         let e = c.epoch;
         self.note(|| format!("target assignment computed for epoch {e}"));
@@ -2664,19 +2911,23 @@ impl SimCoordinator {
             return;
         }
         let (state, epoch, timeout) = (next.state, next.epoch, next.rebalance_timeout_ms);
-        let summary = format!(
-            "{member_id}: {} epoch {} assigned {} pending revocation {}",
-            state.name(),
-            epoch,
-            fmt_tps(&next.assigned),
-            fmt_tps(&next.pending_revocation)
-        );
-        c.members.insert(member_id.to_owned(), next);
+        let summary = if self.notes_enabled {
+            format!(
+                "{member_id}: {} epoch {} assigned {} pending revocation {}",
+                state.name(),
+                epoch,
+                fmt_tps(&next.assigned),
+                fmt_tps(&next.pending_revocation)
+            )
+        } else {
+            String::new()
+        };
+        c.put_member(member_id, next);
         self.note(|| summary);
         if state == CgState::UnrevokedPartitions && timeout >= 0 {
             let at = self.now + Duration::from_millis(timeout as u64);
             self.consumer_rebalance_timeouts
-                .insert(member_id.to_owned(), (at, epoch));
+                .insert(member_id.to_owned(), at, epoch);
         } else {
             self.consumer_rebalance_timeouts.remove(member_id);
         }
@@ -2739,21 +2990,16 @@ fn compute_next_assignment(
 ) -> ConsumerMemberState {
     let m = &c.members[member_id];
     // Topics the member no longer subscribes to count as an empty target.
-    let target: BTreeSet<Tp> = c
-        .target
-        .get(member_id)
-        .into_iter()
-        .flatten()
-        .filter(|(t, _)| m.topics.contains(t))
-        .cloned()
-        .collect();
+    let mut target: BTreeSet<Tp> = c.target_of(member_id).unwrap_or_default();
+    target.retain(|(t, _)| m.topics.contains(t));
     let assigned: BTreeSet<Tp> = m.assigned.intersection(&target).cloned().collect();
     let revoke: BTreeSet<Tp> = m.assigned.difference(&assigned).cloned().collect();
     let mut unreleased = false;
     let mut add = BTreeSet::new();
     for tp in target.difference(&assigned) {
-        // A partition this member still holds as pending revocation is not "unreleased".
-        if c.held_by_other(tp, member_id) && !m.pending_revocation.contains(tp) {
+        // A partition this member still holds as pending revocation is not "unreleased"; `tp` is
+        // not among its assigned partitions, so any other holder is another member.
+        if !m.pending_revocation.contains(tp) && c.is_held(tp) {
             unreleased = true;
         } else {
             add.insert(tp.clone());

@@ -6,7 +6,8 @@
 //!   and reads the next only after the answer to the first went out;
 //! - requests are processed in the order they were READ, not sent: the coordinator works through
 //!   one queue ordered by read time (group APIs), while FindCoordinator / Metadata are answered
-//!   by the request handlers directly;
+//!   by the request handlers directly (at once, or one per
+//!   [`Network::set_broker_service_time`]);
 //! - a coordinator stall holds up the queue (reading goes on);
 //! - a connection the client closed still has the requests it already delivered read and
 //!   processed in turn; their answers go nowhere;
@@ -175,6 +176,10 @@ pub struct Network {
     coordinator_queue: VecDeque<Queued>,
     stalled_until: Option<Instant>,
     busy_until: Option<Instant>,
+    /// Time the broker's request handlers spend on one FindCoordinator / Metadata request
+    /// (zero unless [`Network::set_broker_service_time`] changed it).
+    broker_service_time: Duration,
+    broker_busy_until: Option<Instant>,
     events: Vec<NetEvent>,
 }
 
@@ -192,6 +197,8 @@ impl Network {
             coordinator_queue: VecDeque::new(),
             stalled_until: None,
             busy_until: None,
+            broker_service_time: Duration::ZERO,
+            broker_busy_until: None,
             events: Vec::new(),
         }
     }
@@ -204,6 +211,21 @@ impl Network {
     /// Changes delays and fault rates from now on.
     pub fn set_config(&mut self, config: NetConfig) {
         self.config = config;
+    }
+
+    /// The time the broker's request handlers spend on each request they serve themselves
+    /// (FindCoordinator, Metadata): they work through their queue one request per `d`, as the
+    /// coordinator does with [`NetConfig::service_time`]. Zero (the default) answers them as
+    /// soon as they are read. A real broker spends time in proportion to what it answers (a
+    /// Metadata answer for a topic of thousands of partitions): with many clients starting at
+    /// once, this paces the answers as the broker's handler threads would.
+    pub fn set_broker_service_time(&mut self, d: Duration) {
+        self.broker_service_time = d;
+    }
+
+    /// See [`Network::set_broker_service_time`].
+    pub fn broker_service_time(&self) -> Duration {
+        self.broker_service_time
     }
 
     /// Opens a connection for `client`.
@@ -299,14 +321,19 @@ impl Network {
         let (conn, frame) = self.up.remove(&key).expect("key exists");
         let correlation = frame.correlation;
         let c = self.conns.get_mut(&conn)?;
-        c.inbox.push_back(frame);
         let unread = c.in_flight.is_some();
         self.events.push(NetEvent::Delivered {
             conn,
             correlation,
             unread,
         });
-        self.try_read(conn, now);
+        if unread || !c.inbox.is_empty() {
+            c.inbox.push_back(frame);
+            self.try_read(conn, now);
+        } else {
+            // Not muted, nothing buffered before it: read at once.
+            self.read(conn, frame, now);
+        }
         Some((conn, correlation))
     }
 
@@ -319,6 +346,19 @@ impl Network {
             return;
         }
         let Some(frame) = c.inbox.pop_front() else {
+            return;
+        };
+        if c.inbox.is_empty() {
+            // Give the buffer back: most connections never have more than one request.
+            c.inbox = VecDeque::new();
+        }
+        self.read(conn, frame, now);
+    }
+
+    /// The broker reads `frame` from `conn` (not muted): the connection is muted until the
+    /// answer goes out, the request queued for its handler.
+    fn read(&mut self, conn: ConnId, frame: Frame, now: Instant) {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         c.in_flight = Some((frame.correlation, frame.api, frame.version));
@@ -343,14 +383,27 @@ impl Network {
         });
     }
 
-    /// When the broker's request handlers have work (FindCoordinator, Metadata).
+    /// When the broker's request handlers have work (FindCoordinator, Metadata): the head of
+    /// their queue, once they are done with the previous request.
     pub fn next_broker_work(&self) -> Option<Instant> {
-        self.broker_queue.front().map(|q| q.read_at)
+        let head = self.broker_queue.front()?.read_at;
+        Some(self.broker_busy_until.map_or(head, |b| head.max(b)))
     }
 
-    /// The next request for the broker's own handlers.
-    pub fn take_broker_work(&mut self) -> Option<Queued> {
-        self.broker_queue.pop_front()
+    /// The next request for the broker's own handlers, taken at `now` (they are busy with it for
+    /// the broker service time).
+    pub fn take_broker_work(&mut self, now: Instant) -> Option<Queued> {
+        if !self.broker_service_time.is_zero() {
+            self.broker_busy_until = Some(now + self.broker_service_time);
+        }
+        let q = self.broker_queue.pop_front();
+        release_if_drained(&mut self.broker_queue);
+        q
+    }
+
+    /// When the head of the broker's own queue was read.
+    pub fn broker_queue_head(&self) -> Option<Instant> {
+        self.broker_queue.front().map(|q| q.read_at)
     }
 
     /// When the coordinator can process its next queued request (after stalls and service time).
@@ -377,12 +430,16 @@ impl Network {
             return None;
         }
         self.busy_until = Some(now + self.config.service_time);
-        self.coordinator_queue.pop_front()
+        let q = self.coordinator_queue.pop_front();
+        release_if_drained(&mut self.coordinator_queue);
+        q
     }
 
     /// Takes the head of the coordinator queue regardless of stalls (for scripted failures).
     pub fn take_coordinator_head(&mut self) -> Option<Queued> {
-        self.coordinator_queue.pop_front()
+        let q = self.coordinator_queue.pop_front();
+        release_if_drained(&mut self.coordinator_queue);
+        q
     }
 
     /// The broker sends an answer on `conn` at `now`: the connection is unmuted (and its next
@@ -473,6 +530,14 @@ impl Network {
                 .up
                 .values()
                 .any(|(conn, _)| self.conns.get(conn).is_some_and(|c| c.client == client))
+    }
+}
+
+/// Gives a drained queue's buffer back once it held many requests (after many clients started
+/// at once), so that a peak is not kept for the rest of the run.
+fn release_if_drained(q: &mut VecDeque<Queued>) {
+    if q.is_empty() && q.capacity() > 64 {
+        *q = VecDeque::new();
     }
 }
 

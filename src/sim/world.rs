@@ -333,9 +333,10 @@ struct Process {
     started_at: Instant,
     last_processed_at: Option<Instant>,
     bootstrap: Option<ConnId>,
-    coordinators: BTreeMap<i32, ConnId>,
-    in_flight: BTreeMap<(ConnId, i32), InFlight>,
-    answered: BTreeMap<(ConnId, i32), RequestId>,
+    coordinators: VecMap<i32, ConnId>,
+    in_flight: VecMap<(ConnId, i32), InFlight>,
+    /// Answers delivered whose duplicate is still on its way (see `World::duplicates`).
+    answered: VecMap<(ConnId, i32), RequestId>,
     next_correlation: i32,
     tickets: VecDeque<(Instant, RevokeTicket)>,
     /// Partitions of the revocation tickets the application still holds (it is still
@@ -351,7 +352,7 @@ struct Process {
     /// least this).
     max_epoch: i32,
     /// KIP-848: every member id the process sent in a ConsumerGroupHeartbeat.
-    member_ids: BTreeSet<String>,
+    member_ids: VecMap<String, ()>,
     /// KIP-848 instance-id conflicts answered to the process, by request: the code and the
     /// member id that held the instance id when the coordinator answered.
     conflicts: BTreeMap<(ConnId, i32), (i16, Option<String>)>,
@@ -362,6 +363,14 @@ struct Process {
     snapshot: Option<Snapshot>,
     /// The member's `poll_timeout`, re-read after every input that reached it.
     deadline: Option<Instant>,
+    /// The process's entries in the world's action index (effective and original time) for
+    /// `RequestTimeout`, `Ticket` and `MemberTimer`, as last queued.
+    queued: [Option<(Instant, Instant)>; 3],
+    /// KIP-848: the partitions the process is registered as owning in the world's ownership
+    /// index (nothing while it is a zombie, dead, or speaks the classic protocol).
+    claimed: Vec<TopicPartition>,
+    /// Classic: the (partition, generation) pairs the process is registered as owning.
+    classic_claimed: Vec<(TopicPartition, i32)>,
     /// KIP-848: partitions the process owns that the coordinator released on a stale heartbeat
     /// of the process (see [`World::hazards`]), until the process no longer owns them.
     stale_acked: BTreeSet<TopicPartition>,
@@ -391,12 +400,36 @@ struct Snapshot {
     revoking: Vec<TopicPartition>,
 }
 
-/// Which processes the last step may have changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Touched {
-    Nobody,
-    One(usize),
-    All,
+/// Which processes the last step (or the commands since) may have changed.
+#[derive(Debug, Clone, Default)]
+struct Touched {
+    all: bool,
+    procs: Vec<usize>,
+}
+
+impl Touched {
+    fn add(&mut self, p: usize) {
+        if !self.all && self.procs.last() != Some(&p) {
+            self.procs.push(p);
+        }
+    }
+
+    fn add_all(&mut self) {
+        self.all = true;
+        self.procs.clear();
+    }
+
+    /// The processes, in order, each once; empties the set.
+    fn take(&mut self, procs: usize) -> Vec<usize> {
+        let t = std::mem::take(self);
+        if t.all {
+            return (0..procs).collect();
+        }
+        let mut v = t.procs;
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 }
 
 type Script = Box<dyn FnOnce(&mut World)>;
@@ -434,9 +467,32 @@ pub struct World {
     hazards: Vec<String>,
     steps: u64,
     steps_at_now: u64,
+    /// Answers delivered to the request they answer (duplicates left out), by API key.
+    delivered: Vec<u64>,
     touched: Touched,
     /// Processes whose cached deadline may be stale.
     stale_deadlines: Touched,
+    /// The processes' timed actions by (effective time, original time, action), and the same
+    /// by (original time, action, effective time): `next_action` reads the earliest without a
+    /// scan of every process.
+    by_at: BTreeSet<(Instant, Instant, Action)>,
+    by_orig: BTreeSet<(Instant, Action, Instant)>,
+    /// KIP-848 ownership index: for each partition, the processes registered as owning it
+    /// (see `Process::claimed`), in process order.
+    claims: BTreeMap<TopicPartition, Vec<usize>>,
+    /// Classic ownership index: for each (partition, generation), its owners in process order.
+    classic_claims: BTreeMap<(TopicPartition, i32), Vec<usize>>,
+    /// Live processes by the member id of their last snapshot.
+    by_member_id: BTreeMap<String, Vec<usize>>,
+    /// Processes whose KIP-848 ownership must be re-read at the next observation.
+    recheck: BTreeSet<usize>,
+    /// Processes with partitions in `stale_acked`.
+    stale_procs: BTreeSet<usize>,
+    /// Answers the network will deliver twice (a duplicate fault) whose duplicate has not
+    /// arrived yet: only their request ids are kept in `Process::answered`.
+    duplicates: BTreeSet<(ConnId, i32)>,
+    /// Whether the last observation saw a KIP-848 group at the coordinator.
+    consumer_group_seen: bool,
 }
 
 impl fmt::Debug for World {
@@ -477,8 +533,18 @@ impl World {
             hazards: Vec::new(),
             steps: 0,
             steps_at_now: 0,
-            touched: Touched::Nobody,
-            stale_deadlines: Touched::Nobody,
+            delivered: Vec::new(),
+            touched: Touched::default(),
+            stale_deadlines: Touched::default(),
+            by_at: BTreeSet::new(),
+            by_orig: BTreeSet::new(),
+            claims: BTreeMap::new(),
+            classic_claims: BTreeMap::new(),
+            by_member_id: BTreeMap::new(),
+            recheck: BTreeSet::new(),
+            stale_procs: BTreeSet::new(),
+            duplicates: BTreeSet::new(),
+            consumer_group_seen: false,
         }
     }
 
@@ -502,6 +568,16 @@ impl World {
     /// Steps taken.
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// How many answers of `api` reached the request they answer (a request/answer cycle each;
+    /// duplicate deliveries and answers to requests that timed out or whose connection closed
+    /// are not counted).
+    pub fn delivered(&self, api: ApiKey) -> u64 {
+        usize::try_from(api as i16)
+            .ok()
+            .and_then(|i| self.delivered.get(i).copied())
+            .unwrap_or(0)
     }
 
     /// The coordinator.
@@ -661,7 +737,7 @@ impl World {
         let slot = self.slots.len();
         let proc = self.new_process(name.to_owned(), slot, member);
         self.slots.push(proc);
-        self.touch(Touched::One(proc));
+        self.touch(proc);
         self.log(|| format!("{name}: process started"));
         MemberHandle(slot)
     }
@@ -707,9 +783,9 @@ impl World {
             started_at: self.now,
             last_processed_at: None,
             bootstrap: None,
-            coordinators: BTreeMap::new(),
-            in_flight: BTreeMap::new(),
-            answered: BTreeMap::new(),
+            coordinators: VecMap::new(),
+            in_flight: VecMap::new(),
+            answered: VecMap::new(),
             next_correlation: 0,
             tickets: VecDeque::new(),
             revoking: BTreeMap::new(),
@@ -719,11 +795,14 @@ impl World {
             timer_floor: None,
             generations: BTreeMap::new(),
             max_epoch: 0,
-            member_ids: BTreeSet::new(),
+            member_ids: VecMap::new(),
             conflicts: BTreeMap::new(),
             unreleased_elsewhere: false,
             snapshot: None,
             deadline: None,
+            queued: [None; 3],
+            claimed: Vec::new(),
+            classic_claimed: Vec::new(),
             stale_acked: BTreeSet::new(),
             heartbeat_processed: 0,
         });
@@ -744,8 +823,9 @@ impl World {
             .collect();
         for c in conns {
             self.network.close(c);
+            self.forget_duplicates(p, c);
         }
-        self.touch(Touched::One(p));
+        self.touch(p);
         self.procs[p].in_flight.clear();
         self.procs[p].tickets.clear();
         self.procs[p].revoking.clear();
@@ -764,7 +844,7 @@ impl World {
             .to_owned();
         let p = self.new_process(base, h.0, member);
         self.slots[h.0] = p;
-        self.touch(Touched::One(p));
+        self.touch(p);
         let name = self.procs[p].name.clone();
         self.log(|| format!("{name}: process started (restart)"));
     }
@@ -792,7 +872,7 @@ impl World {
         let now = self.now;
         let name = self.procs[p].name.clone();
         self.log(|| format!("{name}: {what}"));
-        self.touch(Touched::One(p));
+        self.touch(p);
         let r = f(self.procs[p].member.as_deref_mut()?, now);
         self.drain(p);
         Some(r)
@@ -851,7 +931,7 @@ impl World {
     /// fail with `Disconnected`, what was already sent is still processed.
     pub fn drop_connections(&mut self, h: MemberHandle) {
         let p = self.slots[h.0];
-        self.touch(Touched::One(p));
+        self.touch(p);
         let conns: Vec<ConnId> = self.procs[p].coordinators.values().copied().collect();
         for c in conns {
             self.close_conn(p, c, "connection reset");
@@ -932,17 +1012,52 @@ impl World {
 
     /// Re-reads the deadlines of the members an input reached since the last read.
     fn refresh_deadlines(&mut self) {
-        let stale = std::mem::replace(&mut self.stale_deadlines, Touched::Nobody);
-        let procs: Vec<usize> = match stale {
-            Touched::Nobody => return,
-            Touched::One(p) => vec![p],
-            Touched::All => (0..self.procs.len()).collect(),
-        };
-        for i in procs {
+        for i in self.stale_deadlines.take(self.procs.len()) {
             self.procs[i].deadline = self.procs[i]
                 .member
                 .as_deref()
                 .and_then(|m| m.poll_timeout());
+            self.requeue(i);
+        }
+    }
+
+    /// Updates the process's entries in the action index: its earliest request timeout, its
+    /// next ticket hand-back and its member's timer (none once dead).
+    fn requeue(&mut self, i: usize) {
+        let p = &self.procs[i];
+        let next = if p.member.is_some() {
+            [
+                p.in_flight
+                    .values()
+                    .map(|f| f.deadline)
+                    .min()
+                    .map(|t| (t, t)),
+                p.tickets.front().map(|(t, _)| (*t, *t)),
+                p.deadline
+                    .map(|t| (p.timer_floor.map_or(t, |f| f.max(t)), t)),
+            ]
+        } else {
+            [None; 3]
+        };
+        let actions = [
+            Action::RequestTimeout(i),
+            Action::Ticket(i),
+            Action::MemberTimer(i),
+        ];
+        for (k, action) in actions.into_iter().enumerate() {
+            let old = self.procs[i].queued[k];
+            if old == next[k] {
+                continue;
+            }
+            if let Some((at, orig)) = old {
+                self.by_at.remove(&(at, orig, action));
+                self.by_orig.remove(&(orig, action, at));
+            }
+            if let Some((at, orig)) = next[k] {
+                self.by_at.insert((at, orig, action));
+                self.by_orig.insert((orig, action, at));
+            }
+            self.procs[i].queued[k] = next[k];
         }
     }
 
@@ -983,7 +1098,8 @@ impl World {
             consider(t, t, Action::Up);
         }
         if let Some(t) = self.network.next_broker_work() {
-            consider(t, t, Action::Broker);
+            let orig = self.network.broker_queue_head().unwrap_or(t);
+            consider(t, orig, Action::Broker);
         }
         if let Some(t) = self.coordinator.poll_timeout() {
             let eff = self.network.stalled_until().map_or(t, |s| s.max(t));
@@ -1000,19 +1116,20 @@ impl World {
         if let Some(t) = self.network.next_down() {
             consider(t, t, Action::Down);
         }
-        for (i, p) in self.procs.iter().enumerate() {
-            if p.member.is_none() {
-                continue;
-            }
-            if let Some(t) = p.in_flight.values().map(|f| f.deadline).min() {
-                consider(t, t, Action::RequestTimeout(i));
-            }
-            if let Some((t, _)) = p.tickets.front() {
-                consider(*t, *t, Action::Ticket(i));
-            }
-            if let Some(t) = p.deadline {
-                let eff = p.timer_floor.map_or(t, |f| f.max(t));
-                consider(eff, t, Action::MemberTimer(i));
+        // The processes' actions (`requeue`): every one due by now counts as due now, so the
+        // earliest of those is the least by (original time, action); else the least by time.
+        let now = self.now;
+        let due = self
+            .by_orig
+            .iter()
+            .take_while(|(orig, _, _)| *orig <= now)
+            .find(|(_, _, at)| *at <= now);
+        match due {
+            Some(&(orig, a, at)) => consider(at, orig, a),
+            None => {
+                if let Some(&(at, orig, a)) = self.by_at.first() {
+                    consider(at, orig, a);
+                }
             }
         }
         best.map(|(at, _, a)| (at, a))
@@ -1020,14 +1137,12 @@ impl World {
 
     fn perform(&mut self, action: Action) {
         let now = self.now;
-        self.touch(match action {
-            Action::Script => Touched::All,
-            Action::RequestTimeout(p) | Action::Ticket(p) | Action::MemberTimer(p) => {
-                Touched::One(p)
-            }
+        match action {
+            Action::Script => self.touch_all(),
+            Action::RequestTimeout(p) | Action::Ticket(p) | Action::MemberTimer(p) => self.touch(p),
             // Answers reach one process (`deliver` names it); the rest touches no member.
-            _ => Touched::Nobody,
-        });
+            _ => {}
+        }
         match action {
             Action::Script => {
                 let key = *self.scripts.keys().next().expect("scheduled");
@@ -1039,7 +1154,7 @@ impl World {
                 self.net_events();
             }
             Action::Broker => {
-                if let Some(q) = self.network.take_broker_work() {
+                if let Some(q) = self.network.take_broker_work(now) {
                     self.process(q, false);
                 }
             }
@@ -1109,14 +1224,15 @@ impl World {
     }
 
     /// Notes that a step (or a command between steps) may have changed these processes.
-    fn touch(&mut self, t: Touched) {
-        let merge = |a: Touched, b: Touched| match (a, b) {
-            (Touched::Nobody, t) | (t, Touched::Nobody) => t,
-            (Touched::One(a), Touched::One(b)) if a == b => Touched::One(a),
-            _ => Touched::All,
-        };
-        self.touched = merge(self.touched, t);
-        self.stale_deadlines = merge(self.stale_deadlines, t);
+    fn touch(&mut self, p: usize) {
+        self.touched.add(p);
+        self.stale_deadlines.add(p);
+    }
+
+    /// Notes that any process may have changed.
+    fn touch_all(&mut self) {
+        self.touched.add_all();
+        self.stale_deadlines.add_all();
     }
 
     fn net_events(&mut self) {
@@ -1232,6 +1348,8 @@ impl World {
         self.log(|| format!("!! HAZARD {msg}"));
         self.hazards.push(msg);
         self.procs[p].stale_acked.extend(released);
+        self.stale_procs.insert(p);
+        self.recheck.insert(p);
     }
 
     fn route_replies(&mut self) {
@@ -1266,6 +1384,9 @@ impl World {
                 self.network
                     .answer(r.conn, r.correlation, r.version, body, now, &mut self.rng);
             let (conn, corr) = (r.conn, r.correlation);
+            if fate == (AnswerFate::Sent { duplicate: true }) {
+                self.duplicates.insert((conn, corr));
+            }
             self.log(|| {
                 let fate = match fate {
                     AnswerFate::ConnectionClosed => " -> dropped: connection closed by the client",
@@ -1314,7 +1435,7 @@ impl World {
         };
         let own = holder
             .as_ref()
-            .is_some_and(|h| self.procs[p].member_ids.contains(h));
+            .is_some_and(|h| self.procs[p].member_ids.contains_key(h));
         if code == super::codes::UNRELEASED_INSTANCE_ID {
             self.procs[p].unreleased_elsewhere = !own;
         } else if own {
@@ -1333,16 +1454,25 @@ impl World {
         let Some(p) = self.proc_of_conn(d.conn) else {
             return;
         };
-        self.touch(Touched::One(p));
+        self.touch(p);
         let now = self.now;
         let code = response_error(&d.body);
         let key = (d.conn, d.correlation);
         let id = if d.duplicate {
-            self.procs[p].answered.get(&key).copied()
+            self.duplicates.remove(&key);
+            self.procs[p].answered.remove(&key)
         } else {
             match self.procs[p].in_flight.remove(&key) {
                 Some(f) => {
-                    self.procs[p].answered.insert(key, f.id);
+                    if let Ok(i) = usize::try_from(d.api as i16) {
+                        if self.delivered.len() <= i {
+                            self.delivered.resize(i + 1, 0);
+                        }
+                        self.delivered[i] += 1;
+                    }
+                    if self.duplicates.contains(&key) {
+                        self.procs[p].answered.insert(key, f.id);
+                    }
                     Some(f.id)
                 }
                 None => None,
@@ -1454,13 +1584,22 @@ impl World {
         self.drain(p);
     }
 
+    /// The network dropped what was on its way on `conn` (closed): no duplicate comes anymore.
+    fn forget_duplicates(&mut self, p: usize, conn: ConnId) {
+        if self.duplicates.iter().any(|(c, _)| *c == conn) {
+            self.duplicates.retain(|(c, _)| *c != conn);
+            self.procs[p].answered.retain(|(c, _), _| *c != conn);
+        }
+    }
+
     /// The client closes `conn`: requests in flight on it fail with Disconnected.
     fn close_conn(&mut self, p: usize, conn: ConnId, reason: &str) {
         if !self.network.is_open(conn) {
             return;
         }
-        self.touch(Touched::One(p));
+        self.touch(p);
         self.network.close(conn);
+        self.forget_duplicates(p, conn);
         if self.procs[p].bootstrap == Some(conn) {
             self.procs[p].bootstrap = None;
         }
@@ -1497,7 +1636,7 @@ impl World {
     /// Drains the process's member: requests go out, events are recorded, tickets scheduled;
     /// repeats until nothing changes.
     fn drain(&mut self, p: usize) {
-        self.touch(Touched::One(p));
+        self.touch(p);
         let now = self.now;
         for _ in 0..1000 {
             let mut progress = false;
@@ -1652,7 +1791,7 @@ impl World {
             }
         };
         if let RequestKind::ConsumerGroupHeartbeat(r) = &body {
-            self.procs[p].member_ids.insert(r.member_id.to_string());
+            self.procs[p].member_ids.insert(r.member_id.to_string(), ());
         }
         self.procs[p].next_correlation += 1;
         let correlation = self.procs[p].next_correlation;
@@ -1696,18 +1835,19 @@ impl World {
     /// Checks the invariants that hold after every step (see [`World::violations`]), after the
     /// steps that can break them: a member changes only when it gets an input (an answer, a
     /// timer, a command), the coordinator only when it processes something.
+    ///
+    /// The ownership invariants are kept incrementally: an index of who owns what is updated
+    /// for the processes whose member changed (or whose KIP-848 member the coordinator changed)
+    /// and only their partitions are checked, so a step costs what it changed, not the number of
+    /// members. A breach is reported at the step that causes it, as a full check after every
+    /// step would; one that persists is not reported again at every later step.
     fn observe(&mut self, action: Action) {
         let coordinator_changed = matches!(
             action,
             Action::Coordinator | Action::CoordinatorTimer | Action::Script
         );
-        let touched = std::mem::replace(&mut self.touched, Touched::Nobody);
-        let procs: Vec<usize> = match touched {
-            Touched::Nobody => Vec::new(),
-            Touched::One(p) => vec![p],
-            Touched::All => (0..self.procs.len()).collect(),
-        };
-        let mut changed = coordinator_changed;
+        let procs = self.touched.take(self.procs.len());
+        let mut changed_procs = Vec::new();
         for i in procs {
             let snapshot = self.procs[i].member.as_deref().map(|m| Snapshot {
                 protocol: m.protocol(),
@@ -1720,21 +1860,49 @@ impl World {
             if snapshot == self.procs[i].snapshot {
                 continue;
             }
-            changed = true;
-            self.procs[i].snapshot = snapshot;
+            changed_procs.push(i);
+            let old = std::mem::replace(&mut self.procs[i].snapshot, snapshot);
+            let new_id = self.procs[i].snapshot.as_ref().map(|s| &s.member_id);
+            if old.as_ref().map(|s| &s.member_id) != new_id {
+                if let Some(old) = old
+                    && let Some(ps) = self.by_member_id.get_mut(&old.member_id)
+                {
+                    ps.retain(|p| *p != i);
+                    if ps.is_empty() {
+                        self.by_member_id.remove(&old.member_id);
+                    }
+                }
+                if let Some(id) = new_id.cloned() {
+                    self.by_member_id.entry(id).or_default().push(i);
+                }
+            }
             match self.procs[i].snapshot.as_ref().map(|s| s.protocol) {
                 Some("consumer") => self.observe_epoch(i),
                 Some(_) => self.observe_generation(i),
                 None => {}
             }
         }
-        if !changed {
+        // KIP-848 members the coordinator changed, and processes whose released partitions
+        // changed (`note_stale_ack`), are re-read too.
+        let members_changed = self.coordinator.take_changed_consumer_members();
+        let mut recheck = std::mem::take(&mut self.recheck);
+        recheck.extend(changed_procs.iter().copied());
+        for id in &members_changed {
+            if let Some(ps) = self.by_member_id.get(id) {
+                recheck.extend(ps.iter().copied());
+            }
+        }
+        if !coordinator_changed && changed_procs.is_empty() && recheck.is_empty() {
             return;
         }
-        self.observe_classic_ownership();
-        if self.coordinator.consumer_epochs().is_some() {
-            self.observe_consumer_ownership(coordinator_changed);
+        self.observe_classic_ownership(&changed_procs);
+        let group = self.coordinator.consumer_epochs().is_some();
+        if group && !self.consumer_group_seen {
+            // A KIP-848 group (again): every process is re-read.
+            recheck.extend(0..self.procs.len());
         }
+        self.consumer_group_seen = group;
+        self.observe_consumer_ownership(&recheck, group, coordinator_changed, &members_changed);
     }
 
     /// Classic: a member's generation never goes backwards while its member id is unchanged
@@ -1790,24 +1958,41 @@ impl World {
         }
     }
 
-    /// Classic: no partition owned by two live members of the same generation.
-    fn observe_classic_ownership(&mut self) {
-        let mut owners: BTreeMap<(&TopicPartition, i32), &str> = BTreeMap::new();
-        let mut found = Vec::new();
-        for p in &self.procs {
-            let Some(m) = p.snapshot.as_ref() else {
-                continue;
+    /// Classic: no partition owned by two live members of the same generation. `changed`: the
+    /// processes whose snapshot changed (the only ones whose claims can have).
+    fn observe_classic_ownership(&mut self, changed: &[usize]) {
+        for &i in changed {
+            let next: Vec<(TopicPartition, i32)> = match self.procs[i].snapshot.as_ref() {
+                Some(m) if m.protocol != "consumer" => m
+                    .owned
+                    .iter()
+                    .map(|tp| (tp.clone(), m.generation))
+                    .collect(),
+                _ => Vec::new(),
             };
-            if m.protocol == "consumer" {
+            if next == self.procs[i].classic_claimed {
                 continue;
             }
-            for tp in &m.owned {
-                if let Some(other) = owners.insert((tp, m.generation), &p.name) {
+            let old = std::mem::replace(&mut self.procs[i].classic_claimed, next.clone());
+            for key in old {
+                unclaim(&mut self.classic_claims, &key, i);
+            }
+            for key in next {
+                claim(&mut self.classic_claims, key, i);
+            }
+        }
+        let mut found = Vec::new();
+        for &i in changed {
+            for key in &self.procs[i].classic_claimed {
+                let owners = &self.classic_claims[key];
+                for pair in owners.windows(2) {
                     found.push(format!(
-                        "{:?}: {tp} owned by {other} and {} in generation {}",
+                        "{:?}: {} owned by {} and {} in generation {}",
                         self.elapsed(),
-                        p.name,
-                        m.generation
+                        key.0,
+                        self.procs[pair[0]].name,
+                        self.procs[pair[1]].name,
+                        key.1
                     ));
                 }
             }
@@ -1819,12 +2004,43 @@ impl World {
         }
     }
 
+    /// What process `i` is registered as owning in the KIP-848 ownership index: its assignment
+    /// and the partitions of the revocation tickets its application holds, less those the
+    /// coordinator released on a stale heartbeat; nothing for a zombie (a member the
+    /// coordinator removed that still believes it is in the group, until its next heartbeat
+    /// answers UNKNOWN_MEMBER_ID), a dead process or a classic member.
+    fn consumer_claims(&self, i: usize) -> Vec<TopicPartition> {
+        let p = &self.procs[i];
+        let Some(m) = p.snapshot.as_ref() else {
+            return Vec::new();
+        };
+        if m.protocol != "consumer" {
+            return Vec::new();
+        }
+        let held = self
+            .coordinator
+            .consumer_member_holds(&m.member_id, "", -1)
+            .is_some();
+        let in_group = matches!(
+            m.state,
+            "Joining" | "Reconciling" | "AwaitRevoke" | "Acknowledging" | "Stable"
+        );
+        if !held && in_group {
+            return Vec::new();
+        }
+        let owned: BTreeSet<&TopicPartition> = m
+            .owned
+            .iter()
+            .chain(&m.revoking)
+            .filter(|tp| !p.stale_acked.contains(*tp))
+            .collect();
+        owned.into_iter().cloned().collect()
+    }
+
     /// KIP-848: ownership moves only through a revocation the old owner acknowledged, so at
     /// every instant
-    /// - no partition is owned by two live members, except by a zombie: a member the
-    ///   coordinator removed (session or rebalance timeout, a stale leave processed late) that
-    ///   still believes it is in the group, until its next heartbeat answers UNKNOWN_MEMBER_ID
-    ///   (like a classic member after its session expired);
+    /// - no partition is owned by two live members, except by a zombie (see
+    ///   [`Self::consumer_claims`]; like a classic member after its session expired);
     /// - a member the coordinator holds owns only partitions the coordinator assigned to it or
     ///   still waits for it to revoke;
     /// - the coordinator's own state is consistent ([`SimCoordinator::check_invariants`]).
@@ -1834,33 +2050,42 @@ impl World {
     /// processing them), until the member declares them lost ([`Event::Lost`], a fatal error)
     /// or the process dies. An [`Event::Revoked`] (close, unsubscribe) does not end a pending
     /// revocation: as in the Java client, the leave must wait for the application.
-    fn observe_consumer_ownership(&mut self, coordinator_changed: bool) {
-        let mut owners: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
+    ///
+    /// `recheck`: the processes whose claims may have changed (their member, its state at the
+    /// coordinator, or its released partitions); `group`: whether the coordinator has a
+    /// KIP-848 group (nothing is reported without one); `members_changed`: the KIP-848 members
+    /// the coordinator changed since the last observation.
+    fn observe_consumer_ownership(
+        &mut self,
+        recheck: &BTreeSet<usize>,
+        group: bool,
+        coordinator_changed: bool,
+        members_changed: &BTreeSet<String>,
+    ) {
+        for &i in recheck {
+            let next = self.consumer_claims(i);
+            if next == self.procs[i].claimed {
+                continue;
+            }
+            let old = std::mem::replace(&mut self.procs[i].claimed, next.clone());
+            for tp in old {
+                unclaim(&mut self.claims, &tp, i);
+            }
+            for tp in next {
+                claim(&mut self.claims, tp, i);
+            }
+        }
+        if !group {
+            return;
+        }
         let mut found = Vec::new();
-        for p in &self.procs {
+        for &i in recheck {
+            let p = &self.procs[i];
             let Some(m) = p.snapshot.as_ref() else {
                 continue;
             };
-            if m.protocol != "consumer" {
-                continue;
-            }
             let id = &m.member_id;
-            let held = self.coordinator.consumer_member_holds(id, "", -1).is_some();
-            let in_group = matches!(
-                m.state,
-                "Joining" | "Reconciling" | "AwaitRevoke" | "Acknowledging" | "Stable"
-            );
-            if !held && in_group {
-                // A zombie: it learns with its next heartbeat.
-                continue;
-            }
-            let owned: BTreeSet<&TopicPartition> = m
-                .owned
-                .iter()
-                .chain(&m.revoking)
-                .filter(|tp| !p.stale_acked.contains(*tp))
-                .collect();
-            for tp in owned {
+            for tp in &p.claimed {
                 if self
                     .coordinator
                     .consumer_member_holds(id, &tp.topic, tp.partition)
@@ -1872,23 +2097,27 @@ impl World {
                         p.name
                     ));
                 }
-                if let Some(other) = owners.insert(tp, &p.name) {
+                for pair in self.claims[tp].windows(2) {
                     found.push(format!(
-                        "{:?}: {tp} owned by {other} and {} at the same time (both members of the group)",
+                        "{:?}: {tp} owned by {} and {} at the same time (both members of the group)",
                         self.elapsed(),
-                        p.name
+                        self.procs[pair[0]].name,
+                        self.procs[pair[1]].name
                     ));
                 }
             }
         }
-        if coordinator_changed {
-            found.extend(self.coordinator.check_invariants());
+        if coordinator_changed || !members_changed.is_empty() {
+            found.extend(self.coordinator.check_invariants_of(members_changed));
         }
-        for p in &mut self.procs {
-            if !p.stale_acked.is_empty() {
-                let owned = p.snapshot.as_ref().map(|m| (&m.owned, &m.revoking));
-                p.stale_acked
-                    .retain(|tp| owned.is_some_and(|(o, r)| o.contains(tp) || r.contains(tp)));
+        let stale: Vec<usize> = self.stale_procs.iter().copied().collect();
+        for i in stale {
+            let p = &mut self.procs[i];
+            let owned = p.snapshot.as_ref().map(|m| (&m.owned, &m.revoking));
+            p.stale_acked
+                .retain(|tp| owned.is_some_and(|(o, r)| o.contains(tp) || r.contains(tp)));
+            if p.stale_acked.is_empty() {
+                self.stale_procs.remove(&i);
             }
         }
         for f in found {
@@ -1932,6 +2161,102 @@ impl World {
                     .map(|m| (p.name.clone(), m.assignment()))
             })
             .collect()
+    }
+}
+
+/// A small map kept as a vector sorted by key: what a process holds a few of (requests in
+/// flight, coordinator connections), without a B-tree node per process.
+#[derive(Debug, Clone)]
+struct VecMap<K, V>(Vec<(K, V)>);
+
+impl<K: Ord, V> VecMap<K, V> {
+    fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
+    }
+
+    fn insert(&mut self, key: K, value: V) -> Option<V> {
+        match self.find(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                self.0.insert(i, (key, value));
+                None
+            }
+        }
+    }
+
+    fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        let i = self.find(key).ok()?;
+        let (_, v) = self.0.remove(i);
+        if self.0.is_empty() {
+            self.0 = Vec::new();
+        }
+        Some(v)
+    }
+
+    fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.find(key).ok().map(|i| &self.0[i].1)
+    }
+
+    fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.find(key).is_ok()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &K> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+
+    fn retain(&mut self, mut f: impl FnMut(&K, &mut V) -> bool) {
+        self.0.retain_mut(|(k, v)| f(k, v));
+        if self.0.is_empty() {
+            self.0 = Vec::new();
+        }
+    }
+}
+
+/// Adds `owner` to the owners of `key` (kept in process order; a process may appear twice).
+fn claim<K: Ord>(index: &mut BTreeMap<K, Vec<usize>>, key: K, owner: usize) {
+    let owners = index.entry(key).or_default();
+    let at = owners.partition_point(|o| *o <= owner);
+    owners.insert(at, owner);
+}
+
+/// Removes one `owner` from the owners of `key`.
+fn unclaim<K: Ord>(index: &mut BTreeMap<K, Vec<usize>>, key: &K, owner: usize) {
+    if let Some(owners) = index.get_mut(key) {
+        if let Some(at) = owners.iter().position(|o| *o == owner) {
+            owners.remove(at);
+        }
+        if owners.is_empty() {
+            index.remove(key);
+        }
     }
 }
 
