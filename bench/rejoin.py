@@ -547,7 +547,7 @@ def main():
     ap.add_argument("--members", type=int, default=100, help="members of scenario e")
     ap.add_argument("--scenarios", default="abcde")
     ap.add_argument("--classic-e", action="store_true", help="also run scenario e with the classic protocol")
-    ap.add_argument("--clients", default=",".join(["floor"] + ALL_CLIENTS))
+    ap.add_argument("--clients", default=",".join(["floor", "floor+av"] + ALL_CLIENTS))
     ap.add_argument("--topic6", required=True, help="a topic with 6 partitions (a, b, c)")
     ap.add_argument("--topic12", required=True, help="a topic with 12 partitions (d)")
     ap.add_argument("--topic-e", required=True, help="the topic of scenario e")

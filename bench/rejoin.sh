@@ -36,7 +36,11 @@ topics=(bench-6:6 bench-12:12 bench-200:200)
 for t in "${topics[@]}"; do
     java -cp "$peer_libs/*" -Dlog4j2.configurationFile="$repo/tests/kafka/log4j2.yaml" \
         org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --create \
-        --topic "${t%%:*}" --partitions "${t##*:}" --replication-factor 1 >&2
+        --topic "${t%%:*}" --partitions "${t##*:}" --replication-factor 1 \
+        >>"$repo/target/bench-topics.log" 2>&1 || {
+        tail -n 20 "$repo/target/bench-topics.log" >&2
+        exit 1
+    }
 done
 
 "$repo/target/bench-peers/venv/bin/python" bench/rejoin.py --bootstrap "$bootstrap" \
