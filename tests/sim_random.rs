@@ -114,10 +114,15 @@ fn faulty_net(rng: &mut ChaCha8Rng) -> NetConfig {
     }
 }
 
+thread_local! {
+    /// Set by [`the_java_reset_policy_is_caught_by_random_schedules`] for its own thread.
+    static JAVA_POLICY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// `SIM_JAVA_POLICY=1`: static members wipe their member id on a suppressed LeaveGroup, as the
 /// Java client does (to check that the schedules find KAFKA-20985).
 fn java_policy() -> bool {
-    std::env::var("SIM_JAVA_POLICY").is_ok_and(|v| v == "1")
+    JAVA_POLICY.with(|j| j.get()) || std::env::var("SIM_JAVA_POLICY").is_ok_and(|v| v == "1")
 }
 
 /// Builds the world for `seed` and schedules its faults.
@@ -451,6 +456,38 @@ fn random_schedules_keep_the_invariants() {
         }
         panic!("{violations} violations in {seeds} schedules; first failing seed {seed}");
     }
+}
+
+/// The same schedules with the Java client's reset policy (the member id wiped on a suppressed
+/// LeaveGroup): they find a static member fenced by its own abandoned JoinGroup (KAFKA-20985),
+/// a FENCED_INSTANCE_ID between incarnations of one process, which the crate's policy never
+/// produces over the 10,000 seeds above.
+#[test]
+fn the_java_reset_policy_is_caught_by_random_schedules() {
+    JAVA_POLICY.with(|j| j.set(true));
+    let started = Instant::now();
+    let mut caught = Vec::new();
+    let mut seed = 0;
+    while seed < 2_000 && caught.len() < 3 {
+        let (problems, _) = run(seed, false);
+        if let Some(p) = problems
+            .iter()
+            .find(|p| p.starts_with("violation") && p.contains("FENCED_INSTANCE_ID"))
+        {
+            caught.push((seed, p.clone()));
+        }
+        seed += 1;
+    }
+    JAVA_POLICY.with(|j| j.set(false));
+    println!(
+        "Java reset policy: {} self-fences in the first {seed} schedules ({:?}): {caught:#?}",
+        caught.len(),
+        started.elapsed()
+    );
+    assert!(
+        !caught.is_empty(),
+        "no schedule of the first {seed} caught the Java reset policy"
+    );
 }
 
 #[test]
