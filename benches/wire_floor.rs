@@ -1,7 +1,7 @@
 //! The wire floor of the rejoin-latency benchmark (bench/rejoin.py): the minimal request
 //! sequence of each scenario, sent raw over one blocking TCP connection, with no client logic
-//! (no ApiVersions, no metadata, no timers, no second connection: versions are fixed and the
-//! coordinator of a single-node broker is the bootstrap broker itself).
+//! (no ApiVersions unless `WIRE_FLOOR_API_VERSIONS` is set, no timers, no second connection:
+//! versions are fixed and the coordinator of a single-node broker is the bootstrap broker).
 //!
 //! ```text
 //! cargo bench --bench wire_floor -- SCENARIO --bootstrap HOST:PORT --topic T --reps N [--group G]
@@ -12,11 +12,12 @@
 //!   every partition to itself) and goes away without LeaveGroup; then, timed, N times: connect,
 //!   FindCoordinator, JoinGroup (empty member id, same instance id), SyncGroup until it returns
 //!   a non-empty assignment, close the connection without LeaveGroup.
-//! - `consumer-join` (b): timed, N times, each in a new group: connect, FindCoordinator,
-//!   ConsumerGroupHeartbeat epoch 0, repeated at once until the answer carries partitions;
+//! - `consumer-join` (b): timed, N times, each in a new group: connect, FindCoordinator with a
+//!   Metadata request for the topic right behind it (the assignment names topics by id; an
+//!   application gets them by name), ConsumerGroupHeartbeat epoch 0, repeated at once until the answer carries partitions;
 //!   then, untimed, a leave (epoch -1).
 //! - `consumer-static-restart` (c): timed, N times, one static member: connect,
-//!   FindCoordinator, ConsumerGroupHeartbeat epoch 0 with the instance id until it carries
+//!   FindCoordinator and Metadata as in (b), ConsumerGroupHeartbeat epoch 0 with the instance id until it carries
 //!   partitions; then, untimed, the static leave (epoch -2).
 //!
 //! `--no-setup` skips the untimed setup of (a) and (c), done by an earlier run with `--reps 0`:
@@ -77,18 +78,62 @@ impl Conn {
     }
 
     fn call(&mut self, api: ApiKey, version: i16, body: RequestKind) -> Result<ResponseKind> {
+        let correlation = self.send(api, version, body)?;
+        self.recv(api, version, correlation)
+    }
+
+    /// Writes a request; its answer is read by [`recv`](Self::recv), in order.
+    fn send(&mut self, api: ApiKey, version: i16, body: RequestKind) -> Result<i32> {
         self.correlation += 1;
         let frame = wire::encode_request(&body, api, version, self.correlation, "wire-floor")?;
         self.stream.write_all(&frame)?;
+        Ok(self.correlation)
+    }
+
+    fn recv(&mut self, api: ApiKey, version: i16, correlation: i32) -> Result<ResponseKind> {
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size)?;
         let size = usize::try_from(i32::from_be_bytes(size)).context("negative frame size")?;
         let mut buf = vec![0u8; size];
         self.stream.read_exact(&mut buf)?;
-        if wire::peek_correlation_id(&buf) != Some(self.correlation) {
+        if wire::peek_correlation_id(&buf) != Some(correlation) {
             bail!("answer to another request");
         }
         Ok(wire::decode_response(Bytes::from(buf), api, version)?.body)
+    }
+
+    /// FindCoordinator with a Metadata request for `topic` right behind it on the connection,
+    /// both answers read: the KIP-848 assignment names topics by id, and reaches an application
+    /// by name.
+    fn find_coordinator_and_names(&mut self, group: &str, topic: &str) -> Result<()> {
+        let find = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.to_owned())]);
+        let names = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+                TopicName(StrBytes::from_string(topic.to_owned())),
+            ))]));
+        let f = self.send(
+            ApiKey::FindCoordinator,
+            FIND_COORDINATOR,
+            RequestKind::FindCoordinator(find),
+        )?;
+        let m = self.send(ApiKey::Metadata, METADATA, RequestKind::Metadata(names))?;
+        let ResponseKind::FindCoordinator(r) =
+            self.recv(ApiKey::FindCoordinator, FIND_COORDINATOR, f)?
+        else {
+            bail!("not a FindCoordinator answer");
+        };
+        if r.coordinators.first().is_none_or(|c| c.error_code != 0) {
+            bail!("FindCoordinator failed: {:?}", r.coordinators);
+        }
+        let ResponseKind::Metadata(r) = self.recv(ApiKey::Metadata, METADATA, m)? else {
+            bail!("not a Metadata answer");
+        };
+        if r.topics.first().is_none_or(|t| t.topic_id.is_nil()) {
+            bail!("no topic id for {topic}");
+        }
+        Ok(())
     }
 
     fn find_coordinator(&mut self, group: &str) -> Result<()> {
@@ -241,7 +286,7 @@ fn consumer_join(
 ) -> Result<(Conn, i32, Duration)> {
     let start = Instant::now();
     let mut conn = Conn::open(bootstrap)?;
-    conn.find_coordinator(group)?;
+    conn.find_coordinator_and_names(group, topic)?;
     let (mut epoch, mut partitions) = conn.heartbeat(group, member, instance, 0, topic)?;
     // The first answer may come before the target assignment was computed: ask again at once,
     // as no client would (they wait the heartbeat interval).
