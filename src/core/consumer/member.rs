@@ -69,6 +69,7 @@ const LEAVE_EPOCH: i32 = -1;
 const STATIC_LEAVE_EPOCH: i32 = -2;
 /// The error code of UNRELEASED_INSTANCE_ID.
 const UNRELEASED_INSTANCE_ID: i16 = 111;
+const FENCED_INSTANCE_ID_CODE: i16 = 82;
 
 #[derive(Debug)]
 enum Phase {
@@ -143,6 +144,8 @@ enum Sent {
         fields: SentFields,
         /// The member's incarnation (leaves completed) when it went out.
         incarnation: u64,
+        /// The request listed the owned partitions (full, or they changed).
+        reported_owned: bool,
     },
     Leave,
     Metadata,
@@ -196,6 +199,10 @@ pub struct ConsumerMember {
     /// assigns by topic id, and knowing the names before the first assignment arrives saves a
     /// round trip on the join and rejoin path.
     prefetch_metadata: bool,
+    /// A heartbeat that listed the owned partitions failed in the transport: the broker may
+    /// still process it (its bytes may have been read). Until a later heartbeat is answered, no
+    /// partition is taken (see [`owned_report_in_flight`](Self::owned_report_in_flight)).
+    owned_report_unsettled: bool,
     /// An epoch-0 heartbeat went out (the broker may know this member).
     join_sent: bool,
     /// This member may be registered under its instance id (lost join answer, or it held an
@@ -261,6 +268,7 @@ impl ConsumerMember {
             known: None,
             metadata_in_flight: false,
             prefetch_metadata: false,
+            owned_report_unsettled: false,
             join_sent: false,
             may_be_registered: false,
             unreleased_recoveries: 0,
@@ -747,7 +755,13 @@ impl ConsumerMember {
                 epoch,
                 fields,
                 incarnation,
-            } => self.on_heartbeat(id, epoch, fields, incarnation, result),
+                reported_owned,
+            } => {
+                if reported_owned && result.is_err() {
+                    self.owned_report_unsettled = true;
+                }
+                self.on_heartbeat(id, epoch, fields, incarnation, result)
+            }
             Sent::Leave => self.on_leave(id, result),
             Sent::Metadata => self.on_metadata(result),
             Sent::Commit {
@@ -994,6 +1008,7 @@ impl ConsumerMember {
         }
         let epoch = self.epoch;
         let incarnation = self.incarnation;
+        let reported_owned = r.topic_partitions.is_some();
         let id = self.push(
             Target::Coordinator(coordinator.clone()),
             RequestKind::ConsumerGroupHeartbeat(r),
@@ -1002,6 +1017,7 @@ impl ConsumerMember {
                 epoch,
                 fields,
                 incarnation,
+                reported_owned,
             },
         );
         self.heartbeat_in_flight = Some(id);
@@ -1076,6 +1092,25 @@ impl ConsumerMember {
     }
 
     fn on_heartbeat(
+        &mut self,
+        id: RequestId,
+        sent_epoch: i32,
+        fields: SentFields,
+        incarnation: u64,
+        result: Result<Response, TransportError>,
+    ) {
+        self.on_heartbeat_answer(id, sent_epoch, fields, incarnation, result);
+        // Partitions held back while this heartbeat was in flight are taken now, whatever its
+        // answer was.
+        if matches!(self.phase, Phase::Reconciling)
+            && self.target.is_some()
+            && self.heartbeat_in_flight.is_none()
+        {
+            self.reconcile();
+        }
+    }
+
+    fn on_heartbeat_answer(
         &mut self,
         id: RequestId,
         sent_epoch: i32,
@@ -1210,6 +1245,7 @@ impl ConsumerMember {
         fields: SentFields,
         r: ConsumerGroupHeartbeatResponse,
     ) {
+        self.owned_report_unsettled = false;
         // Every error-free answer restarts the interval (HeartbeatRequestState.resetTimer)...
         self.interval = Duration::from_millis(r.heartbeat_interval_ms.max(0) as u64);
         self.timers.set(Timer::Heartbeat, self.now + self.interval);
@@ -1302,6 +1338,16 @@ impl ConsumerMember {
             let revoking = revoked.into_iter().collect();
             return self.set_phase(Phase::AwaitRevoke { ticket, revoking }, "revoking");
         }
+        if !added.is_empty() && (self.owned_report_in_flight() || self.owned_report_unsettled) {
+            // A heartbeat on its way lists what this member owned when it went out. Were the
+            // member to take more now, the broker could read that list as "the revocations are
+            // done" (CurrentAssignmentBuilder.ownsRevokedPartitions) and hand partitions this
+            // member is still taking under an older epoch to another member. Take them once
+            // that heartbeat is answered; if it failed in the transport the broker may still
+            // process it, so once a later one is answered (the coordinator reads a group's
+            // requests in order: a request it read before is processed before).
+            return self.set_phase(Phase::Reconciling, "waiting for the heartbeat in flight");
+        }
         if !added.is_empty() {
             self.owned.extend(added.iter().cloned());
             let added = added.iter().filter_map(|tp| self.named(tp)).collect();
@@ -1325,6 +1371,21 @@ impl ConsumerMember {
         } else {
             self.set_phase(Phase::Reconciling, "waiting for topic metadata");
         }
+    }
+
+    /// Whether the regular heartbeat in flight listed the owned partitions.
+    fn owned_report_in_flight(&self) -> bool {
+        self.heartbeat_in_flight
+            .and_then(|id| self.sent.get(&id))
+            .is_some_and(|s| {
+                matches!(
+                    s,
+                    Sent::Heartbeat {
+                        reported_owned: true,
+                        ..
+                    }
+                )
+            })
     }
 
     fn request_metadata(&mut self) {
@@ -1396,16 +1457,30 @@ impl ConsumerMember {
         if r != id {
             return;
         }
-        if let Ok(Response {
-            body: ResponseKind::ConsumerGroupHeartbeat(r),
-            ..
-        }) = &result
-            && r.error_code != 0
+        let code = match &result {
+            Ok(Response {
+                body: ResponseKind::ConsumerGroupHeartbeat(r),
+                ..
+            }) => r.error_code,
+            _ => 0,
+        };
+        if code != 0 {
+            tracing::info!(code, "leave heartbeat answered with an error");
+        }
+        // The -2 leave of an UNRELEASED_INSTANCE_ID recovery answered FENCED_INSTANCE_ID: the
+        // instance id is held by another member id (consumerGroupStaticMemberGroupLeave ->
+        // throwIfInstanceIdIsFenced), i.e. another process's, not this member's own earlier
+        // join. Rejoining cannot succeed before that member leaves or its session expires:
+        // stop as the Java client does on UNRELEASED_INSTANCE_ID, rather than spend the
+        // recovery budget on it.
+        if then == AfterLeave::Rejoin
+            && code == FENCED_INSTANCE_ID_CODE
+            && let Some(instance_id) = self.config.instance_id.clone()
         {
-            tracing::info!(
-                code = r.error_code,
-                "leave heartbeat answered with an error"
-            );
+            return self.fail(GroupError::UnreleasedInstanceId {
+                group: self.config.group_id.clone(),
+                instance_id,
+            });
         }
         // Fire once: the leave completes whatever the answer.
         self.finish_leave(then);

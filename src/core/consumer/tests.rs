@@ -921,6 +921,73 @@ fn a_pattern_subscription_fetches_no_metadata_before_the_assignment() {
     assert!(is_find_coordinator(&out[0]));
 }
 
+/// Joins at epoch 1 with t-0 and t-1 assigned while the topic's name is unknown (the prefetch
+/// failed), then has a full heartbeat (listing no owned partition) in flight, the Metadata
+/// request still unanswered. Returns the harness, that heartbeat and the Metadata request.
+fn assigned_unnamed_with_a_full_heartbeat_out() -> (Harness, Outbound, Outbound) {
+    let mut h = Harness::new(None);
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, ok(1, 1000, Some(&[(T, &[0, 1])])));
+    let md = h.one();
+    assert!(is_metadata(&md), "{md:?}");
+    // A regular heartbeat fails in the transport: the next one is full.
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.fail(&hb);
+    h.advance(Duration::from_secs(1));
+    h.find_coordinator();
+    let (full, b) = h.expect_hb();
+    assert_eq!(
+        owned_of(&b),
+        Some(vec![]),
+        "the full heartbeat lists no owned partition"
+    );
+    (h, full, md)
+}
+
+#[test]
+fn partitions_are_not_taken_while_a_heartbeat_listing_the_owned_ones_is_in_flight() {
+    let (mut h, full, md) = assigned_unnamed_with_a_full_heartbeat_out();
+    h.metadata_answer(&md, &[("t", T, 4)]);
+    h.nothing("nothing taken, nothing acknowledged while the full heartbeat is out");
+    assert_eq!(
+        h.m.assignment(),
+        vec![],
+        "taken under a heartbeat that says otherwise"
+    );
+    assert_eq!(h.m.state(), "Reconciling");
+    h.hb_answer(&full, ok(1, 1000, None));
+    let (_, b) = h.expect_hb();
+    assert_eq!(
+        owned_of(&b),
+        Some(vec![(T, vec![0, 1])]),
+        "taken and acknowledged"
+    );
+    assert_eq!(h.m.assignment(), vec![tp("t", 0), tp("t", 1)]);
+}
+
+#[test]
+fn after_a_heartbeat_listing_owned_partitions_fails_in_the_transport_a_later_answer_is_awaited() {
+    let (mut h, full, md) = assigned_unnamed_with_a_full_heartbeat_out();
+    h.metadata_answer(&md, &[("t", T, 4)]);
+    // The broker may still process the failed heartbeat (its bytes may have been read).
+    h.fail(&full);
+    assert_eq!(
+        h.m.assignment(),
+        vec![],
+        "taken while the failed heartbeat may still land"
+    );
+    h.advance(Duration::from_secs(1));
+    h.find_coordinator();
+    let (next, _) = h.expect_hb();
+    assert_eq!(h.m.assignment(), vec![]);
+    h.hb_answer(&next, ok(1, 1000, None));
+    let (_, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(vec![(T, vec![0, 1])]));
+    assert_eq!(h.m.assignment(), vec![tp("t", 0), tp("t", 1)]);
+}
+
 #[test]
 fn metadata_for_unknown_ids_is_asked_again_only_after_the_refresh_delay() {
     let mut h = Harness::joined(None);
