@@ -1325,6 +1325,13 @@ impl ClassicMember {
             ));
         }
         self.join_failures = 0;
+        if self.generation >= 0 && r.generation_id > self.generation + 1 {
+            // Generations went by without this member: one of their assignments may have given
+            // what it still owns to another member (a static member that did not rejoin stays
+            // in the group with its old subscription, which claims nothing it took since:
+            // completeClassicGroupJoin removes only dynamic members that did not rejoin).
+            self.lose_owned("generations went by without this member");
+        }
         self.member_id = r.member_id.to_string();
         self.generation = r.generation_id;
         self.protocol_name = Some(protocol.clone());

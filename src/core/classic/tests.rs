@@ -1279,3 +1279,84 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
     assert_eq!(h.m.member_id(), "i1-abc");
     assert!(h.take_events().contains(&Event::Closed));
 }
+
+/// A cooperative member that rejoins after generations went by without it (a static member's
+/// heartbeats stalled while the group rebalanced and the broker kept it with its old
+/// subscription) gives up what it owned as lost: another member may have been given it.
+#[test]
+fn a_rejoin_that_skipped_generations_loses_the_partitions_it_owned() {
+    let now = crate::testutil::epoch();
+    let mut c = config(None);
+    c.assignors = vec!["cooperative-sticky".to_string()];
+    let mut h = Harness {
+        m: ClassicMember::new(c, now).unwrap(),
+        now,
+        events: Vec::new(),
+    };
+    let joined = |generation| {
+        ResponseKind::JoinGroup(
+            JoinGroupResponse::default()
+                .with_generation_id(generation)
+                .with_protocol_type(Some(s("consumer")))
+                .with_protocol_name(Some(s("cooperative-sticky")))
+                .with_leader(s("leader-other"))
+                .with_member_id(s("m-1")),
+        )
+    };
+    let synced = |partitions: &[i32]| {
+        let a = Assignment {
+            partitions: partitions
+                .iter()
+                .map(|p| TopicPartition::new("t", *p))
+                .collect(),
+            user_data: None,
+        };
+        ResponseKind::SyncGroup(
+            SyncGroupResponse::default()
+                .with_protocol_type(Some(s("consumer")))
+                .with_protocol_name(Some(s("cooperative-sticky")))
+                .with_assignment(a.encode()),
+        )
+    };
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_join();
+    h.answer(&join, joined(1));
+    let sync = h.one();
+    h.answer(&sync, synced(&[0, 1]));
+    assert_eq!(h.m.assignment().len(), 2);
+    h.take_events();
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 27);
+    let (join, _) = h.expect_join();
+    // Generation 2 formed without this member; it joins generation 3.
+    h.answer(&join, joined(3));
+    let sync = h.one();
+    assert_eq!(
+        h.m.assignment(),
+        vec![],
+        "kept partitions another member may own"
+    );
+    let lost: Vec<_> = h
+        .take_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Lost { partitions, .. } => Some(partitions),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        lost,
+        vec![vec![
+            TopicPartition::new("t", 0),
+            TopicPartition::new("t", 1)
+        ]]
+    );
+    // The next generation in turn keeps them (cooperative): nothing lost.
+    h.answer(&sync, synced(&[0]));
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 27);
+    let (join, _) = h.expect_join();
+    h.answer(&join, joined(4));
+    assert_eq!(h.m.assignment(), vec![TopicPartition::new("t", 0)]);
+}
