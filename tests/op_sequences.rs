@@ -28,8 +28,8 @@
 //! - at most one regular heartbeat outstanding (classic Heartbeat, or ConsumerGroupHeartbeat with
 //!   epoch >= 0); only a leave may overlap it;
 //! - consumer protocol: the member id never changes (requests, `member_id()`, state events); a
-//!   heartbeat at epoch 0 or after a failed one is full (rebalance timeout, subscription, owned
-//!   partitions); leave epochs are -1 or -2, never -2 for a dynamic member, -1 for a static one
+//!   heartbeat at epoch 0 or after a failed one is full (rebalance timeout, subscription; owned
+//!   partitions at epoch 0); leave epochs are -1 or -2, never -2 for a dynamic member, -1 for a static one
 //!   only after `close(LeaveGroup)`; a close that owes a leave to a coordinator that may know the
 //!   member sends it (also before the first answer), but during a revocation only once the
 //!   ticket is back; a dynamic `close(RemainInGroup)` sends none;
@@ -964,11 +964,14 @@ impl Run {
                     if epoch == 0 {
                         self.join_sent = true;
                     }
-                    // Full when joining and after any failure (README, "heartbeats").
+                    // Full when joining and after any failure (README, "heartbeats"): the
+                    // rebalance timeout and the subscription; the owned partitions when joining
+                    // (after a failure they are listed only if they changed since the broker
+                    // last read them: a late-processed retry must not carry a stale list).
                     let full = r.rebalance_timeout_ms >= 0
                         && (r.subscribed_topic_names.is_some()
                             || r.subscribed_topic_regex.is_some())
-                        && r.topic_partitions.is_some();
+                        && (epoch > 0 || r.topic_partitions.is_some());
                     if (epoch == 0 || self.full_due) && !full {
                         self.violation(&format!(
                             "a partial heartbeat at epoch {epoch} (failure before: {}): {r:?}",

@@ -203,6 +203,9 @@ pub struct ConsumerMember {
     /// still process it (its bytes may have been read). Until a later heartbeat is answered, no
     /// partition is taken (see [`owned_report_in_flight`](Self::owned_report_in_flight)).
     owned_report_unsettled: bool,
+    /// The owned partitions as of the last answered heartbeat (what the broker last read from
+    /// this member). Unlike the other known fields it survives a failed heartbeat.
+    acked_owned: Option<BTreeSet<(Uuid, i32)>>,
     /// An epoch-0 heartbeat went out (the broker may know this member).
     join_sent: bool,
     /// This member may be registered under its instance id (lost join answer, or it held an
@@ -269,6 +272,7 @@ impl ConsumerMember {
             metadata_in_flight: false,
             prefetch_metadata: false,
             owned_report_unsettled: false,
+            acked_owned: None,
             join_sent: false,
             may_be_registered: false,
             unreleased_recoveries: 0,
@@ -811,6 +815,7 @@ impl ConsumerMember {
     fn join(&mut self, reason: &'static str) {
         self.epoch = 0;
         self.known = None;
+        self.acked_owned = None;
         self.target = None;
         self.timers.stop(Timer::Heartbeat);
         self.set_phase(Phase::Joining, reason);
@@ -881,6 +886,7 @@ impl ConsumerMember {
         }
         self.epoch = 0;
         self.known = None;
+        self.acked_owned = None;
         self.target = None;
         self.join_sent = false;
         // A regular heartbeat still outstanding keeps its slot until its answer (ignored then):
@@ -986,7 +992,14 @@ impl ConsumerMember {
         if (full || fields.assignor != known.assignor) && fields.assignor.is_some() {
             r.server_assignor = fields.assignor.clone().map(StrBytes::from_string);
         }
-        if full || fields.owned != known.owned {
+        // The owned partitions go out when joining or when they differ from what the broker last
+        // read from this member; unlike the Java client, not again in every full heartbeat after
+        // a failure. A heartbeat that failed in the transport may still be processed late, after
+        // newer ones, at the previous epoch, which the broker accepts as a retry; a stale owned
+        // list in it would read as revocations done (CurrentAssignmentBuilder) and free
+        // partitions this member has taken since. The broker already holds an unchanged list.
+        let list_owned = self.epoch == 0 || self.acked_owned.as_ref() != Some(&fields.owned);
+        if list_owned {
             let mut by_topic: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
             for (id, p) in &fields.owned {
                 by_topic.entry(*id).or_default().push(*p);
@@ -1281,6 +1294,7 @@ impl ConsumerMember {
             known.assignor = fields.assignor;
             known.owned = fields.owned;
         }
+        self.acked_owned = Some(known.owned.clone());
         self.known = Some(known);
         if let Some(a) = r.assignment {
             // Sanitised: sorted, no duplicates, no negative partitions.
