@@ -212,16 +212,8 @@ impl JavaConsumer {
         let stderr = File::create(&stderr_path)
             .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
 
-        let mut args: Vec<String> = vec![
-            "-Xmx256m".into(),
-            "-XX:+UseSerialGC".into(),
-            "-XX:TieredStopAtLevel=1".into(),
-            "-XX:-UsePerfData".into(),
-            "-Djava.awt.headless=true".into(),
-            format!("-Dlog4j2.configurationFile={}", peer.log4j.display()),
-            "-cp".into(),
-            format!("{}/*", peer.libs.display()),
-            MAIN_CLASS.into(),
+        let mut args: Vec<String> = jvm_args(peer);
+        args.extend([
             "--bootstrap-server".into(),
             b.bootstrap.clone(),
             "--topic".into(),
@@ -232,7 +224,7 @@ impl JavaConsumer {
             b.protocol.arg().into(),
             "--reset-policy".into(),
             "earliest".into(),
-        ];
+        ]);
         if let Some(id) = &b.instance_id {
             args.extend(["--group-instance-id".into(), id.clone()]);
         }
@@ -890,7 +882,13 @@ mod json {
 /// the crate's `verifiable_consumer` example (tests/verifiable_consumer.rs).
 pub fn verifiable_consumer_command() -> (PathBuf, Vec<String>) {
     let peer = peer_env();
-    let args = vec![
+    (peer.java.clone(), jvm_args(peer))
+}
+
+/// The JVM's arguments up to VerifiableConsumer's main class: a small heap, quick start, the
+/// peers' log4j2 configuration, the kafka-tools jars.
+fn jvm_args(peer: &PeerEnv) -> Vec<String> {
+    vec![
         "-Xmx256m".into(),
         "-XX:+UseSerialGC".into(),
         "-XX:TieredStopAtLevel=1".into(),
@@ -900,6 +898,5 @@ pub fn verifiable_consumer_command() -> (PathBuf, Vec<String>) {
         "-cp".into(),
         format!("{}/*", peer.libs.display()),
         MAIN_CLASS.into(),
-    ];
-    (peer.java.clone(), args)
+    ]
 }

@@ -927,31 +927,7 @@ impl Harness {
             now,
             events: Vec::new(),
         };
-        let joined = |generation| {
-            ResponseKind::JoinGroup(
-                JoinGroupResponse::default()
-                    .with_generation_id(generation)
-                    .with_protocol_type(Some(s("consumer")))
-                    .with_protocol_name(Some(s("cooperative-sticky")))
-                    .with_leader(s("leader-other"))
-                    .with_member_id(s("m-1")),
-            )
-        };
-        let synced = |partitions: &[i32]| {
-            let a = Assignment {
-                partitions: partitions
-                    .iter()
-                    .map(|p| TopicPartition::new("t", *p))
-                    .collect(),
-                user_data: None,
-            };
-            ResponseKind::SyncGroup(
-                SyncGroupResponse::default()
-                    .with_protocol_type(Some(s("consumer")))
-                    .with_protocol_name(Some(s("cooperative-sticky")))
-                    .with_assignment(a.encode()),
-            )
-        };
+        let (joined, synced) = (coop_joined, coop_synced);
         h.m.subscribe(["t".to_string()], h.now).unwrap();
         h.find_coordinator();
         let (join, _) = h.expect_join();
@@ -1293,31 +1269,7 @@ fn a_rejoin_that_skipped_generations_loses_the_partitions_it_owned() {
         now,
         events: Vec::new(),
     };
-    let joined = |generation| {
-        ResponseKind::JoinGroup(
-            JoinGroupResponse::default()
-                .with_generation_id(generation)
-                .with_protocol_type(Some(s("consumer")))
-                .with_protocol_name(Some(s("cooperative-sticky")))
-                .with_leader(s("leader-other"))
-                .with_member_id(s("m-1")),
-        )
-    };
-    let synced = |partitions: &[i32]| {
-        let a = Assignment {
-            partitions: partitions
-                .iter()
-                .map(|p| TopicPartition::new("t", *p))
-                .collect(),
-            user_data: None,
-        };
-        ResponseKind::SyncGroup(
-            SyncGroupResponse::default()
-                .with_protocol_type(Some(s("consumer")))
-                .with_protocol_name(Some(s("cooperative-sticky")))
-                .with_assignment(a.encode()),
-        )
-    };
+    let (joined, synced) = (coop_joined, coop_synced);
     h.m.subscribe(["t".to_string()], h.now).unwrap();
     h.find_coordinator();
     let (join, _) = h.expect_join();
@@ -1359,4 +1311,33 @@ fn a_rejoin_that_skipped_generations_loses_the_partitions_it_owned() {
     let (join, _) = h.expect_join();
     h.answer(&join, joined(4));
     assert_eq!(h.m.assignment(), vec![TopicPartition::new("t", 0)]);
+}
+
+/// A JoinGroup answer of a follower "m-1" in a cooperative-sticky group at `generation`.
+fn coop_joined(generation: i32) -> ResponseKind {
+    ResponseKind::JoinGroup(
+        JoinGroupResponse::default()
+            .with_generation_id(generation)
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("cooperative-sticky")))
+            .with_leader(s("leader-other"))
+            .with_member_id(s("m-1")),
+    )
+}
+
+/// A cooperative-sticky SyncGroup answer assigning t-`partitions`.
+fn coop_synced(partitions: &[i32]) -> ResponseKind {
+    let a = Assignment {
+        partitions: partitions
+            .iter()
+            .map(|p| TopicPartition::new("t", *p))
+            .collect(),
+        user_data: None,
+    };
+    ResponseKind::SyncGroup(
+        SyncGroupResponse::default()
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("cooperative-sticky")))
+            .with_assignment(a.encode()),
+    )
 }
