@@ -40,6 +40,7 @@ use consumer_membership::core::classic::subscription::{Assignment, Subscription}
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ConsumerGroupHeartbeatRequest, FindCoordinatorRequest, GroupId,
@@ -106,45 +107,31 @@ impl Conn {
     /// both answers read: the KIP-848 assignment names topics by id, and reaches an application
     /// by name.
     fn find_coordinator_and_names(&mut self, group: &str, topic: &str) -> Result<()> {
-        let find = FindCoordinatorRequest::default()
-            .with_key_type(0)
-            .with_coordinator_keys(vec![StrBytes::from_string(group.to_owned())]);
-        let names = MetadataRequest::default()
-            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
-                TopicName(StrBytes::from_string(topic.to_owned())),
-            ))]));
-        let f = self.send(
-            ApiKey::FindCoordinator,
-            FIND_COORDINATOR,
-            RequestKind::FindCoordinator(find),
-        )?;
-        let m = self.send(ApiKey::Metadata, METADATA, RequestKind::Metadata(names))?;
-        let ResponseKind::FindCoordinator(r) =
-            self.recv(ApiKey::FindCoordinator, FIND_COORDINATOR, f)?
-        else {
-            bail!("not a FindCoordinator answer");
-        };
-        if r.coordinators.first().is_none_or(|c| c.error_code != 0) {
-            bail!("FindCoordinator failed: {:?}", r.coordinators);
-        }
-        let ResponseKind::Metadata(r) = self.recv(ApiKey::Metadata, METADATA, m)? else {
-            bail!("not a Metadata answer");
-        };
-        if r.topics.first().is_none_or(|t| t.topic_id.is_nil()) {
-            bail!("no topic id for {topic}");
-        }
-        Ok(())
+        let f = self.send_find_coordinator(group)?;
+        let m = self.send_metadata(topic)?;
+        self.recv_find_coordinator(f)?;
+        self.recv_topic(m, topic).map(drop)
     }
 
     fn find_coordinator(&mut self, group: &str) -> Result<()> {
+        let f = self.send_find_coordinator(group)?;
+        self.recv_find_coordinator(f)
+    }
+
+    fn send_find_coordinator(&mut self, group: &str) -> Result<i32> {
         let body = FindCoordinatorRequest::default()
             .with_key_type(0)
             .with_coordinator_keys(vec![StrBytes::from_string(group.to_owned())]);
-        let ResponseKind::FindCoordinator(r) = self.call(
+        self.send(
             ApiKey::FindCoordinator,
             FIND_COORDINATOR,
             RequestKind::FindCoordinator(body),
-        )?
+        )
+    }
+
+    fn recv_find_coordinator(&mut self, correlation: i32) -> Result<()> {
+        let ResponseKind::FindCoordinator(r) =
+            self.recv(ApiKey::FindCoordinator, FIND_COORDINATOR, correlation)?
         else {
             bail!("not a FindCoordinator answer");
         };
@@ -155,20 +142,38 @@ impl Conn {
         }
     }
 
-    fn partitions(&mut self, topic: &str) -> Result<Vec<TopicPartition>> {
+    /// Metadata for `topic`; its answer by [`recv_topic`](Self::recv_topic).
+    fn send_metadata(&mut self, topic: &str) -> Result<i32> {
         let body = MetadataRequest::default()
             .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
                 TopicName(StrBytes::from_string(topic.to_owned())),
             ))]));
-        let ResponseKind::Metadata(r) =
-            self.call(ApiKey::Metadata, METADATA, RequestKind::Metadata(body))?
-        else {
+        self.send(ApiKey::Metadata, METADATA, RequestKind::Metadata(body))
+    }
+
+    /// The topic of a Metadata answer, checked: no error, a topic id.
+    fn recv_topic(&mut self, correlation: i32, topic: &str) -> Result<MetadataResponseTopic> {
+        let ResponseKind::Metadata(r) = self.recv(ApiKey::Metadata, METADATA, correlation)? else {
             bail!("not a Metadata answer");
         };
-        let t = r.topics.first().context("no topic in Metadata")?;
-        if t.error_code != 0 {
-            bail!("Metadata error {} for {topic}", t.error_code);
+        let t = r
+            .topics
+            .into_iter()
+            .next()
+            .context("no topic in Metadata")?;
+        if t.error_code != 0 || t.topic_id.is_nil() {
+            bail!(
+                "Metadata error {} (topic id {}) for {topic}",
+                t.error_code,
+                t.topic_id
+            );
         }
+        Ok(t)
+    }
+
+    fn partitions(&mut self, topic: &str) -> Result<Vec<TopicPartition>> {
+        let m = self.send_metadata(topic)?;
+        let t = self.recv_topic(m, topic)?;
         Ok(t.partitions
             .iter()
             .map(|p| TopicPartition::new(topic, p.partition_index))

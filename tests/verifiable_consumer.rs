@@ -111,21 +111,7 @@ async fn scenario(protocol: &str) {
     // Run 1: 100 records, all consumed and committed.
     let first = produce(&bootstrap, &topic, 0..100).await;
     let args = |extra: &[&str]| -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--bootstrap-server",
-            &bootstrap,
-            "--topic",
-            &topic,
-            "--group-id",
-            &group,
-            "--group-protocol",
-            protocol,
-            "--reset-policy",
-            "earliest",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut a = flags(&bootstrap, &topic, &group, protocol);
         a.extend(extra.iter().map(|s| s.to_string()));
         a
     };
@@ -213,6 +199,25 @@ async fn scenario(protocol: &str) {
     );
 }
 
+/// The flags every run here passes, as VerifiableConsumer takes them.
+fn flags(bootstrap: &str, topic: &str, group: &str, protocol: &str) -> Vec<String> {
+    [
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group-id",
+        group,
+        "--group-protocol",
+        protocol,
+        "--reset-policy",
+        "earliest",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 // ---------------------------------------------------------------------------- with Kafka's own
 
 #[tokio::test(flavor = "multi_thread")]
@@ -253,21 +258,7 @@ async fn share_with_java(protocol: &str) {
     let (java, jvm) = tokio::task::spawn_blocking(common::java_peer::verifiable_consumer_command)
         .await
         .expect("peer jars");
-    let flags: Vec<String> = [
-        "--bootstrap-server",
-        &bootstrap,
-        "--topic",
-        &topic,
-        "--group-id",
-        &group,
-        "--group-protocol",
-        protocol,
-        "--reset-policy",
-        "earliest",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let flags = flags(&bootstrap, &topic, &group, protocol);
 
     let shared = Arc::new(Mutex::new(Shared::default()));
     let stop = |i: usize| {
