@@ -88,6 +88,11 @@ pub struct ClientConfig {
     pub reconnect_backoff: Duration,
     /// `reconnect.backoff.max.ms` (default 1 s).
     pub reconnect_backoff_max: Duration,
+    /// `socket.connection.setup.timeout.ms` (default 10 s): how long one connection attempt
+    /// (TCP connect, TLS, ApiVersions, SASL) may take before the next address is tried or the
+    /// request fails. A request's own timeout never stretches it: a JoinGroup that may be
+    /// parked for minutes still gives up on a broker that does not accept it within this.
+    pub socket_connection_setup_timeout: Duration,
     /// `retry.backoff.ms` (default 100 ms).
     pub retry_backoff: Duration,
     /// `retry.backoff.max.ms` (default 1 s).
@@ -110,6 +115,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(30),
             reconnect_backoff: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(1),
+            socket_connection_setup_timeout: Duration::from_secs(10),
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             max_response_size: 100 * 1024 * 1024,
@@ -162,6 +168,9 @@ impl ClientConfig {
         }
         if self.request_timeout.is_zero() {
             return err("request.timeout.ms", "must be positive");
+        }
+        if self.socket_connection_setup_timeout.is_zero() {
+            return err("socket.connection.setup.timeout.ms", "must be positive");
         }
         if self.reconnect_backoff > self.reconnect_backoff_max {
             return err(

@@ -136,6 +136,23 @@ pub enum TransportError {
     Closed,
 }
 
+impl TransportError {
+    /// Whether the request certainly never reached a broker: no connection could be made, or
+    /// it could not be encoded for the broker. Any other failure leaves its fate unknown (it
+    /// may have been read and acted on before the connection broke or the answer timed out).
+    pub fn never_sent(&self) -> bool {
+        matches!(
+            self,
+            TransportError::Connect { .. }
+                | TransportError::UnsupportedApi { .. }
+                | TransportError::Encode { .. }
+                | TransportError::ApiVersions { .. }
+                | TransportError::Authentication { .. }
+                | TransportError::Tls { .. }
+        )
+    }
+}
+
 fn broker_range(r: &Option<RangeInclusive<i16>>) -> String {
     match r {
         Some(r) => format!("{r:?}"),

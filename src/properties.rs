@@ -78,6 +78,7 @@ pub const KEYS: &[&str] = &[
     "sasl.username",
     "security.protocol",
     "session.timeout.ms",
+    "socket.connection.setup.timeout.ms",
     "ssl.ca.location",
     "ssl.certificate.location",
     "ssl.endpoint.identification.algorithm",
@@ -198,6 +199,9 @@ pub fn from_properties(
     }
     if let Some(d) = reconnect_backoff_max {
         client.reconnect_backoff_max = d;
+    }
+    if let Some(d) = p.ms("socket.connection.setup.timeout.ms")? {
+        client.socket_connection_setup_timeout = d;
     }
     if let Some(v) = p.get("client.id") {
         client.client_id = v.to_owned();
@@ -691,6 +695,7 @@ mod tests {
             ("reconnect.backoff.ms", "20"),
             ("reconnect.backoff.max.ms", "500"),
             ("request.timeout.ms", "+15000"),
+            ("socket.connection.setup.timeout.ms", "3000"),
             ("client.id", "my-app"),
             ("client.rack", "eu-west-1a"),
             ("security.protocol", "sasl_ssl"),
@@ -722,6 +727,7 @@ mod tests {
         assert_eq!(c.reconnect_backoff_max, Duration::from_millis(500));
         assert_eq!(c.request_timeout, Duration::from_secs(15));
         assert_eq!(g.request_timeout, Duration::from_secs(15));
+        assert_eq!(c.socket_connection_setup_timeout, Duration::from_secs(3));
         assert_eq!(c.client_id, "my-app");
         assert_eq!(c.client_rack.as_deref(), Some("eu-west-1a"));
         assert_eq!(g.rack_id.as_deref(), Some("eu-west-1a"));
@@ -741,7 +747,7 @@ mod tests {
         );
         assert!(!s.ssl_verify_hostname);
         // The test names each key of KEYS once (bootstrap.servers and group.id overridden).
-        assert_eq!(KEYS.len(), 25);
+        assert_eq!(KEYS.len(), 26);
     }
 
     #[test]

@@ -225,27 +225,31 @@ async fn a_response_above_the_frame_limit_is_typed() {
     );
 }
 
-#[tokio::test]
-async fn connection_refused_retries_with_backoff_then_fails_typed() {
-    // A port nothing listens on (bound, then released).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A port nothing listens on (bound, then released).
+fn refused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+fn metadata() -> Request {
+    Request::Metadata {
+        topics: None,
+        allow_auto_topic_creation: false,
+    }
+}
+
+#[tokio::test]
+async fn connection_refused_retries_with_backoff_then_fails_typed() {
+    let port = refused_port();
     let mut config = ClientConfig::new(&format!("127.0.0.1:{port}")).unwrap();
     config.request_timeout = Duration::from_millis(800);
     let t = Arc::new(TcpTransport::new(config));
     let started = Instant::now();
     let e = t
-        .send(
-            Target::Bootstrap,
-            Request::Metadata {
-                topics: None,
-                allow_auto_topic_creation: false,
-            },
-            Duration::from_millis(800),
-        )
+        .send(Target::Bootstrap, metadata(), Duration::from_millis(800))
         .await
         .unwrap_err();
     let took = started.elapsed();
@@ -253,10 +257,148 @@ async fn connection_refused_retries_with_backoff_then_fails_typed() {
         matches!(&e, TransportError::Connect { reason, .. } if reason.contains("gave up")),
         "{e:?}"
     );
-    // It kept retrying for the whole timeout (50 ms doubling), not failing at the first refusal.
+    // Discovery kept trying its only address (reconnect backoff 50 ms doubling, ±20 %), not
+    // failing at the first refusal; it stops once the next attempt would start past the
+    // timeout.
     assert!(
-        took >= Duration::from_millis(750) && took < Duration::from_secs(3),
+        took >= Duration::from_millis(100) && took < Duration::from_secs(3),
         "{took:?}"
+    );
+}
+
+/// A coordinator whose broker is gone fails the request at once, whatever the request's timeout
+/// (a JoinGroup's is the rebalance timeout + 5 s): the member looks the coordinator up again
+/// instead of waiting on a dead address. The next connect to it waits out the reconnect backoff
+/// (at most `reconnect.backoff.max.ms`), then fails as fast.
+#[tokio::test]
+async fn a_coordinator_that_refuses_connections_fails_its_requests_at_once() {
+    let port = refused_port();
+    let config = ClientConfig::new("127.0.0.1:1").unwrap();
+    let t = Arc::new(TcpTransport::new(config));
+    let dead = Target::Coordinator(consumer_membership::core::io::Broker {
+        node_id: 7,
+        host: "127.0.0.1".into(),
+        port,
+    });
+    let join_timeout = Duration::from_secs(305);
+    for attempt in 0..4 {
+        let started = Instant::now();
+        let e = t
+            .send(dead.clone(), metadata(), join_timeout)
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        println!("attempt {attempt}: {e} after {took:?}");
+        assert!(
+            matches!(&e, TransportError::Connect { addr, .. } if addr.ends_with(&port.to_string())),
+            "{e:?}"
+        );
+        // reconnect.backoff.max.ms is 1 s (+20 % jitter): never the request's 305 s.
+        assert!(
+            took < Duration::from_millis(1500),
+            "attempt {attempt}: {took:?}"
+        );
+    }
+}
+
+/// A coordinator that accepts the TCP connection but never answers (a frozen process, a black
+/// hole) costs one connection setup timeout, not the request's timeout.
+#[tokio::test]
+async fn a_silent_coordinator_costs_one_connection_setup_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = listener.accept().await {
+            conns.push(c);
+        }
+    });
+    let mut config = ClientConfig::new("127.0.0.1:1").unwrap();
+    config.socket_connection_setup_timeout = Duration::from_millis(300);
+    let t = Arc::new(TcpTransport::new(config));
+    let frozen = Target::Coordinator(consumer_membership::core::io::Broker {
+        node_id: 3,
+        host: "127.0.0.1".into(),
+        port,
+    });
+    let started = Instant::now();
+    let e = t
+        .send(frozen, metadata(), Duration::from_secs(305))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(&e, TransportError::Connect { reason, .. } if reason.contains("setup")),
+        "{e:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    held.abort();
+}
+
+/// Discovery goes through any broker the cluster metadata names: once the only bootstrap address
+/// is gone, FindCoordinator still reaches the cluster through the broker a Metadata answer
+/// advertised. The bootstrap address here is a forwarder to the real broker, shut down midway.
+#[tokio::test]
+async fn discovery_outlives_the_only_bootstrap_address() {
+    let Some(b) = common::bootstrap() else { return };
+    let real = b.split(',').next().unwrap().trim().to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let forwarder = listener.local_addr().unwrap().to_string();
+    let upstream = real.clone();
+    let forwarding = tokio::spawn(async move {
+        let mut pipes = tokio::task::JoinSet::new();
+        while let Ok((mut client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            pipes.spawn(async move {
+                if let Ok(mut broker) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
+                }
+            });
+        }
+    });
+    let t = Arc::new(TcpTransport::new(ClientConfig::new(&forwarder).unwrap()));
+    let find = || Request::FindCoordinator {
+        key_type: CoordinatorKeyType::Group,
+        keys: vec![common::unique("discovery")],
+    };
+    let timeout = Duration::from_secs(10);
+    t.send(Target::Bootstrap, find(), timeout)
+        .await
+        .expect("through the bootstrap address");
+    // The first bootstrap connection reads the broker list in the background.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.known_brokers().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let known = t.known_brokers();
+    assert!(
+        known.iter().any(|(_, addr)| *addr == real),
+        "{known:?} names {real}"
+    );
+    // The bootstrap broker goes away: listener and every forwarded connection.
+    forwarding.abort();
+    let _ = forwarding.await;
+    let started = Instant::now();
+    let mut answered = None;
+    while answered.is_none() && started.elapsed() < Duration::from_secs(10) {
+        match t.send(Target::Bootstrap, find(), timeout).await {
+            Ok(r) => answered = Some(r),
+            // The connection that was open to the forwarder reports its loss once.
+            Err(e) => println!("while the bootstrap address is gone: {e}"),
+        }
+    }
+    let r = answered.expect("FindCoordinator through a broker from the metadata");
+    assert!(matches!(r.body, ResponseKind::FindCoordinator(_)));
+    println!(
+        "discovery moved to {real} {:?} after the bootstrap address died",
+        started.elapsed()
+    );
+    assert!(
+        tokio::net::TcpStream::connect(&forwarder).await.is_err(),
+        "the bootstrap address is really gone"
     );
 }
 

@@ -138,6 +138,11 @@ impl Connection {
         &self.addr
     }
 
+    /// Requests sent on this connection and not answered yet.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.shared.lock().expect("lock").pending.len()
+    }
+
     /// What the broker advertised at connect.
     pub(crate) fn versions(&self) -> &BrokerVersions {
         &self.versions

@@ -1,15 +1,16 @@
 //! Kafka over TCP: one connection per target, ApiVersions at connect, reconnects with backoff.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
+use kafka_protocol::messages::ResponseKind;
 use tokio::net::TcpStream;
 
 use super::Transport;
 use super::conn::Connection;
 use crate::config::ClientConfig;
+use crate::core::backoff::{ExponentialBackoff, JitterRng};
 use crate::core::io::{Request, Response, Target};
 use crate::error::TransportError;
 
@@ -24,10 +25,29 @@ enum Key {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
+/// How often the broker list behind discovery is read again (the Java client's
+/// `metadata.max.age.ms` default).
+const BROKERS_MAX_AGE: Duration = Duration::from_secs(300);
+
 /// The Kafka wire protocol over tokio TCP.
 ///
 /// Cheap to clone; clones share connections. Requests to the same target share one connection and
 /// may be in flight together; each connection negotiates API versions once, at connect.
+///
+/// Failure handling follows the Java client's `NetworkClient`:
+/// - a connection to a broker that refuses it, resets it, or does not finish the setup within
+///   `socket.connection.setup.timeout.ms` fails the request at once (a coordinator's requests
+///   then make the member look the coordinator up again, with its KIP-580 backoff), and the
+///   address waits out a reconnect backoff (`reconnect.backoff.ms` doubling up to
+///   `reconnect.backoff.max.ms`, ±20 % jitter) before it is dialled again. A request's own
+///   timeout never stretches the connect: a JoinGroup that the broker may park for the whole
+///   rebalance timeout still gives up on a dead coordinator within about a second;
+/// - [`Target::Bootstrap`] requests (FindCoordinator, Metadata) go to any live broker: those
+///   the latest Metadata answer named (learned from answers passing through, and read at the
+///   first bootstrap connection), the least loaded first (a live connection with the fewest
+///   requests in flight, then brokers not in reconnect backoff), and the configured bootstrap
+///   addresses only after them. Losing the broker behind the only bootstrap address is then
+///   no outage.
 #[derive(Clone)]
 pub struct TcpTransport {
     inner: Arc<Inner>,
@@ -36,10 +56,33 @@ pub struct TcpTransport {
 struct Inner {
     config: ClientConfig,
     slots: Mutex<HashMap<Key, Slot>>,
-    /// Where the next connect starts in an address list (bootstrap rotation).
+    /// Where the next bootstrap connect starts among equally good addresses (rotation).
     next_address: std::sync::atomic::AtomicUsize,
+    /// Reconnect backoff per address.
+    dialled: Mutex<HashMap<String, Dialled>>,
+    /// The brokers the latest Metadata answer named, and when it came.
+    brokers: Mutex<Brokers>,
+    /// Jitter of the reconnect backoff.
+    jitter: Mutex<JitterRng>,
     #[cfg(feature = "tls")]
     tls: std::sync::OnceLock<Result<tokio_rustls::TlsConnector, TransportError>>,
+}
+
+/// Failed connects to one address in a row, and when it may be dialled again.
+#[derive(Debug, Clone)]
+struct Dialled {
+    failures: u32,
+    retry_at: tokio::time::Instant,
+    last_error: String,
+}
+
+#[derive(Debug, Default)]
+struct Brokers {
+    /// `host:port` by node id.
+    addrs: BTreeMap<i32, String>,
+    learned: Option<tokio::time::Instant>,
+    /// A refresh is under way.
+    refreshing: bool,
 }
 
 /// A byte stream a connection runs over: TCP, or TLS over TCP.
@@ -62,6 +105,9 @@ impl TcpTransport {
                 config,
                 slots: Mutex::new(HashMap::new()),
                 next_address: std::sync::atomic::AtomicUsize::new(0),
+                dialled: Mutex::new(HashMap::new()),
+                brokers: Mutex::new(Brokers::default()),
+                jitter: Mutex::new(JitterRng::from_seed(rand::random())),
                 #[cfg(feature = "tls")]
                 tls: std::sync::OnceLock::new(),
             }),
@@ -82,17 +128,28 @@ impl TcpTransport {
         self.inner.slots.lock().expect("lock").clear();
     }
 
+    /// The brokers discovery may ask (node id and `host:port`), as the latest Metadata answer
+    /// named them; empty before one came.
+    pub fn known_brokers(&self) -> Vec<(i32, String)> {
+        let brokers = self.inner.brokers.lock().expect("lock");
+        brokers
+            .addrs
+            .iter()
+            .map(|(id, a)| (*id, a.clone()))
+            .collect()
+    }
+
     async fn connection(
         &self,
         target: &Target,
         timeout: Duration,
     ) -> Result<Arc<Connection>, TransportError> {
-        let (key, addrs) = match target {
-            Target::Bootstrap => (Key::Bootstrap, self.inner.config.bootstrap_servers.clone()),
-            Target::Node(b) => (Key::Node(b.node_id), vec![format!("{}:{}", b.host, b.port)]),
+        let (key, addr) = match target {
+            Target::Bootstrap => (Key::Bootstrap, None),
+            Target::Node(b) => (Key::Node(b.node_id), Some(format!("{}:{}", b.host, b.port))),
             Target::Coordinator(b) => (
                 Key::Coordinator(b.node_id),
-                vec![format!("{}:{}", b.host, b.port)],
+                Some(format!("{}:{}", b.host, b.port)),
             ),
         };
         let slot = self
@@ -103,33 +160,43 @@ impl TcpTransport {
             .entry(key)
             .or_default()
             .clone();
-        // Holding the slot while connecting makes concurrent senders share one connect.
+        // Holding the slot while connecting makes concurrent senders share one connect (bounded
+        // by the connection setup timeout, never by a request's timeout).
         let mut slot = slot.lock().await;
         if let Some(c) = slot.as_ref()
             && !c.is_failed()
-            && (target == &Target::Bootstrap || addrs.iter().any(|a| a == c.addr()))
+            && addr.as_deref().is_none_or(|a| a == c.addr())
         {
             return Ok(c.clone());
         }
         *slot = None;
-        if matches!(target, Target::Coordinator(_))
-            && let Some(conn) = self.take_bootstrap(&addrs)
-        {
-            *slot = Some(conn.clone());
-            return Ok(conn);
-        }
-        let conn = Arc::new(self.connect(&addrs, timeout).await?);
+        let conn = match addr {
+            Some(addr) => {
+                if matches!(target, Target::Coordinator(_))
+                    && let Some(conn) = self.take_bootstrap(&addr)
+                {
+                    conn
+                } else {
+                    Arc::new(self.connect_node(&addr, timeout).await?)
+                }
+            }
+            None => {
+                let conn = Arc::new(self.connect_any(timeout).await?);
+                self.refresh_brokers_if_stale(&conn);
+                conn
+            }
+        };
         *slot = Some(conn.clone());
         Ok(conn)
     }
 
-    /// The live bootstrap connection, when it goes to one of `addrs`, moved out of the bootstrap
+    /// The live bootstrap connection, when it goes to `addr`, moved out of the bootstrap
     /// slot: a new coordinator then starts on the connection FindCoordinator just used instead of
     /// a new connect and ApiVersions round trip on the rejoin path. The coordinator still gets a
     /// connection of its own (the next bootstrap request opens a new one), so a JoinGroup the
     /// broker parks never holds up Metadata or FindCoordinator (the broker reads one request
     /// per connection at a time). Skipped while the bootstrap slot is busy connecting.
-    fn take_bootstrap(&self, addrs: &[String]) -> Option<Arc<Connection>> {
+    fn take_bootstrap(&self, addr: &str) -> Option<Arc<Connection>> {
         let slot = self
             .inner
             .slots
@@ -140,106 +207,285 @@ impl TcpTransport {
         let mut slot = slot.try_lock().ok()?;
         let usable = slot
             .as_ref()
-            .is_some_and(|c| !c.is_failed() && addrs.iter().any(|a| a == c.addr()));
+            .is_some_and(|c| !c.is_failed() && c.addr() == addr);
         if usable { slot.take() } else { None }
     }
 
-    /// Connects to one of `addrs` (round robin), retrying with `reconnect.backoff.ms` doubling up
-    /// to `reconnect.backoff.max.ms` until `timeout` runs out.
-    async fn connect(
+    /// One connection to the broker at `addr` (a coordinator or a data-path node): after the
+    /// address's reconnect backoff, if one is running (at most `reconnect.backoff.max.ms`), a
+    /// single attempt bounded by the connection setup timeout. A failure is returned at once:
+    /// the caller decides whether to look the broker up again (the Java client's
+    /// `DisconnectException` for a request whose node cannot be reached).
+    async fn connect_node(
         &self,
-        addrs: &[String],
+        addr: &str,
         timeout: Duration,
     ) -> Result<Connection, TransportError> {
-        let cfg = &self.inner.config;
-        let last = Mutex::new(String::from("no address to connect to"));
-        // With several addresses, one attempt gets a third of the time, so a broker that accepts
-        // the connection but never answers (frozen) does not keep the others from being tried.
-        let attempt_timeout = if addrs.len() > 1 {
-            timeout / 3
-        } else {
-            timeout
-        };
-        let once = || async {
-            // The rotation carries over between connects: the next one starts at the next address.
-            let i = self
-                .inner
-                .next_address
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let addr = addrs.get(i % addrs.len().max(1)).cloned().ok_or_else(|| {
-                TransportError::Connect {
-                    addr: String::new(),
-                    reason: "no address to connect to".into(),
+        let started = tokio::time::Instant::now();
+        if let Some(d) = self.backoff_of(addr)
+            && d.retry_at > started
+        {
+            if d.retry_at - started >= timeout {
+                return Err(TransportError::Connect {
+                    addr: addr.to_owned(),
+                    reason: format!("in reconnect backoff after: {}", d.last_error),
+                });
+            }
+            tokio::time::sleep_until(d.retry_at).await;
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        self.attempt(addr, left).await
+    }
+
+    /// A connection to any live broker, for [`Target::Bootstrap`]: the candidates of
+    /// [`Self::candidates`] one after another, each attempt bounded by the connection setup
+    /// timeout, an address that failed skipped until its reconnect backoff passed; until one
+    /// connects or `timeout` runs out.
+    async fn connect_any(&self, timeout: Duration) -> Result<Connection, TransportError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = String::from("no address to connect to");
+        loop {
+            let now = tokio::time::Instant::now();
+            let candidates = self.candidates();
+            let ready = candidates
+                .iter()
+                .find(|a| self.backoff_of(a).is_none_or(|d| d.retry_at <= now));
+            let addr = match ready {
+                Some(a) => a.clone(),
+                None => {
+                    // Every candidate is backing off: wait for the first to come out of it.
+                    let next = candidates
+                        .iter()
+                        .filter_map(|a| self.backoff_of(a).map(|d| d.retry_at))
+                        .min();
+                    match next {
+                        Some(at) if at < deadline => {
+                            tokio::time::sleep_until(at).await;
+                            continue;
+                        }
+                        _ => {
+                            return Err(TransportError::Connect {
+                                addr: candidates.join(","),
+                                reason: format!("gave up after {timeout:?}: {last}"),
+                            });
+                        }
+                    }
                 }
-            })?;
+            };
+            let left = deadline.saturating_duration_since(now);
+            if left.is_zero() {
+                return Err(TransportError::Connect {
+                    addr: candidates.join(","),
+                    reason: format!("gave up after {timeout:?}: {last}"),
+                });
+            }
+            match self.attempt(&addr, left).await {
+                Ok(conn) => return Ok(conn),
+                // A broker that answers with something broken (oversized, undecodable, no
+                // common version, refused credentials) will answer the same way again.
+                Err(
+                    e @ (TransportError::Connect { .. }
+                    | TransportError::Disconnected { .. }
+                    | TransportError::Timeout { .. }),
+                ) => {
+                    tracing::debug!(error = %e, "connect failed, trying the next broker");
+                    last = e.to_string();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Where a bootstrap request may go, best first: brokers from the latest Metadata answer,
+    /// the least loaded first (a live connection to it with the fewest requests in flight,
+    /// then the others in rotation), then the configured bootstrap addresses (in rotation).
+    /// Addresses in reconnect backoff stay in the list; the caller skips them until it passed.
+    fn candidates(&self) -> Vec<String> {
+        let known: Vec<String> = self
+            .inner
+            .brokers
+            .lock()
+            .expect("lock")
+            .addrs
+            .values()
+            .cloned()
+            .collect();
+        let load = self.load_by_address();
+        let start = self
+            .inner
+            .next_address
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let rotated = |list: &[String]| -> Vec<String> {
+            let n = list.len().max(1);
+            (0..list.len())
+                .map(|i| list[(start + i) % n].clone())
+                .collect()
+        };
+        let mut out = rotated(&known);
+        // Stable sort: live connections by load first, the rest keep the rotation.
+        out.sort_by_key(|a| load.get(a).copied().unwrap_or(usize::MAX));
+        for a in rotated(&self.inner.config.bootstrap_servers) {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+        out
+    }
+
+    /// Requests in flight on each address this transport has a live connection to.
+    fn load_by_address(&self) -> HashMap<String, usize> {
+        let slots: Vec<Slot> = self
+            .inner
+            .slots
+            .lock()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut load = HashMap::new();
+        for slot in slots {
+            // A slot being connected is skipped: it has nothing live to count.
+            if let Ok(guard) = slot.try_lock()
+                && let Some(c) = guard.as_ref()
+                && !c.is_failed()
+            {
+                *load.entry(c.addr().to_owned()).or_insert(0) += c.in_flight();
+            }
+        }
+        load
+    }
+
+    fn backoff_of(&self, addr: &str) -> Option<Dialled> {
+        self.inner.dialled.lock().expect("lock").get(addr).cloned()
+    }
+
+    /// Records a failed connect to `addr` and starts its reconnect backoff: `reconnect.backoff.ms`
+    /// doubling per failure in a row up to `reconnect.backoff.max.ms`, ±20 % jitter (the Java
+    /// client's `ClusterConnectionStates`, which uses the same `ExponentialBackoff` as KIP-580).
+    fn dial_failed(&self, addr: &str, error: &TransportError) {
+        let cfg = &self.inner.config;
+        let backoff = ExponentialBackoff::retry(cfg.reconnect_backoff, cfg.reconnect_backoff_max);
+        let mut dialled = self.inner.dialled.lock().expect("lock");
+        let failures = dialled.get(addr).map_or(0, |d| d.failures);
+        let delay = backoff.delay(failures, &mut self.inner.jitter.lock().expect("lock"));
+        tracing::debug!(%addr, failures, ?delay, %error, "connect failed; reconnect backoff");
+        dialled.insert(
+            addr.to_owned(),
+            Dialled {
+                failures: failures.saturating_add(1),
+                retry_at: tokio::time::Instant::now() + delay,
+                last_error: error.to_string(),
+            },
+        );
+    }
+
+    /// One connection attempt to `addr`: TCP, TLS and SASL when configured, ApiVersions; all
+    /// within the connection setup timeout (and `budget`).
+    async fn attempt(&self, addr: &str, budget: Duration) -> Result<Connection, TransportError> {
+        let cfg = &self.inner.config;
+        let attempt_timeout = cfg.socket_connection_setup_timeout.min(budget);
+        let setup = async {
             // A literal address connects at once; a name goes through the resolver (a blocking
             // getaddrinfo on tokio's blocking pool, a thread start on first use).
             let stream = match addr.parse::<std::net::SocketAddr>() {
                 Ok(literal) => TcpStream::connect(literal).await,
-                Err(_) => TcpStream::connect(&addr).await,
+                Err(_) => TcpStream::connect(addr).await,
             }
             .map_err(|e| TransportError::Connect {
-                addr: addr.clone(),
+                addr: addr.to_owned(),
                 reason: e.to_string(),
             })?;
             let _ = stream.set_nodelay(true);
             tracing::debug!(%addr, "connected");
-            let host = addr
-                .rsplit_once(':')
-                .map_or(addr.as_str(), |(h, _)| h)
-                .to_owned();
-            let setup = async {
-                let io = self.secure(&host, stream).await?;
-                let conn = Connection::establish(
-                    io,
-                    addr.clone(),
-                    cfg.client_id.clone(),
-                    cfg.max_response_size,
-                    attempt_timeout,
-                )
-                .await?;
-                self.authenticate(&conn, attempt_timeout).await?;
-                Ok(conn)
-            };
-            match tokio::time::timeout(attempt_timeout, setup).await {
-                Ok(result) => result,
-                Err(_) => Err(TransportError::Connect {
-                    addr,
-                    reason: format!("no answer to the connection setup within {attempt_timeout:?}"),
-                }),
-            }
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_owned();
+            let io = self.secure(&host, stream).await?;
+            let conn = Connection::establish(
+                io,
+                addr.to_owned(),
+                cfg.client_id.clone(),
+                cfg.max_response_size,
+                attempt_timeout,
+            )
+            .await?;
+            self.authenticate(&conn, attempt_timeout).await?;
+            Ok(conn)
         };
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(cfg.reconnect_backoff)
-            .with_max_delay(cfg.reconnect_backoff_max)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times();
-        let retried = once
-            .retry(backoff)
-            .sleep(tokio::time::sleep)
-            // Only a failed dial or a dropped connection is worth another try; a broker that
-            // answers with something broken (oversized, undecodable, no common version) will
-            // answer the same way again, so that error is returned as it is.
-            .when(|e| {
-                matches!(
-                    e,
-                    TransportError::Connect { .. }
-                        | TransportError::Disconnected { .. }
-                        | TransportError::Timeout { .. }
-                )
-            })
-            .notify(|e, delay| {
-                tracing::debug!(error = %e, ?delay, "connect failed, retrying");
-                *last.lock().expect("lock") = e.to_string();
-            });
-        match tokio::time::timeout(timeout, retried).await {
+        let result = match tokio::time::timeout(attempt_timeout, setup).await {
             Ok(result) => result,
             Err(_) => Err(TransportError::Connect {
-                addr: addrs.join(","),
-                reason: format!("gave up after {timeout:?}: {}", last.lock().expect("lock")),
+                addr: addr.to_owned(),
+                reason: format!("no answer to the connection setup within {attempt_timeout:?}"),
             }),
+        };
+        match &result {
+            Ok(_) => {
+                self.inner.dialled.lock().expect("lock").remove(addr);
+            }
+            Err(e) => self.dial_failed(addr, e),
         }
+        // The setup's own failures surface as connect failures of this address, except those
+        // that say something about the broker's answers (no common version, bad credentials).
+        result.map_err(|e| match e {
+            TransportError::Disconnected { addr, reason } => {
+                TransportError::Connect { addr, reason }
+            }
+            TransportError::Timeout { api, timeout } => TransportError::Connect {
+                addr: addr.to_owned(),
+                reason: format!("no answer to the connection setup ({api:?}) within {timeout:?}"),
+            },
+            other => other,
+        })
+    }
+
+    /// Reads the broker list over `conn` (a Metadata request for no topic) when none was read
+    /// yet or the last is older than `metadata.max.age.ms`; in the background, so the request
+    /// that opened the connection is not held up. Classic members that do not lead never ask
+    /// for Metadata themselves, and discovery needs the list once the bootstrap broker is gone.
+    fn refresh_brokers_if_stale(&self, conn: &Arc<Connection>) {
+        {
+            let mut b = self.inner.brokers.lock().expect("lock");
+            let fresh = b.learned.is_some_and(|at| at.elapsed() < BROKERS_MAX_AGE);
+            if fresh || b.refreshing {
+                return;
+            }
+            b.refreshing = true;
+        }
+        let this = self.clone();
+        let conn = conn.clone();
+        let timeout = self.inner.config.request_timeout;
+        tokio::spawn(async move {
+            let request = Request::Metadata {
+                topics: Some(Vec::new()),
+                allow_auto_topic_creation: false,
+            };
+            match conn.send(&request, timeout).await {
+                Ok(response) => this.learn(&response),
+                Err(e) => tracing::debug!(error = %e, "reading the broker list failed"),
+            }
+            this.inner.brokers.lock().expect("lock").refreshing = false;
+        });
+    }
+
+    /// Takes the broker list from a Metadata answer.
+    fn learn(&self, response: &Response) {
+        let ResponseKind::Metadata(r) = &response.body else {
+            return;
+        };
+        let addrs: BTreeMap<i32, String> = r
+            .brokers
+            .iter()
+            .filter(|b| b.port > 0 && b.port <= i32::from(u16::MAX) && !b.host.is_empty())
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
+            .collect();
+        if addrs.is_empty() {
+            return;
+        }
+        let mut brokers = self.inner.brokers.lock().expect("lock");
+        if brokers.addrs != addrs {
+            tracing::debug!(?addrs, "brokers known for discovery");
+        }
+        brokers.addrs = addrs;
+        brokers.learned = Some(tokio::time::Instant::now());
     }
 }
 
@@ -310,7 +556,10 @@ impl Transport for TcpTransport {
         let started = tokio::time::Instant::now();
         let conn = self.connection(&target, timeout).await?;
         let left = timeout.saturating_sub(started.elapsed());
-        conn.send(&request, left.max(Duration::from_millis(1)))
-            .await
+        let response = conn
+            .send(&request, left.max(Duration::from_millis(1)))
+            .await?;
+        self.learn(&response);
+        Ok(response)
     }
 }

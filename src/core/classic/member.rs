@@ -23,6 +23,12 @@
 //!   lands later and replaces this member, the FENCED_INSTANCE_ID that follows is recognised as
 //!   self-inflicted (bounded by the number of such joins) and the member rejoins instead of
 //!   stopping;
+//! - a FENCED_INSTANCE_ID from a coordinator other than the one that registered the member id
+//!   (the coordinator moved since the last successful JoinGroup) is forgiven once per
+//!   coordinator: the member rejoins with `""` and its instance id. The broker writes no record
+//!   for a static replacement made while the group rebalances, so a coordinator that takes over
+//!   loads the older record and fences the live member with the previous process's member id
+//!   in mind. A second one from that coordinator is terminal (a genuine duplicate);
 //! - FENCED_INSTANCE_ID answering the current generation is otherwise terminal and typed.
 //!
 //! Every response passes one gate: it must answer a request this member sent, and join/sync
@@ -249,6 +255,15 @@ pub struct ClassicMember {
     empty_join_quarantine: Option<Instant>,
     /// An empty-id join is unanswered: no second one goes out meanwhile.
     empty_join_in_flight: bool,
+    /// The coordinator (node id) that answered this member's last successful JoinGroup: the
+    /// one that registered its member id.
+    registered_by: Option<i32>,
+    /// A coordinator whose FENCED_INSTANCE_ID was forgiven since that join (see `fenced`).
+    failover_fence_forgiven: Option<i32>,
+    /// The coordinator requests in flight went to, by request id.
+    sent_to: HashMap<RequestId, i32>,
+    /// The coordinator that answered the response being handled (set for one input).
+    answered_by: Option<i32>,
     next_ticket: u64,
     next_op: u64,
     /// `close()` was called: the member only moves towards `Closed` from now on. (A close or
@@ -317,6 +332,10 @@ impl ClassicMember {
             empty_joins_in_doubt: 0,
             empty_join_quarantine: None,
             empty_join_in_flight: false,
+            registered_by: None,
+            failover_fence_forgiven: None,
+            sent_to: HashMap::new(),
+            answered_by: None,
             next_ticket: 0,
             next_op: 0,
             close_requested: false,
@@ -790,6 +809,7 @@ impl ClassicMember {
             tracing::debug!(%id, "ignoring an answer to no request in flight");
             return;
         };
+        self.answered_by = self.sent_to.remove(&id);
         match sent {
             Sent::Join { member_id } => self.on_join(id, member_id, result),
             Sent::Metadata => self.on_metadata(id, result),
@@ -1019,6 +1039,7 @@ impl ClassicMember {
     ) -> RequestId {
         let id = self.ids.next();
         self.sent.insert(id, sent);
+        self.sent_to.insert(id, coordinator.node_id);
         self.outbound.push_back(Outbound {
             id,
             target: Target::Coordinator(coordinator.clone()),
@@ -1211,9 +1232,12 @@ impl ClassicMember {
                 ));
             }
             Err(e) => {
-                if empty_static && !self.java_policy() {
+                if empty_static && !self.java_policy() && !e.never_sent() {
                     // Its fate is unknown: it may still land and register a member for our
                     // instance id. Hold further empty-id joins until it cannot be parked any more.
+                    // (A join that never left, e.g. its coordinator refused the connection, is
+                    // not in doubt: quarantining it would stall a restart for the rebalance
+                    // timeout while the coordinator fails over.)
                     self.empty_joins_in_doubt += 1;
                     let quarantine = self
                         .config
@@ -1272,28 +1296,52 @@ impl ClassicMember {
         }
     }
 
-    /// FENCED_INSTANCE_ID for the current generation: terminal, unless an empty-id join of this
-    /// very member may have landed late and replaced it; then rejoin with `""` (bounded).
+    /// FENCED_INSTANCE_ID for the current generation: terminal, unless
+    /// - an empty-id join of this very member may have landed late and replaced it; then rejoin
+    ///   with `""` (bounded by the number of such joins); or
+    /// - it is the first one from a coordinator other than the one that registered this member
+    ///   id (the coordinator moved since the member's last successful join). A static
+    ///   replacement made while the group rebalances writes no record
+    ///   (`GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin` outside Stable,
+    ///   and `completeClassicGroupJoin` writes none for a non-empty group), so a coordinator that
+    ///   takes over before the next record loads the older record, which maps the instance id to
+    ///   the previous process's member id, and fences the live member. Rejoining with `""` and
+    ///   the instance id replaces that stale registration. A second FENCED_INSTANCE_ID from the
+    ///   same coordinator is terminal, so a genuine duplicate (another live process with the
+    ///   instance id) still ends fenced.
     fn fenced(&mut self) {
+        let by = self.answered_by;
+        let moved = self.registered_by.is_some() && by.is_some() && by != self.registered_by;
+        if moved && self.failover_fence_forgiven != by && !self.java_policy() {
+            self.failover_fence_forgiven = by;
+            tracing::warn!(group = %self.config.group_id, coordinator = ?by, registered_by = ?self.registered_by, "FENCED_INSTANCE_ID from a coordinator that did not register this member id (it loaded an older registration after a failover); rejoining with the instance id");
+            return self.replaced("fenced by a coordinator that loaded an older registration");
+        }
         if self.empty_joins_in_doubt > 0 && !self.java_policy() {
             self.empty_joins_in_doubt -= 1;
             tracing::warn!(group = %self.config.group_id, "FENCED_INSTANCE_ID after an earlier JoinGroup of this member may have landed late; rejoining");
-            self.lose_owned("replaced by this member's own earlier JoinGroup");
-            self.reset_member_id();
-            self.empty_join_quarantine = None;
-            if let Some(d) = self.take_deferred_leave() {
-                // The revocation the close or unsubscribe waited for is void; nothing is left
-                // to leave.
-                return self.leave(d.options, d.then_close, d.reason(Why::Replaced));
-            }
-            self.set_phase(Phase::Rejoin { not_before: None }, "self-fenced");
-            return;
+            return self.replaced("replaced by this member's own earlier JoinGroup");
         }
         let instance_id = self.config.instance_id.clone().unwrap_or_default();
         self.fail(GroupError::FencedInstanceId {
             group: self.config.group_id.clone(),
             instance_id,
         });
+    }
+
+    /// A forgiven FENCED_INSTANCE_ID: what the member owned is lost, and it rejoins with `""`
+    /// and its instance id (or goes on with a close or unsubscribe that waited for a revocation
+    /// this voids).
+    fn replaced(&mut self, reason: &'static str) {
+        self.lose_owned(reason);
+        self.reset_member_id();
+        self.empty_join_quarantine = None;
+        if let Some(d) = self.take_deferred_leave() {
+            // The revocation the close or unsubscribe waited for is void; nothing is left
+            // to leave.
+            return self.leave(d.options, d.then_close, d.reason(Why::Replaced));
+        }
+        self.set_phase(Phase::Rejoin { not_before: None }, "self-fenced");
     }
 
     fn joined(&mut self, r: JoinGroupResponse) {
@@ -1325,6 +1373,9 @@ impl ClassicMember {
             ));
         }
         self.join_failures = 0;
+        // This coordinator registered the member id now; a later move may be forgiven again.
+        self.registered_by = self.answered_by;
+        self.failover_fence_forgiven = None;
         if self.generation >= 0 && r.generation_id > self.generation + 1 {
             // Generations went by without this member: one of their assignments may have given
             // what it still owns to another member (a static member that did not rejoin stays

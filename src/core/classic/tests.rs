@@ -89,22 +89,7 @@ impl Harness {
     }
 
     fn find_coordinator(&mut self) {
-        let out = self.one();
-        assert!(
-            matches!(out.request, Request::FindCoordinator { .. }),
-            "{out:?}"
-        );
-        let c = Coordinator::default()
-            .with_key(s("g"))
-            .with_node_id(BrokerId(1))
-            .with_host(s("h"))
-            .with_port(9092);
-        self.answer(
-            &out,
-            ResponseKind::FindCoordinator(
-                FindCoordinatorResponse::default().with_coordinators(vec![c]),
-            ),
-        );
+        self.find_coordinator_at(1);
     }
 
     /// Expects a JoinGroup; returns it with the member id it carries.
@@ -1340,4 +1325,153 @@ fn coop_synced(partitions: &[i32]) -> ResponseKind {
             .with_protocol_name(Some(s("cooperative-sticky")))
             .with_assignment(a.encode()),
     )
+}
+
+impl Harness {
+    /// Answers the next FindCoordinator with `node`.
+    fn find_coordinator_at(&mut self, node: i32) {
+        let out = self.one();
+        assert!(
+            matches!(out.request, Request::FindCoordinator { .. }),
+            "{out:?}"
+        );
+        let c = Coordinator::default()
+            .with_key(s("g"))
+            .with_node_id(BrokerId(node))
+            .with_host(s("h"))
+            .with_port(9092);
+        self.answer(
+            &out,
+            ResponseKind::FindCoordinator(
+                FindCoordinatorResponse::default().with_coordinators(vec![c]),
+            ),
+        );
+    }
+
+    /// Stable at node 1, then its connection drops: the member looks the coordinator up again
+    /// and finds `node`; returns the JoinGroup its next rejoin sends there.
+    fn failed_over_to(node: i32) -> (Self, Outbound) {
+        let mut h = Self::stable(Some("i1"), "i1-old");
+        let hb = h.heartbeat();
+        h.heartbeat_answer(&hb, 27); // REBALANCE_IN_PROGRESS: a rebalance starts
+        let ticket = h
+            .take_events()
+            .into_iter()
+            .find_map(|e| match e {
+                Event::Revoking { ticket, .. } => Some(ticket),
+                _ => None,
+            })
+            .expect("eager: revoking first");
+        h.m.complete_revocation(ticket, h.now).unwrap();
+        let (join, id) = h.expect_join();
+        assert_eq!(id, "i1-old");
+        h.join_ok(&join, "i1-old", 2, "other");
+        let sync = h.one();
+        assert!(matches!(body(&sync), RequestKind::SyncGroup(_)));
+        // The coordinator dies with the SyncGroup in flight.
+        h.m.handle_response(
+            sync.id,
+            Err(crate::error::TransportError::Disconnected {
+                addr: "h:9093".into(),
+                reason: "reset".into(),
+            }),
+            h.now,
+        );
+        h.advance(Duration::from_secs(2));
+        h.find_coordinator_at(node);
+        let (join, id) = h.expect_join();
+        assert_eq!(id, "i1-old", "rejoins with the kept member id");
+        assert!(
+            matches!(&join.target, crate::core::io::Target::Coordinator(b) if b.node_id == node)
+        );
+        (h, join)
+    }
+
+    fn join_error(&mut self, out: &Outbound, code: i16) {
+        self.answer(
+            out,
+            ResponseKind::JoinGroup(JoinGroupResponse::default().with_error_code(code)),
+        );
+    }
+}
+
+#[test]
+fn the_first_fence_from_a_coordinator_that_took_over_is_forgiven_once() {
+    // The new coordinator (node 2) loaded a record naming an older member id for "i1".
+    let (mut h, join) = Harness::failed_over_to(2);
+    h.join_error(&join, 82);
+    assert_ne!(h.m.state(), "Fatal", "{:?}", h.m.fatal_error());
+    let (join, id) = h.expect_join();
+    assert!(
+        !h.events.iter().any(|e| matches!(e, Event::Fatal(_))),
+        "{:?}",
+        h.events
+    );
+    assert_eq!(id, "", "takes the instance id back with an empty member id");
+    // A second FENCED_INSTANCE_ID from the same coordinator is a live duplicate: terminal.
+    h.join_error(&join, 82);
+    assert_eq!(h.m.state(), "Fatal");
+    assert!(matches!(
+        h.m.fatal_error(),
+        Some(GroupError::FencedInstanceId { .. })
+    ));
+}
+
+#[test]
+fn after_the_forgiven_fence_the_member_is_registered_by_the_new_coordinator() {
+    let (mut h, join) = Harness::failed_over_to(2);
+    h.join_error(&join, 82);
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "");
+    h.join_ok(&join, "i1-new", 5, "other");
+    h.sync_ok(&[("t", 0)]);
+    assert_eq!(h.m.state(), "Stable");
+    // Another process takes the instance id at the coordinator that registered this member:
+    // a genuine duplicate, terminal.
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 82);
+    assert_eq!(h.m.state(), "Fatal");
+}
+
+#[test]
+fn a_fence_from_the_registering_coordinator_is_terminal_even_after_a_reconnect() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 16); // NOT_COORDINATOR, but the lookup names node 1 again
+    h.advance(Duration::from_secs(2));
+    h.find_coordinator_at(1);
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 82);
+    assert_eq!(h.m.state(), "Fatal");
+}
+
+#[test]
+fn an_empty_id_join_that_never_left_is_not_in_doubt() {
+    let mut h = Harness::new(Some("i1"));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "");
+    // The coordinator's broker refused the connection: the join never reached it.
+    h.m.handle_response(
+        join.id,
+        Err(crate::error::TransportError::Connect {
+            addr: "h:9093".into(),
+            reason: "Connection refused".into(),
+        }),
+        h.now,
+    );
+    h.advance(Duration::from_secs(2));
+    h.find_coordinator_at(2);
+    // No quarantine of a JoinGroup timeout (max.poll.interval.ms + 5 s = 35 s here): the next
+    // empty-id join goes out after the retry backoff.
+    h.advance(Duration::from_secs(1));
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "");
+    h.join_ok(&join, "i1-x", 1, "other");
+    h.sync_ok(&[("t", 0)]);
+    // And a FENCED_INSTANCE_ID later is not forgiven as a late landing of that join.
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 82);
+    assert_eq!(h.m.state(), "Fatal");
 }
