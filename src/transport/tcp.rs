@@ -167,6 +167,9 @@ impl TcpTransport {
             && !c.is_failed()
             && addr.as_deref().is_none_or(|a| a == c.addr())
         {
+            if addr.is_none() {
+                self.refresh_brokers_if_stale(c);
+            }
             return Ok(c.clone());
         }
         *slot = None;
