@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::member_id::MemberId;
 
 /// `security.protocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -217,7 +218,9 @@ pub enum GroupProtocol {
     /// KIP-848 ConsumerGroupHeartbeat.
     Consumer,
     /// The consumer protocol, falling back to classic (one way) when the broker answers the first
-    /// ConsumerGroupHeartbeat with UNSUPPORTED_VERSION.
+    /// ConsumerGroupHeartbeat with UNSUPPORTED_VERSION. A regex subscription does not fall back
+    /// (classic has no broker-side regex): the member stops with
+    /// [`GroupError::RegexNeedsConsumerProtocol`](crate::error::GroupError::RegexNeedsConsumerProtocol).
     Auto,
 }
 
@@ -255,8 +258,33 @@ pub struct GroupConfig {
     /// subscribed topics' partitions changed (sooner, after `retry.backoff.max.ms`, while a
     /// subscribed topic has none).
     pub metadata_max_age: Duration,
-    /// Seed of the backoff jitter; `None` draws one at random.
+    /// Seed of the member's KIP-580 backoff jitter, and, for the consumer protocol without a
+    /// [`member_id`](Self::member_id), of its member id ([`MemberId::from_seed`]).
+    ///
+    /// The sans-IO core (`core::…::new`) reads no random source of its own, so the seed is one
+    /// of its inputs:
+    /// - `Some(seed)`: used as given; a run with the same seeds replays exactly (simulations,
+    ///   tests). Give every member its own seed: members with one seed retry in lockstep.
+    /// - `None` with a [`member_id`](Self::member_id): the seed is folded from the member id's
+    ///   bytes. Member ids differ per member instance, so unseeded members that fail together
+    ///   still spread their retries (the thundering herd KIP-580's jitter exists to prevent),
+    ///   and a member with a given id still replays. (A constant default would make every
+    ///   unseeded member retry at the same instants.)
+    /// - `None` without a member id: the core has no per-member input to draw from and refuses
+    ///   the configuration ([`ConfigError`] with key `seed`) rather than fall back to a value
+    ///   shared by every member.
+    ///
+    /// [`GroupMember::start`](crate::driver::GroupMember::start) fills a missing seed from the
+    /// OS RNG (and a missing member id from the OS CSPRNG), so driver users set neither.
     pub seed: Option<u64>,
+    /// The KIP-1082 member id of the consumer protocol (also under `auto`): the same id on every
+    /// heartbeat of this member instance. Give each member instance its own.
+    ///
+    /// `None`: [`GroupMember::start`](crate::driver::GroupMember::start) draws one from the OS
+    /// CSPRNG ([`MemberId::generate`]); the sans-IO core, which reads no random source, derives
+    /// one from [`seed`](Self::seed) ([`MemberId::from_seed`]). The classic protocol's member id
+    /// is the broker's; there this id only seeds the jitter when `seed` is `None`.
+    pub member_id: Option<MemberId>,
     /// **Test only** (feature `sim`): reproduce the Java client's behaviour (KAFKA-20985) of
     /// wiping a classic member's id whenever a LeaveGroup is suppressed (a static member's
     /// unsubscribe, close or poll timeout, `resetGenerationOnLeaveGroup`), with no quarantine of
@@ -288,6 +316,7 @@ impl GroupConfig {
             retry_backoff_max: Duration::from_secs(1),
             metadata_max_age: Duration::from_secs(300),
             seed: None,
+            member_id: None,
             #[cfg(feature = "sim")]
             java_reset_policy: false,
         }
@@ -297,6 +326,28 @@ impl GroupConfig {
     pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
         self
+    }
+
+    /// Sets the KIP-1082 [`member_id`](Self::member_id) of the consumer protocol.
+    pub fn with_member_id(mut self, id: MemberId) -> Self {
+        self.member_id = Some(id);
+        self
+    }
+
+    /// The seed of the core's backoff jitter: [`seed`](Self::seed), else one folded from
+    /// [`member_id`](Self::member_id); an error when neither is set (see [`seed`](Self::seed)).
+    pub(crate) fn jitter_seed(&self) -> Result<u64, ConfigError> {
+        match (self.seed, &self.member_id) {
+            (Some(seed), _) => Ok(seed),
+            (None, Some(id)) => Ok(id.jitter_seed()),
+            (None, None) => Err(ConfigError {
+                key: "seed",
+                rule: "the sans-IO core reads no random source of its own: set \
+                       GroupConfig::seed or GroupConfig::member_id, different for every member \
+                       (GroupMember::start draws both from the OS RNG)"
+                    .into(),
+            }),
+        }
     }
 
     /// **Test only** (feature `sim`): sets [`java_reset_policy`](Self::java_reset_policy), the

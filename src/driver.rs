@@ -108,6 +108,7 @@ use crate::core::events::{
     RevokeTicket,
 };
 use crate::core::member::Member;
+use crate::member_id::MemberId;
 
 type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
 
@@ -203,7 +204,10 @@ impl GroupMember {
         transport: Arc<T>,
         mut config: GroupConfig,
     ) -> Result<Self, crate::error::ConfigError> {
+        // The core reads no random source: its per-member inputs are drawn here, the member id
+        // from the OS CSPRNG (KIP-1082).
         config.seed = config.seed.or_else(|| Some(rand::random()));
+        config.member_id = config.member_id.or_else(|| Some(MemberId::generate()));
         let now = Instant::now();
         let member = Member::new(config.clone(), now)?;
         let metrics = crate::metrics::MemberMetrics::new(&config.group_id, member.protocol(), now);
@@ -262,7 +266,9 @@ impl MemberHandle {
     }
 
     /// Subscribes by a regular expression the broker evaluates (RE2/J syntax; consumer protocol
-    /// only).
+    /// only). With `group.protocol=auto`, a broker without the consumer protocol stops the member
+    /// with [`Event::Fatal`]`(`[`GroupError::RegexNeedsConsumerProtocol`](crate::error::GroupError::RegexNeedsConsumerProtocol)`)`:
+    /// the classic protocol the member would fall back to has no broker-side regex.
     pub async fn subscribe_regex(&self, pattern: impl Into<String>) -> Result<(), ApiMisuse> {
         let pattern = pattern.into();
         self.ask(|tx| Command::SubscribeRegex(pattern, tx))

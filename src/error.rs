@@ -224,6 +224,18 @@ pub enum GroupError {
         "the broker does not support the consumer group protocol (KIP-848); use group.protocol=classic"
     )]
     ConsumerProtocolUnsupported,
+    /// `group.protocol=auto` with a regex subscription, and the broker refuses the consumer
+    /// protocol: the fallback to classic cannot carry the subscription (the classic protocol has
+    /// no broker-side regex), so the member stops instead of sitting unsubscribed.
+    #[error(
+        "group {group:?}: the broker does not support the consumer group protocol (KIP-848), and the regex subscription {pattern:?} cannot fall back to group.protocol=classic, which has no broker-side regex; subscribe by topic names or use a broker with the consumer protocol"
+    )]
+    RegexNeedsConsumerProtocol {
+        /// The group id.
+        group: String,
+        /// The regex the member was subscribed with.
+        pattern: String,
+    },
     /// A non-retriable error code with no more specific handling for this API.
     #[error("{api:?} failed with non-retriable error {code} ({name})", name = error_name(*.code))]
     Fatal {

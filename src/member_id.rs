@@ -6,7 +6,9 @@
 //! the 16 bytes in URL-safe base64 without padding, 22 characters.
 //!
 //! Generation rules (apache/kafka `common/Uuid.java`, KIP-1082, KAFKA-20072):
-//! - 16 bytes from the operating system's CSPRNG, stamped as a version-4 UUID;
+//! - 16 bytes from the operating system's CSPRNG ([`MemberId::generate`], what the driver uses),
+//!   or from a seeded ChaCha stream ([`MemberId::from_seed`], for the sans-IO core, which reads no
+//!   random source of its own), stamped as a version-4 UUID;
 //! - never one of Kafka's reserved ids, `ZERO_UUID` (all zero) and `METADATA_TOPIC_ID` (0…01);
 //! - never an id whose string form contains `-`: Kafka's own clients stopped producing those in 4.4
 //!   because an id starting with `-` reads like a command-line flag in the tools. Such draws are
@@ -17,14 +19,21 @@ use std::str::FromStr;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// Length of a member id's string form: 16 bytes in unpadded base64.
 pub const MEMBER_ID_LEN: usize = 22;
 
+/// The ChaCha stream [`MemberId::from_seed`] draws from ("KIP1082"): apart from stream 0, which
+/// the backoff jitter of a member with the same seed uses.
+const SEEDED_ID_STREAM: u64 = 0x004b_4950_3130_3832;
+
 /// A KIP-1082 member id: a random UUID in Kafka's 22-character URL-safe base64 form.
 ///
 /// Generate one with [`MemberId::generate`] once per member instance and keep it for the life of
-/// that member; parse ids that come from configuration or from a broker with
+/// that member (or, where a run must replay, derive it from a seed with
+/// [`MemberId::from_seed`]); parse ids that come from configuration or from a broker with
 /// [`MemberId::parse`] (or [`str::parse`]).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MemberId {
@@ -71,6 +80,38 @@ impl MemberId {
                 return id;
             }
         }
+    }
+
+    /// Derives a member id from `seed`, deterministically: the same seed gives the same id on
+    /// every platform. The id follows the same rules as [`generate`](Self::generate) (UUIDv4
+    /// bits, 22 characters of `[A-Za-z0-9_]`, never a reserved id, draws with `-` repeated), but
+    /// is only as unique as the seeds are: give every member instance its own seed.
+    ///
+    /// For the sans-IO core, which takes randomness only from its inputs
+    /// ([`GroupConfig::seed`](crate::config::GroupConfig::seed)); the driver draws ids with
+    /// [`generate`](Self::generate).
+    pub fn from_seed(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(SEEDED_ID_STREAM);
+        loop {
+            let mut random = [0u8; 16];
+            rng.fill_bytes(&mut random);
+            let bytes = *uuid::Builder::from_random_bytes(random)
+                .into_uuid()
+                .as_bytes();
+            if let Some(id) = Self::from_generated_bytes(bytes) {
+                return id;
+            }
+        }
+    }
+
+    /// A 64-bit value folded from the id's 16 bytes (the two halves XORed): the seed of the
+    /// backoff jitter of a core member configured without one, so that members with different
+    /// ids do not retry in lockstep.
+    pub(crate) fn jitter_seed(&self) -> u64 {
+        let (hi, lo) = self.bytes.split_at(8);
+        u64::from_be_bytes(hi.try_into().expect("8 bytes"))
+            ^ u64::from_be_bytes(lo.try_into().expect("8 bytes"))
     }
 
     /// Builds an id from 16 freshly drawn bytes, or `None` when the draw must be repeated:
@@ -178,6 +219,69 @@ mod tests {
             assert!(seen.insert(id.bytes), "duplicate member id {id}");
         }
         assert_eq!(seen.len(), N);
+    }
+
+    #[test]
+    fn ids_derived_from_seeds_are_well_formed_unique_and_replay() {
+        const N: u64 = 200_000;
+        let mut seen = HashSet::with_capacity(N as usize);
+        for seed in 0..N {
+            let id = MemberId::from_seed(seed);
+            assert_generated_form(&id);
+            assert!(
+                seen.insert(id.bytes),
+                "seed {seed}: duplicate member id {id}"
+            );
+        }
+        // Large and adjacent seeds too; and the same seed always gives the same id.
+        for seed in [u64::MAX, u64::MAX - 1, 1 << 63, 1 << 32] {
+            let id = MemberId::from_seed(seed);
+            assert_generated_form(&id);
+            assert!(
+                seen.insert(id.bytes),
+                "seed {seed}: duplicate member id {id}"
+            );
+            assert_eq!(MemberId::from_seed(seed), id);
+        }
+        assert_eq!(
+            MemberId::from_seed(0).as_str(),
+            MemberId::from_seed(0).to_string()
+        );
+    }
+
+    #[test]
+    fn derived_ids_redraw_instead_of_keeping_a_dash() {
+        // About 30 % of first draws would contain '-': find seeds whose first draw does, and
+        // check that the id derived from them is the (dash-free) second draw.
+        let first_draw = |seed: u64| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(SEEDED_ID_STREAM);
+            let mut random = [0u8; 16];
+            rng.fill_bytes(&mut random);
+            MemberId::from_bytes(
+                *uuid::Builder::from_random_bytes(random)
+                    .into_uuid()
+                    .as_bytes(),
+            )
+            .unwrap()
+        };
+        let dashed: Vec<u64> = (0..100)
+            .filter(|s| first_draw(*s).as_str().contains('-'))
+            .collect();
+        assert!(dashed.len() > 10, "{dashed:?}");
+        for seed in dashed {
+            let id = MemberId::from_seed(seed);
+            assert!(!id.as_str().contains('-'), "seed {seed}: {id}");
+            assert_ne!(id, first_draw(seed));
+        }
+    }
+
+    #[test]
+    fn jitter_seeds_of_different_ids_differ() {
+        let seeds: HashSet<u64> = (0..10_000)
+            .map(|s| MemberId::from_seed(s).jitter_seed())
+            .collect();
+        assert_eq!(seeds.len(), 10_000);
     }
 
     #[test]

@@ -116,3 +116,32 @@ async fn a_broker_without_find_coordinator_is_a_typed_error() {
         .unwrap_err();
     assert!(e.to_string().contains("FindCoordinator"), "{e}");
 }
+
+#[tokio::test]
+async fn a_member_started_by_the_driver_draws_its_id_from_the_os_not_from_its_seed() {
+    use consumer_membership::MemberId;
+    use consumer_membership::config::{GroupConfig, GroupProtocol};
+
+    let start = |member_id: Option<MemberId>| async move {
+        // Nothing is sent before `subscribe`.
+        let t = MemoryTransport::new(|_: &Target, body: RequestKind, _: i16| {
+            panic!("unexpected {body:?}")
+        });
+        let mut c = GroupConfig::new("g");
+        c.protocol = GroupProtocol::Consumer;
+        c.seed = Some(1);
+        c.member_id = member_id;
+        let m = driver::GroupMember::start(Arc::new(t), c).expect("valid config");
+        let id = m.snapshot().await.expect("running").member_id;
+        m.close(Default::default()).await;
+        MemberId::parse(&id).expect("a KIP-1082 id")
+    };
+    // The same seed, two processes: two ids from the OS CSPRNG, neither the seed's.
+    let (a, b) = (start(None).await, start(None).await);
+    assert_ne!(a, b);
+    assert_ne!(a, MemberId::from_seed(1));
+    assert!(!a.as_str().contains('-') && !b.as_str().contains('-'));
+    // A configured id is the member's.
+    let given = MemberId::parse("Zm9vYmFyYmF6cXV4MTIzNA").unwrap();
+    assert_eq!(start(Some(given)).await, given);
+}

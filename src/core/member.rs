@@ -101,6 +101,11 @@ impl Member {
 
     /// Subscribes by a regular expression the broker evaluates (consumer protocol only; a
     /// classic member answers [`ApiMisuse::RegexNeedsConsumerProtocol`]).
+    ///
+    /// With `group.protocol=auto`, a regex subscription cannot be carried to the classic
+    /// protocol (it has no broker-side regex): when the broker refuses the consumer protocol, the
+    /// member does not fall back but stops with [`Event::Fatal`]`(`[`GroupError::RegexNeedsConsumerProtocol`]`)`
+    /// (see [`poll_event`](Self::poll_event)). Subscriptions by topic names fall back.
     pub fn subscribe_regex(
         &mut self,
         pattern: impl Into<String>,
@@ -173,7 +178,9 @@ impl Member {
 
     /// The next event. With `group.protocol=auto`, a consumer-protocol member the broker refuses
     /// before its first successful heartbeat turns into a classic member here, subscribed to the
-    /// same topics; the refusal is not reported as fatal.
+    /// same topics; the refusal is not reported as fatal. A member subscribed by regex does not
+    /// fall back (classic has no broker-side regex): it stays stopped, and the refusal is
+    /// reported as [`GroupError::RegexNeedsConsumerProtocol`].
     pub fn poll_event(&mut self) -> Option<Event> {
         let event = delegate!(self, m => m.poll_event())?;
         // The consumer member's own "-> Fatal" state change is not news when it falls back.
@@ -181,6 +188,7 @@ impl Member {
             && c.config().protocol == GroupProtocol::Auto
             && !c.answered_once()
             && c.fatal_error() == Some(&GroupError::ConsumerProtocolUnsupported)
+            && c.regex().is_none()
         {
             return self.poll_event();
         }
@@ -189,6 +197,14 @@ impl Member {
             && c.config().protocol == GroupProtocol::Auto
             && !c.answered_once()
         {
+            // A classic member built from this one would have no subscription (the regex left
+            // `topics` empty) and would sit Unsubscribed with no error: stop, typed, instead.
+            if let Some(pattern) = c.regex() {
+                return Some(Event::Fatal(GroupError::RegexNeedsConsumerProtocol {
+                    group: c.config().group_id.clone(),
+                    pattern: pattern.to_owned(),
+                }));
+            }
             let (config, topics, now) = (c.config().clone(), c.topics(), c.now());
             tracing::info!(group = %config.group_id, "the broker refuses the consumer protocol; falling back to classic");
             if let Ok(mut classic) = ClassicMember::new(config, now) {
@@ -206,5 +222,127 @@ impl Member {
             }
         }
         Some(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    use kafka_protocol::messages::{FindCoordinatorResponse, ResponseKind};
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::core::io::{Request, Response};
+    use crate::member_id::MemberId;
+
+    fn config(protocol: GroupProtocol) -> GroupConfig {
+        let mut c = GroupConfig::new("g");
+        c.protocol = protocol;
+        c
+    }
+
+    /// Eight distinct member ids.
+    fn ids() -> impl Iterator<Item = MemberId> {
+        (1..=8u128).map(|n| {
+            MemberId::from_bytes(
+                n.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+                    .to_be_bytes(),
+            )
+            .expect("not reserved")
+        })
+    }
+
+    /// When `m`, subscribed at `now`, retries its coordinator lookup after the first answer
+    /// COORDINATOR_NOT_AVAILABLE (a KIP-580 backoff: 100 ms ±20 %).
+    fn first_lookup_retry(mut m: Member, now: Instant) -> Instant {
+        m.subscribe(["t".to_string()], now).unwrap();
+        let mut finds = Vec::new();
+        while let Some(o) = m.poll_request() {
+            if matches!(o.request, Request::FindCoordinator { .. }) {
+                finds.push(o.id);
+            }
+        }
+        assert_eq!(finds.len(), 1, "{finds:?}");
+        let answer = FindCoordinatorResponse::default().with_coordinators(vec![
+            Coordinator::default()
+                .with_key(StrBytes::from_static_str("g"))
+                .with_error_code(15),
+        ]);
+        m.handle_response(
+            finds[0],
+            Ok(Response {
+                version: 4,
+                body: ResponseKind::FindCoordinator(answer),
+            }),
+            now,
+        );
+        while m.poll_request().is_some() {}
+        let (at, timer) = m.poll_timeout().expect("a retry is scheduled");
+        assert_eq!(timer, Timer::CoordinatorRetry);
+        at
+    }
+
+    #[test]
+    fn unseeded_consumer_members_with_different_ids_do_not_retry_in_lockstep() {
+        let now = crate::testutil::epoch();
+        let retries: BTreeSet<Instant> = ids()
+            .map(|id| {
+                let m = ConsumerMember::with_member_id(config(GroupProtocol::Consumer), id, now)
+                    .unwrap();
+                first_lookup_retry(Member::Consumer(m), now)
+            })
+            .collect();
+        assert!(
+            retries.len() >= 4,
+            "8 members without a seed retry at {} distinct instants: {retries:?}",
+            retries.len()
+        );
+    }
+
+    #[test]
+    fn unseeded_classic_members_with_different_member_ids_do_not_retry_in_lockstep() {
+        let now = crate::testutil::epoch();
+        let retries: BTreeSet<Instant> = ids()
+            .map(|id| {
+                let c = config(GroupProtocol::Classic).with_member_id(id);
+                first_lookup_retry(Member::new(c, now).unwrap(), now)
+            })
+            .collect();
+        assert!(
+            retries.len() >= 4,
+            "8 members without a seed retry at {} distinct instants: {retries:?}",
+            retries.len()
+        );
+    }
+
+    #[test]
+    fn a_configured_seed_wins_over_the_member_id() {
+        // Seeded runs replay whatever the member id: the seed alone decides the jitter.
+        let now = crate::testutil::epoch();
+        for protocol in [GroupProtocol::Classic, GroupProtocol::Consumer] {
+            let retries: BTreeSet<Instant> = ids()
+                .map(|id| {
+                    let mut c = config(protocol).with_member_id(id);
+                    c.seed = Some(0x5eed);
+                    first_lookup_retry(Member::new(c, now).unwrap(), now)
+                })
+                .collect();
+            assert_eq!(retries.len(), 1, "{protocol:?}: {retries:?}");
+        }
+    }
+
+    #[test]
+    fn a_core_member_with_no_seed_and_no_member_id_is_refused() {
+        let now = crate::testutil::epoch();
+        for protocol in [
+            GroupProtocol::Classic,
+            GroupProtocol::Consumer,
+            GroupProtocol::Auto,
+        ] {
+            let e = Member::new(config(protocol), now).unwrap_err();
+            assert_eq!(e.key, "seed", "{protocol:?}: {e}");
+        }
     }
 }

@@ -24,6 +24,15 @@ use crate::error::TransportError;
 /// downgrade.
 const MIN_ITERATIONS: u32 = 4096;
 
+/// Kafka's maximum SCRAM iteration count (apache/kafka `clients/.../scram/internals/
+/// ScramMechanism.java`: `maxIterations` 16384 for both SCRAM-SHA-256 and SCRAM-SHA-512). A Kafka
+/// broker cannot hold a credential with more: `kafka-storage format --add-scram` and the
+/// controller's AlterUserScramCredentials check (KIP-554) refuse it. More is refused here, before
+/// PBKDF2 runs: the count comes from the broker, and a hostile one asking for `i=4000000000`
+/// would otherwise hold a runtime worker thread for minutes, while 16384 rounds take tens of
+/// milliseconds at most in a release build. (The Java client checks only the minimum.)
+const MAX_ITERATIONS: u32 = 16384;
+
 impl SaslMechanism {
     /// The mechanism's name on the wire.
     pub fn name(self) -> &'static str {
@@ -168,6 +177,15 @@ fn parse_server_first(
         return Err(auth_error(
             mechanism,
             format!("iteration count {iterations} is below {MIN_ITERATIONS}"),
+        ));
+    }
+    if iterations > MAX_ITERATIONS {
+        return Err(auth_error(
+            mechanism,
+            format!(
+                "iteration count {iterations} is above {MAX_ITERATIONS}, the most a Kafka broker \
+                 stores (ScramMechanism.maxIterations)"
+            ),
         ));
     }
     let salt = salt.ok_or_else(|| bad("no salt"))?;
@@ -334,6 +352,30 @@ mod tests {
             );
         }
         assert!(verify_server_final(b"e=other-error", b"x", m).is_err());
+    }
+
+    #[test]
+    fn an_iteration_count_above_kafkas_maximum_is_refused_before_any_pbkdf2() {
+        let m = SaslMechanism::ScramSha256;
+        let at_max = "r=abcX,s=c2FsdA==,i=16384";
+        assert_eq!(
+            parse_server_first(at_max, "abc", m).unwrap().iterations,
+            16384
+        );
+        // A hostile broker asking for billions of PBKDF2 rounds would hold a runtime worker
+        // for minutes; the count is refused while parsing, typed, naming the bound.
+        for hostile in [
+            "r=abcX,s=c2FsdA==,i=16385",
+            "r=abcX,s=c2FsdA==,i=4000000000",
+        ] {
+            match parse_server_first(hostile, "abc", m) {
+                Err(TransportError::Authentication { mechanism, reason }) => {
+                    assert_eq!(mechanism, "SCRAM-SHA-256");
+                    assert!(reason.contains("16384"), "{reason}");
+                }
+                other => panic!("{hostile}: expected an authentication error, got {other:?}"),
+            }
+        }
     }
 
     #[test]

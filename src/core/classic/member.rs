@@ -293,7 +293,7 @@ impl ClassicMember {
         } else {
             RebalanceProtocol::Eager
         };
-        let seed = config.seed.unwrap_or(0x5eed);
+        let seed = config.jitter_seed()?;
         let backoff = ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max);
         let mut lookup = CoordinatorLookup::new(
             [config.group_id.clone()],

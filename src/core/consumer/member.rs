@@ -222,19 +222,35 @@ pub struct ConsumerMember {
 }
 
 impl ConsumerMember {
-    /// A member of `config.group_id` with a fresh KIP-1082 member id; not yet subscribed.
+    /// A member of `config.group_id`; not yet subscribed. Its KIP-1082 member id is
+    /// `config.member_id`, else one derived from `config.seed` ([`MemberId::from_seed`]): the core
+    /// reads no random source of its own. With neither, the configuration is refused (see
+    /// [`GroupConfig::seed`]); [`GroupMember::start`](crate::driver::GroupMember::start) fills
+    /// the member id from the OS CSPRNG.
     pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
-        Self::with_member_id(config, MemberId::generate(), now)
+        let member_id = match config.member_id {
+            Some(id) => id,
+            None => {
+                config.validate()?;
+                // No member id: the seed, or the error that names what is missing.
+                MemberId::from_seed(config.jitter_seed()?)
+            }
+        };
+        Self::with_member_id(config, member_id, now)
     }
 
-    /// A member with a given id (for simulations and tests; production code uses [`new`](Self::new)).
+    /// A member with the given id, whatever `config.member_id` says (the member's
+    /// [`config`](Self::config) then names `member_id`). Without `config.seed`, the backoff
+    /// jitter is seeded from the id's bytes.
     pub fn with_member_id(
-        config: GroupConfig,
+        mut config: GroupConfig,
         member_id: MemberId,
         now: Instant,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let seed = config.seed.unwrap_or(0x5eed);
+        // Also what a classic member built from this config after an `auto` fallback seeds from.
+        config.member_id = Some(member_id);
+        let seed = config.jitter_seed()?;
         let backoff = ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max);
         let mut lookup = CoordinatorLookup::new(
             [config.group_id.clone()],
@@ -343,6 +359,11 @@ impl ConsumerMember {
         self.topics.iter().cloned().collect()
     }
 
+    /// The regex subscription (`subscribe_regex`), if that is how the member is subscribed.
+    pub fn regex(&self) -> Option<&str> {
+        self.regex.as_deref()
+    }
+
     /// The terminal error, once stopped on one.
     pub fn fatal_error(&self) -> Option<&GroupError> {
         match &self.phase {
@@ -410,6 +431,11 @@ impl ConsumerMember {
 
     /// Subscribes by a server-side regular expression (RE2/J syntax, `SubscribedTopicRegex`, v1).
     /// Errors as [`subscribe`](Self::subscribe) does.
+    ///
+    /// Only the consumer protocol evaluates a regex: with `group.protocol=auto`, a broker that
+    /// refuses the consumer protocol stops the member with
+    /// [`GroupError::RegexNeedsConsumerProtocol`] instead of falling back to classic (see
+    /// [`Member::poll_event`](crate::core::member::Member::poll_event)).
     pub fn subscribe_regex(
         &mut self,
         pattern: impl Into<String>,

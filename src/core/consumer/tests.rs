@@ -422,6 +422,49 @@ fn first_heartbeat_of_a_static_member_is_full() {
 }
 
 #[test]
+fn the_member_id_of_a_seeded_member_comes_from_its_seed_not_from_the_os_rng() {
+    let now = crate::testutil::epoch();
+    let id = |seed| {
+        let mut c = config(None);
+        c.seed = Some(seed);
+        ConsumerMember::new(c, now).unwrap().member_id().to_string()
+    };
+    // The core reads no random source: the same inputs give the same id.
+    assert_eq!(id(7), id(7));
+    assert_ne!(id(7), id(8));
+    assert!(MemberId::parse(&id(7)).is_ok());
+}
+
+#[test]
+fn a_configured_member_id_is_the_members_and_wins_over_the_seed() {
+    let now = crate::testutil::epoch();
+    let given = MemberId::parse(ID).unwrap();
+    let m = ConsumerMember::new(config(None).with_member_id(given), now).unwrap();
+    assert_eq!(m.member_id(), ID);
+    assert_eq!(m.config().member_id, Some(given));
+    // `with_member_id` names its id in the member's config (what an `auto` fallback builds from).
+    let other = MemberId::from_seed(99);
+    let m = ConsumerMember::with_member_id(config(None).with_member_id(given), other, now).unwrap();
+    assert_eq!(m.member_id(), other.as_str());
+    assert_eq!(m.config().member_id, Some(other));
+}
+
+#[test]
+fn an_unseeded_auto_member_with_a_given_id_still_falls_back_to_classic() {
+    let now = crate::testutil::epoch();
+    let mut c = config(None);
+    c.protocol = GroupProtocol::Auto;
+    c.seed = None;
+    let mut m = Member::Consumer(
+        ConsumerMember::with_member_id(c, MemberId::parse(ID).unwrap(), now).unwrap(),
+    );
+    member_first_heartbeat(&mut m, now, err(35));
+    let (_, events) = member_drain(&mut m);
+    assert!(fatal_of(&events).is_empty(), "{events:?}");
+    assert_eq!(m.protocol(), "classic", "{events:?}");
+}
+
+#[test]
 fn first_heartbeat_of_a_dynamic_member_leaves_unset_options_out() {
     let now = crate::testutil::epoch();
     let mut m = ConsumerMember::new(config(None), now).unwrap();
@@ -1933,6 +1976,43 @@ fn auto_falls_back_to_classic_when_the_first_heartbeat_is_unsupported() {
     assert_eq!(j.protocol_type.as_str(), "consumer");
     let sub = Subscription::decode(&j.protocols[0].metadata).unwrap();
     assert_eq!(sub.topics, vec!["t".to_string()]);
+}
+
+#[test]
+fn auto_with_a_regex_subscription_stops_typed_instead_of_falling_back_unsubscribed() {
+    let (mut m, now) = member(GroupProtocol::Auto);
+    m.subscribe_regex("orders-.*", now).unwrap();
+    member_find_coordinator(&mut m, now);
+    let (out, _) = member_drain(&mut m);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let b = heartbeat_body(&out[0]);
+    assert_eq!(b.subscribed_topic_regex.as_deref(), Some("orders-.*"));
+    m.handle_response(
+        out[0].id,
+        Ok(Response {
+            version: 1,
+            body: ResponseKind::ConsumerGroupHeartbeat(err(35)),
+        }),
+        now,
+    );
+    let (out, events) = member_drain(&mut m);
+    // The classic protocol has no broker-side regex: a fallback would sit Unsubscribed, silent.
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(m.protocol(), "consumer", "{events:?}");
+    assert_eq!(m.state(), "Fatal", "{events:?}");
+    assert_eq!(
+        fatal_of(&events),
+        vec![&GroupError::RegexNeedsConsumerProtocol {
+            group: "g".into(),
+            pattern: "orders-.*".into(),
+        }]
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::StateChanged { to: "Fatal", .. })),
+        "{events:?}"
+    );
 }
 
 #[test]
