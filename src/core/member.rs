@@ -345,4 +345,57 @@ mod tests {
             assert_eq!(e.key, "seed", "{protocol:?}: {e}");
         }
     }
+    /// `close()` before the broker refused the consumer protocol: the close completes (the
+    /// refusal of the join and of its leave change nothing) and no classic member is born.
+    #[test]
+    fn an_auto_member_closed_before_the_refusal_closes_instead_of_falling_back() {
+        let now = crate::testutil::epoch();
+        let mut c = config(GroupProtocol::Auto);
+        c.seed = Some(7);
+        let mut m = Member::new(c, now).unwrap();
+        m.subscribe(["t".to_string()], now).unwrap();
+        let find = m.poll_request().expect("FindCoordinator");
+        let coordinator = FindCoordinatorResponse::default().with_coordinators(vec![
+            Coordinator::default()
+                .with_key(StrBytes::from_static_str("g"))
+                .with_node_id(kafka_protocol::messages::BrokerId(1))
+                .with_host(StrBytes::from_static_str("h"))
+                .with_port(9092),
+        ]);
+        m.handle_response(
+            find.id,
+            Ok(Response {
+                version: 4,
+                body: ResponseKind::FindCoordinator(coordinator),
+            }),
+            now,
+        );
+        let mut sent = Vec::new();
+        while let Some(o) = m.poll_request() {
+            sent.push(o);
+        }
+        m.close(crate::core::events::CloseOptions::Default, now);
+        while let Some(o) = m.poll_request() {
+            sent.push(o);
+        }
+        let refused = || {
+            Err(crate::error::TransportError::UnsupportedApi {
+                api: kafka_protocol::messages::ApiKey::ConsumerGroupHeartbeat,
+                ours: 0..=1,
+                broker: None,
+            })
+        };
+        for o in &sent {
+            if o.request.api_key() == kafka_protocol::messages::ApiKey::ConsumerGroupHeartbeat {
+                m.handle_response(o.id, refused(), now);
+            }
+        }
+        let mut events = Vec::new();
+        while let Some(e) = m.poll_event() {
+            events.push(e);
+        }
+        assert_eq!(m.protocol(), "consumer", "{events:?}");
+        assert!(events.contains(&Event::Closed), "{events:?}");
+        assert!(m.poll_request().is_none());
+    }
 }
