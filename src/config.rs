@@ -250,6 +250,10 @@ pub struct GroupConfig {
     pub rack_id: Option<String>,
     /// `request.timeout.ms` (default 30 s).
     pub request_timeout: Duration,
+    /// `default.api.timeout.ms` (default 60 s): how long an async commit or committed-offsets
+    /// call may take in all, waiting for a coordinator and retries included, before it fails
+    /// with [`CommitError::TimedOut`](crate::core::events::CommitError::TimedOut).
+    pub default_api_timeout: Duration,
     /// `retry.backoff.ms` (default 100 ms).
     pub retry_backoff: Duration,
     /// `retry.backoff.max.ms` (default 1 s).
@@ -312,6 +316,7 @@ impl GroupConfig {
             assignors: vec!["range".into(), "cooperative-sticky".into()],
             rack_id: None,
             request_timeout: Duration::from_secs(30),
+            default_api_timeout: Duration::from_secs(60),
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             metadata_max_age: Duration::from_secs(300),
@@ -390,6 +395,7 @@ impl GroupConfig {
             ("heartbeat.interval.ms", self.heartbeat_interval),
             ("max.poll.interval.ms", self.max_poll_interval),
             ("request.timeout.ms", self.request_timeout),
+            ("default.api.timeout.ms", self.default_api_timeout),
         ] {
             if ms(d).is_none() {
                 return err(

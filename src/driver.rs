@@ -190,6 +190,8 @@ pub struct GroupMember {
 pub struct MemberHandle {
     commands: mpsc::UnboundedSender<Command>,
     request_timeout: std::time::Duration,
+    /// `default.api.timeout.ms`: the bound of a whole commit or committed-offsets call.
+    api_timeout: std::time::Duration,
     retry: ExponentialBuilder,
 }
 
@@ -217,6 +219,7 @@ impl GroupMember {
         let handle = MemberHandle {
             commands,
             request_timeout: config.request_timeout,
+            api_timeout: config.default_api_timeout,
             retry: ExponentialBuilder::default()
                 .with_min_delay(config.retry_backoff)
                 .with_max_delay(config.retry_backoff_max)
@@ -294,7 +297,9 @@ impl MemberHandle {
     }
 
     /// Commits `offsets`, fenced by the member's generation; retriable failures (coordinator
-    /// moving or loading) are retried with backoff for up to `request.timeout.ms`.
+    /// moving or loading) are retried with backoff for up to `request.timeout.ms`. The whole
+    /// call, a wait for an unknown coordinator included, is bounded by `default.api.timeout.ms`
+    /// ([`CommitError::TimedOut`]).
     pub async fn commit(&self, offsets: Vec<CommitOffset>) -> Result<(), CommitError> {
         let once = || async {
             let offsets = offsets.clone();
@@ -302,13 +307,15 @@ impl MemberHandle {
                 .await
                 .unwrap_or_else(|| Err(CommitError::Stopped("member task ended".into())))
         };
-        once.retry(self.retry)
+        let retried = once
+            .retry(self.retry)
             .sleep(tokio::time::sleep)
-            .when(CommitError::is_retriable)
-            .await
+            .when(CommitError::is_retriable);
+        self.bounded(retried).await
     }
 
-    /// Fetches committed offsets of `partitions` (retriable failures retried like commits).
+    /// Fetches committed offsets of `partitions` (retriable failures retried like commits,
+    /// bounded by `default.api.timeout.ms` likewise).
     pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
         let once = || async {
             let partitions = partitions.clone();
@@ -316,10 +323,22 @@ impl MemberHandle {
                 .await
                 .unwrap_or_else(|| Err(CommitError::Stopped("member task ended".into())))
         };
-        once.retry(self.retry)
+        let retried = once
+            .retry(self.retry)
             .sleep(tokio::time::sleep)
-            .when(CommitError::is_retriable)
+            .when(CommitError::is_retriable);
+        self.bounded(retried).await
+    }
+
+    async fn bounded<R>(
+        &self,
+        call: impl std::future::Future<Output = Result<R, CommitError>>,
+    ) -> Result<R, CommitError> {
+        tokio::time::timeout(self.api_timeout, call)
             .await
+            .unwrap_or(Err(CommitError::TimedOut {
+                after: self.api_timeout,
+            }))
     }
 
     /// The member's current id, generation, state and assignment.

@@ -362,6 +362,7 @@ fn commit_error_reason(e: &CommitError) -> &'static str {
         CommitError::Rejected { .. } => "rejected",
         CommitError::Stopped(_) => "stopped",
         CommitError::Transport(_) => "transport",
+        CommitError::TimedOut { .. } => "timed_out",
     }
 }
 

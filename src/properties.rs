@@ -60,6 +60,7 @@ pub const KEYS: &[&str] = &[
     "bootstrap.servers",
     "client.id",
     "client.rack",
+    "default.api.timeout.ms",
     "group.id",
     "group.instance.id",
     "group.protocol",
@@ -171,6 +172,9 @@ pub fn from_properties(
     }
     if let Some(d) = p.ms("metadata.max.age.ms")? {
         group.metadata_max_age = d;
+    }
+    if let Some(d) = p.ms("default.api.timeout.ms")? {
+        group.default_api_timeout = d;
     }
 
     // Shared by the transport and the member.
@@ -695,6 +699,7 @@ mod tests {
             ("reconnect.backoff.ms", "20"),
             ("reconnect.backoff.max.ms", "500"),
             ("request.timeout.ms", "+15000"),
+            ("default.api.timeout.ms", "20000"),
             ("socket.connection.setup.timeout.ms", "3000"),
             ("client.id", "my-app"),
             ("client.rack", "eu-west-1a"),
@@ -728,6 +733,7 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(15));
         assert_eq!(g.request_timeout, Duration::from_secs(15));
         assert_eq!(c.socket_connection_setup_timeout, Duration::from_secs(3));
+        assert_eq!(g.default_api_timeout, Duration::from_secs(20));
         assert_eq!(c.client_id, "my-app");
         assert_eq!(c.client_rack.as_deref(), Some("eu-west-1a"));
         assert_eq!(g.rack_id.as_deref(), Some("eu-west-1a"));
@@ -747,7 +753,7 @@ mod tests {
         );
         assert!(!s.ssl_verify_hostname);
         // The test names each key of KEYS once (bootstrap.servers and group.id overridden).
-        assert_eq!(KEYS.len(), 26);
+        assert_eq!(KEYS.len(), 27);
     }
 
     #[test]
@@ -904,6 +910,7 @@ mod tests {
             "reconnect.backoff.ms",
             "reconnect.backoff.max.ms",
             "request.timeout.ms",
+            "default.api.timeout.ms",
         ] {
             for bad in [
                 "",

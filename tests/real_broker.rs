@@ -266,6 +266,33 @@ async fn connection_refused_retries_with_backoff_then_fails_typed() {
     );
 }
 
+/// With no coordinator to be found, a committed-offsets call (and a commit) fails typed after
+/// `default.api.timeout.ms` instead of waiting forever, as the Java client's `committed` does.
+#[tokio::test]
+async fn committed_offsets_give_up_after_default_api_timeout() {
+    use consumer_membership::config::GroupConfig;
+    use consumer_membership::core::TopicPartition;
+    use consumer_membership::core::events::CommitError;
+    let port = refused_port();
+    let t = Arc::new(TcpTransport::new(
+        ClientConfig::new(&format!("127.0.0.1:{port}")).unwrap(),
+    ));
+    let mut g = GroupConfig::new(common::unique("no-coordinator"));
+    g.default_api_timeout = Duration::from_millis(500);
+    let m = driver::GroupMember::start(t, g).unwrap();
+    let started = Instant::now();
+    let e = m
+        .committed(vec![TopicPartition::new("t", 0)])
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(e, CommitError::TimedOut { .. }), "{e:?}");
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
+
 /// A coordinator whose broker is gone fails the request at once, whatever the request's timeout
 /// (a JoinGroup's is the rebalance timeout + 5 s): the member looks the coordinator up again
 /// instead of waiting on a dead address. The next connect to it waits out the reconnect backoff

@@ -155,6 +155,26 @@ impl CoordinatorLookup {
         }
     }
 
+    /// [`rediscover`](Self::rediscover) after a request to `node` failed (in the transport, or
+    /// answered NOT_COORDINATOR and the like), but only while `node` is still the known
+    /// coordinator of `key`: a late failure of a request sent to a coordinator the member has
+    /// since moved away from (one that died, say) says nothing about the new one. `None` (the
+    /// node is not known) rediscovers.
+    pub fn coordinator_failed(&mut self, key: &str, node: Option<i32>) {
+        if let (Some(node), Some(KeyState::Known(current))) = (node, self.keys.get(key))
+            && current.node_id != node
+        {
+            tracing::debug!(
+                key,
+                node,
+                current = current.node_id,
+                "a request to an earlier coordinator failed; keeping the current one"
+            );
+            return;
+        }
+        self.rediscover(key);
+    }
+
     /// The next request to send.
     pub fn poll_request(&mut self) -> Option<Outbound> {
         let unknown: Vec<String> = self
@@ -626,5 +646,24 @@ mod tests {
             l.state("g"),
             Some(&KeyState::Failed(GroupError::Transport(missing)))
         );
+    }
+
+    #[test]
+    fn a_late_failure_from_an_earlier_coordinator_keeps_the_current_one() {
+        let now = crate::testutil::epoch();
+        let mut l = lookup(&["g"]);
+        let out = l.poll_request().unwrap();
+        l.handle_response(out.id, v4(vec![entry("g", 0, 1, 9092)]), now);
+        l.coordinator_failed("g", Some(1));
+        let out = l
+            .poll_request()
+            .expect("the current coordinator failed: look it up again");
+        l.handle_response(out.id, v4(vec![entry("g", 0, 2, 9093)]), now);
+        // A request that went to node 1 fails late: node 2 stays.
+        l.coordinator_failed("g", Some(1));
+        assert_eq!(l.coordinator("g").map(|b| b.node_id), Some(2));
+        assert!(l.poll_request().is_none());
+        l.coordinator_failed("g", None);
+        assert!(l.coordinator("g").is_none(), "an unknown node rediscovers");
     }
 }

@@ -90,6 +90,14 @@ pub enum CommitError {
     /// The member stopped (fatal error or closed).
     #[error("the member is stopped: {0}")]
     Stopped(String),
+    /// No outcome within `default.api.timeout.ms` (no coordinator reachable, or retriable
+    /// errors throughout), as the Java client's `commitSync` / `committed` throw
+    /// `TimeoutException`. A commit that timed out may still be applied later.
+    #[error("no outcome within default.api.timeout.ms ({after:?})")]
+    TimedOut {
+        /// The timeout that ran out.
+        after: std::time::Duration,
+    },
     /// The request could not be delivered.
     #[error(transparent)]
     Transport(#[from] crate::error::TransportError),

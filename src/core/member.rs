@@ -13,6 +13,11 @@ use super::timer::Timer;
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::{ConfigError, GroupError, TransportError};
 
+/// Where the request ids of a classic member built by the `auto` fallback start: far above any
+/// id the consumer member it replaces handed out (its own ids count from 1, its lookup's from
+/// 2^48; 2^40 requests are never reached).
+const FALLBACK_REQUEST_IDS: u64 = 1 << 40;
+
 /// A group member of either protocol (sans-IO); see [`ClassicMember`] and [`ConsumerMember`].
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
@@ -208,6 +213,9 @@ impl Member {
             let (config, topics, now) = (c.config().clone(), c.topics(), c.now());
             tracing::info!(group = %config.group_id, "the broker refuses the consumer protocol; falling back to classic");
             if let Ok(mut classic) = ClassicMember::new(config, now) {
+                // Answers to the consumer member's requests still in flight (Metadata, its
+                // refused heartbeats) arrive after this; their ids must not be the new member's.
+                classic.offset_request_ids(FALLBACK_REQUEST_IDS);
                 if !topics.is_empty() {
                     let _ = classic.subscribe(topics, now);
                 }
@@ -397,5 +405,94 @@ mod tests {
         assert_eq!(m.protocol(), "consumer", "{events:?}");
         assert!(events.contains(&Event::Closed), "{events:?}");
         assert!(m.poll_request().is_none());
+    }
+    /// The classic member of an `auto` fallback does not reuse the request ids of the consumer
+    /// member it replaces: a late answer to the consumer member's metadata prefetch must not
+    /// pass for the answer to the classic member's JoinGroup.
+    #[test]
+    fn a_late_answer_to_the_replaced_members_request_is_not_the_fallbacks() {
+        let now = crate::testutil::epoch();
+        let mut c = config(GroupProtocol::Auto);
+        c.seed = Some(7);
+        let mut m = Member::new(c, now).unwrap();
+        m.subscribe(["t".to_string()], now).unwrap();
+        let coordinator = || {
+            Ok(Response {
+                version: 4,
+                body: ResponseKind::FindCoordinator(
+                    FindCoordinatorResponse::default().with_coordinators(vec![
+                        Coordinator::default()
+                            .with_key(StrBytes::from_static_str("g"))
+                            .with_node_id(kafka_protocol::messages::BrokerId(1))
+                            .with_host(StrBytes::from_static_str("h"))
+                            .with_port(9092),
+                    ]),
+                ),
+            })
+        };
+        let drain = |m: &mut Member| {
+            let mut out = Vec::new();
+            while let Some(o) = m.poll_request() {
+                out.push(o);
+            }
+            let mut events = Vec::new();
+            while let Some(e) = m.poll_event() {
+                events.push(e);
+            }
+            (out, events)
+        };
+        let (out, _) = drain(&mut m);
+        let find = out
+            .iter()
+            .find(|o| matches!(o.request, Request::FindCoordinator { .. }));
+        let prefetch = out
+            .iter()
+            .find(|o| matches!(o.request, Request::Metadata { .. }))
+            .expect("the consumer member prefetches the subscribed topics' metadata")
+            .clone();
+        m.handle_response(find.expect("FindCoordinator").id, coordinator(), now);
+        let (out, _) = drain(&mut m);
+        let heartbeat = out.first().expect("the first ConsumerGroupHeartbeat");
+        m.handle_response(
+            heartbeat.id,
+            Err(TransportError::UnsupportedApi {
+                api: kafka_protocol::messages::ApiKey::ConsumerGroupHeartbeat,
+                ours: 0..=1,
+                broker: None,
+            }),
+            now,
+        );
+        let (_, events) = drain(&mut m);
+        assert_eq!(m.protocol(), "classic", "{events:?}");
+        let (out, _) = drain(&mut m);
+        let find = out
+            .first()
+            .expect("the classic member looks the coordinator up");
+        m.handle_response(find.id, coordinator(), now);
+        let (out, _) = drain(&mut m);
+        let join = out.first().expect("JoinGroup").clone();
+        assert_eq!(
+            join.request.api_key(),
+            kafka_protocol::messages::ApiKey::JoinGroup
+        );
+        assert_ne!(
+            join.id, prefetch.id,
+            "request ids of the replaced member are not reused"
+        );
+        // The prefetch's answer arrives late: ignored, the JoinGroup is still awaited.
+        m.handle_response(
+            prefetch.id,
+            Ok(Response {
+                version: 12,
+                body: ResponseKind::Metadata(Default::default()),
+            }),
+            now,
+        );
+        let (_, events) = drain(&mut m);
+        assert!(
+            !events.iter().any(|e| matches!(e, Event::Fatal(_))),
+            "{events:?}"
+        );
+        assert_eq!(m.state(), "Joining");
     }
 }

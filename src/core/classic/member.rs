@@ -399,6 +399,15 @@ impl ClassicMember {
         self.java_reset_policy = on;
     }
 
+    /// Hands out request ids from `offset` on (and lookup ids from `LOOKUP_IDS + offset`): a
+    /// member that takes over from another one (the `auto` fallback) must not reuse the ids of
+    /// requests the other still has in flight, or their late answers would pass for its own.
+    pub(crate) fn offset_request_ids(&mut self, offset: u64) {
+        self.ids = RequestIds::starting_at(offset);
+        self.lookup
+            .set_request_ids(RequestIds::starting_at(LOOKUP_IDS + offset));
+    }
+
     #[cfg(test)]
     pub(crate) fn generation_for_tests(&mut self, generation: i32) {
         self.generation = generation;
@@ -1206,7 +1215,8 @@ impl ClassicMember {
     /// Common handling of a failed coordinator request: transport failures make the coordinator
     /// unknown (a disconnect does in the Java client).
     fn coordinator_failed(&mut self) {
-        self.lookup.rediscover(&self.config.group_id);
+        self.lookup
+            .coordinator_failed(&self.config.group_id, self.answered_by);
     }
 
     fn on_join(

@@ -1475,3 +1475,36 @@ fn an_empty_id_join_that_never_left_is_not_in_doubt() {
     h.heartbeat_answer(&hb, 82);
     assert_eq!(h.m.state(), "Fatal");
 }
+
+#[test]
+fn a_late_failure_of_a_request_to_the_dead_coordinator_keeps_the_new_one() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    h.m.commit(
+        vec![CommitOffset {
+            partition: TopicPartition::new("t", 0),
+            offset: 5,
+            metadata: None,
+        }],
+        h.now,
+    );
+    let commit = h.one();
+    assert!(matches!(body(&commit), RequestKind::OffsetCommit(_)));
+    let hb = h.heartbeat();
+    let dead = crate::error::TransportError::Connect {
+        addr: "h:9092".into(),
+        reason: "Connection refused".into(),
+    };
+    h.m.handle_response(hb.id, Err(dead.clone()), h.now);
+    h.advance(Duration::from_secs(1));
+    h.find_coordinator_at(2);
+    assert_eq!(h.m.coordinator().map(|b| b.node_id), Some(2));
+    // The commit that went to node 1 fails only now.
+    h.m.handle_response(commit.id, Err(dead), h.now);
+    assert_eq!(h.m.coordinator().map(|b| b.node_id), Some(2));
+    assert!(
+        h.drain()
+            .iter()
+            .all(|o| !matches!(o.request, Request::FindCoordinator { .. })),
+        "no new lookup for a failure of the old coordinator"
+    );
+}

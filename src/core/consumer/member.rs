@@ -177,6 +177,10 @@ pub struct ConsumerMember {
     names: BTreeMap<Uuid, String>,
     lookup: CoordinatorLookup,
     ids: RequestIds,
+    /// The coordinator (node id) requests in flight went to, by request id.
+    sent_to: HashMap<RequestId, i32>,
+    /// The coordinator that answered the response being handled (set for one input).
+    answered_by: Option<i32>,
     sent: HashMap<RequestId, Sent>,
     timers: TimerTable,
     backoff: ExponentialBackoff,
@@ -273,6 +277,8 @@ impl ConsumerMember {
             names: BTreeMap::new(),
             lookup,
             ids: RequestIds::default(),
+            sent_to: HashMap::new(),
+            answered_by: None,
             sent: HashMap::new(),
             timers: TimerTable::default(),
             backoff,
@@ -780,6 +786,7 @@ impl ConsumerMember {
             tracing::debug!(%id, "ignoring an answer to no request in flight");
             return;
         };
+        self.answered_by = self.sent_to.remove(&id);
         match sent {
             Sent::Heartbeat {
                 epoch,
@@ -943,6 +950,14 @@ impl ConsumerMember {
         GroupId(StrBytes::from_string(self.config.group_id.clone()))
     }
 
+    /// A request to the coordinator failed, or its answer says the coordinator moved: look it
+    /// up again, unless the request went to an earlier coordinator (see
+    /// [`CoordinatorLookup::coordinator_failed`]).
+    fn coordinator_failed(&mut self) {
+        self.lookup
+            .coordinator_failed(&self.config.group_id, self.answered_by);
+    }
+
     fn push(
         &mut self,
         target: Target,
@@ -952,6 +967,9 @@ impl ConsumerMember {
     ) -> RequestId {
         let id = self.ids.next();
         self.sent.insert(id, sent);
+        if let Target::Coordinator(b) = &target {
+            self.sent_to.insert(id, b.node_id);
+        }
         self.outbound.push_back(Outbound {
             id,
             target,
@@ -1190,7 +1208,7 @@ impl ConsumerMember {
                     self.may_be_registered = true;
                 }
                 self.known = None;
-                self.lookup.rediscover(&self.config.group_id);
+                self.coordinator_failed();
                 return self.backoff_heartbeat();
             }
         };
@@ -1211,6 +1229,13 @@ impl ConsumerMember {
                 } else {
                     "UNKNOWN_MEMBER_ID"
                 });
+                if sent_epoch == 0 && matches!(self.phase, Phase::Joining) {
+                    // The join itself was fenced: a broker without KAFKA-19233 (4.0, 4.1)
+                    // answers every epoch-0 rejoin of a member it still holds with
+                    // FENCED_MEMBER_EPOCH until that session expires. Rejoining at once would
+                    // send thousands of heartbeats a second; the KIP-580 backoff paces them.
+                    self.backoff_heartbeat();
+                }
             }
             ErrorAction::UnreleasedInstance => self.unreleased(sent_epoch),
             ErrorAction::Fenced => {
@@ -1222,7 +1247,7 @@ impl ConsumerMember {
             }
             ErrorAction::UnsupportedProtocol => self.fail(GroupError::ConsumerProtocolUnsupported),
             ErrorAction::Rediscover => {
-                self.lookup.rediscover(&self.config.group_id);
+                self.coordinator_failed();
                 // Retry as soon as the coordinator is found again.
                 self.heartbeat_failures = 0;
                 self.timers.stop(Timer::Heartbeat);
@@ -1548,7 +1573,7 @@ impl ConsumerMember {
                 });
             }
             Err(e) => {
-                self.lookup.rediscover(&self.config.group_id);
+                self.coordinator_failed();
                 return self.events.push_back(Event::Committed {
                     id,
                     result: Err(e.into()),
@@ -1571,7 +1596,7 @@ impl ConsumerMember {
                     ),
                 },
                 ErrorAction::Rediscover => {
-                    self.lookup.rediscover(&self.config.group_id);
+                    self.coordinator_failed();
                     CommitError::Retriable { code }
                 }
                 ErrorAction::RetryBackoff => CommitError::Retriable { code },
@@ -1601,7 +1626,7 @@ impl ConsumerMember {
                 });
             }
             Err(e) => {
-                self.lookup.rediscover(&self.config.group_id);
+                self.coordinator_failed();
                 return self.events.push_back(Event::OffsetsFetched {
                     id,
                     result: Err(e.into()),

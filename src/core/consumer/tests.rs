@@ -2198,3 +2198,43 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
     assert_eq!(h.m.state(), "Closed", "the close was not replaced");
     assert!(h.take_events().contains(&Event::Closed));
 }
+
+/// A broker without KAFKA-19233 (4.0, 4.1) answers the epoch-0 rejoin of a member it still holds
+/// with FENCED_MEMBER_EPOCH until that registration's session expires: the first rejoin goes
+/// out at once, the next ones after the KIP-580 backoff (100 ms doubling to 1 s, ±20 %), never
+/// in a tight loop; an accepted join resets it.
+#[test]
+fn a_fenced_rejoin_backs_off_instead_of_spinning() {
+    let mut h = Harness::joined(None);
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.hb_answer(&hb, err(110));
+    let (mut join, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, 0, "the first rejoin goes out at once");
+    let backoff = crate::core::backoff::ExponentialBackoff::retry(
+        Duration::from_millis(100),
+        Duration::from_secs(1),
+    );
+    for failures in 0..6u32 {
+        h.hb_answer(&join, err(110));
+        h.nothing("no rejoin before the backoff");
+        let (lo, hi) = backoff.bounds(failures);
+        let at = h.m.poll_timeout().expect("the rejoin is scheduled").0;
+        let wait = at - h.now;
+        assert!(
+            wait >= lo && wait <= hi,
+            "after {failures}: {wait:?} not in {lo:?}..{hi:?}"
+        );
+        h.advance(wait);
+        let (next, b) = h.expect_hb();
+        assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));
+        join = next;
+    }
+    h.hb_answer(&join, ok(7, 1000, Some(&[])));
+    assert_eq!(h.m.epoch(), 7);
+    // Accepted: a later fence rejoins at once again.
+    h.drain();
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.hb_answer(&hb, err(110));
+    let (_, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, 0);
+}
