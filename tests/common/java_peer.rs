@@ -1,6 +1,10 @@
 //! A real Java `KafkaConsumer` as a peer in the same group as our Rust member: Kafka's own
-//! system-test client `org.apache.kafka.tools.VerifiableConsumer` (kafka-tools, the broker's
-//! version), run as a child JVM. Its jars come from `tests/kafka/peer.sh libs`.
+//! system-test client `org.apache.kafka.tools.VerifiableConsumer` (kafka-tools and
+//! kafka-clients of the broker's release: `KAFKA_VERSION`, which tests/kafka/with-broker.sh
+//! exports, else 4.4.0), run as a child JVM. Its jars come from `tests/kafka/peer.sh libs`;
+//! [`peer_version`] names the release that runs. Flags a release's VerifiableConsumer does not
+//! take are left out or renamed (3.x: no `--group-protocol`; before 4.2: `--consumer.config`
+//! instead of `--command-config`), and 3.x logs through log4j 1 (reload4j).
 //!
 //! VerifiableConsumer prints one JSON object per line on stdout; the events used here:
 //!
@@ -15,7 +19,8 @@
 //!   `partitions_revoked`. Either way "assigned adds, revoked removes" gives the current
 //!   assignment;
 //! * `shutdown_requested` (SIGTERM received), `shutdown_complete` (after `close()`);
-//! * `records_consumed` / `offsets_committed` (also carry "partitions"/"offsets", ignored).
+//! * `records_consumed` / `offsets_committed` (also carry "partitions"/"offsets", ignored;
+//!   `"success"` of offsets_committed is kept in [`PeerEvent::success`]).
 //!
 //! The child's stderr (and its log4j output, WARN and up plus consumer internals at INFO) goes
 //! to `target/java-peer/<name>.stderr.log`; panic messages name that file.
@@ -72,6 +77,8 @@ pub struct PeerEvent {
     pub name: String,
     /// `"partitions"` of partitions_assigned / partitions_revoked (empty for other events).
     pub partitions: Vec<Tp>,
+    /// `"success"` of offsets_committed (`None` for other events).
+    pub success: Option<bool>,
 }
 
 /// Builder of a [`JavaConsumer`]; see [`JavaConsumer::builder`].
@@ -181,12 +188,18 @@ impl JavaConsumer {
     }
 
     fn spawn(b: JavaConsumerBuilder) -> JavaConsumer {
+        let peer = peer_env();
         match b.protocol {
             GroupProtocol::Classic => assert!(
                 b.remote_assignor.is_none(),
                 "remote_assignor is for the consumer protocol only"
             ),
             GroupProtocol::Consumer => {
+                assert!(
+                    peer.line >= (4, 0),
+                    "Java consumer-protocol peers need Kafka 4.0 or later (peer: Kafka {})",
+                    peer.version
+                );
                 assert!(
                     b.assignment_strategy.is_none(),
                     "assignment_strategy is for the classic protocol only (VerifiableConsumer ignores it)"
@@ -197,7 +210,6 @@ impl JavaConsumer {
                 );
             }
         }
-        let peer = peer_env();
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let label = b.instance_id.clone().unwrap_or_else(|| format!("m{seq}"));
@@ -220,11 +232,14 @@ impl JavaConsumer {
             b.topic.clone(),
             "--group-id".into(),
             b.group.clone(),
-            "--group-protocol".into(),
-            b.protocol.arg().into(),
             "--reset-policy".into(),
             "earliest".into(),
         ]);
+        // 3.x: no `--group-protocol` in 3.6; classic is every release's default, so a
+        // classic peer before 4.0 runs without it.
+        if peer.line >= (4, 0) {
+            args.extend(["--group-protocol".into(), b.protocol.arg().into()]);
+        }
         if let Some(id) = &b.instance_id {
             args.extend(["--group-instance-id".into(), id.clone()]);
         }
@@ -245,7 +260,14 @@ impl JavaConsumer {
                 .map(|(k, v)| format!("{}={}\n", escape_property(k), escape_property(v)))
                 .collect();
             std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-            args.extend(["--command-config".into(), path.display().to_string()]);
+            // `--command-config` came with 4.2 (not in 4.0); `--consumer.config` is in every
+            // release from 3.6 (deprecated by the former).
+            let flag = if peer.line >= (4, 2) {
+                "--command-config"
+            } else {
+                "--consumer.config"
+            };
+            args.extend([flag.into(), path.display().to_string()]);
         }
 
         // With setpriv (util-linux), the JVM gets SIGKILL when the thread that spawned it
@@ -297,6 +319,17 @@ impl JavaConsumer {
     /// The file that receives the JVM's stderr and log output.
     pub fn stderr_path(&self) -> &Path {
         &self.stderr_path
+    }
+
+    /// When the JVM was spawned: [`PeerEvent::at`] counts from here.
+    pub fn spawned_at(&self) -> Instant {
+        self.spawned
+    }
+
+    /// Whether the JVM's stderr / log output so far contains `needle` (e.g. an exception's
+    /// class name).
+    pub fn stderr_contains(&self, needle: &str) -> bool {
+        std::fs::read_to_string(&self.stderr_path).is_ok_and(|text| text.contains(needle))
     }
 
     /// Waits for `startup_complete` (JVM up, `KafkaConsumer` built, about to subscribe), and
@@ -507,8 +540,19 @@ struct PeerEnv {
     java: PathBuf,
     setpriv: Option<PathBuf>,
     libs: PathBuf,
+    /// The kafka-tools release in `libs`, e.g. "4.4.0", and its line (major, minor).
+    version: String,
+    line: (u32, u32),
+    /// The logging configuration: log4j2 (4.x) or log4j 1 (3.x, reload4j).
     log4j: PathBuf,
     log_dir: PathBuf,
+}
+
+/// The Kafka release of the Java peers' kafka-tools and kafka-clients jars (e.g. "4.4.0"):
+/// `KAFKA_VERSION` when set, else 4.4.0. Fetches the jars first if this process has not yet
+/// done so.
+pub fn peer_version() -> &'static str {
+    &peer_env().version
 }
 
 /// Log4j2 config of the peers: everything to stderr (the default configuration would print
@@ -527,14 +571,51 @@ logger.internals.name = org.apache.kafka.clients.consumer.internals
 logger.internals.level = INFO
 ";
 
-/// Runs `tests/kafka/peer.sh libs` once per test process.
+/// The same for the 3.x peers (log4j 1 through reload4j and slf4j-reload4j).
+const LOG4J1: &str = "\
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.org.apache.kafka.clients.consumer.internals=INFO
+";
+
+/// The release of the `kafka-tools-X.Y.Z.jar` in `libs`.
+fn tools_version(libs: &Path) -> Result<(String, (u32, u32)), String> {
+    let entries = std::fs::read_dir(libs).map_err(|e| format!("read {}: {e}", libs.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(v) = name
+            .strip_prefix("kafka-tools-")
+            .and_then(|n| n.strip_suffix(".jar"))
+        else {
+            continue;
+        };
+        let parts: Vec<Option<u32>> = v.split('.').map(|p| p.parse().ok()).collect();
+        if let [Some(major), Some(minor), Some(_)] = parts[..] {
+            return Ok((v.to_owned(), (major, minor)));
+        }
+    }
+    Err(format!("no kafka-tools-X.Y.Z.jar in {}", libs.display()))
+}
+
+/// Runs `tests/kafka/peer.sh libs` once per test process, for the release in `KAFKA_VERSION`
+/// (peer.sh's default without it).
 fn peer_env() -> &'static PeerEnv {
     static ENV: OnceLock<Result<PeerEnv, String>> = OnceLock::new();
     let env = ENV.get_or_init(|| {
         let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let script = repo.join("tests/kafka/peer.sh");
-        let out = Command::new(&script)
-            .arg("libs")
+        let mut cmd = Command::new(&script);
+        cmd.arg("libs");
+        if let Some(v) = std::env::var("KAFKA_VERSION")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+        {
+            cmd.args(["--version", v.trim()]);
+        }
+        let out = cmd
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("run {}: {e}", script.display()))?;
@@ -558,8 +639,13 @@ fn peer_env() -> &'static PeerEnv {
         let log_dir = repo.join("target").join("java-peer");
         std::fs::create_dir_all(&log_dir)
             .map_err(|e| format!("create {}: {e}", log_dir.display()))?;
-        let log4j = log_dir.join("log4j2.properties");
-        std::fs::write(&log4j, LOG4J2).map_err(|e| format!("write {}: {e}", log4j.display()))?;
+        let (version, line) = tools_version(&libs)?;
+        let (log4j, config) = if line >= (4, 0) {
+            (log_dir.join("log4j2.properties"), LOG4J2)
+        } else {
+            (log_dir.join("log4j.properties"), LOG4J1)
+        };
+        std::fs::write(&log4j, config).map_err(|e| format!("write {}: {e}", log4j.display()))?;
         let java = match (std::env::var_os("JAVA"), std::env::var_os("JAVA_HOME")) {
             (Some(j), _) if !j.is_empty() => PathBuf::from(j),
             (_, Some(h)) if !h.is_empty() => PathBuf::from(h).join("bin").join("java"),
@@ -573,6 +659,8 @@ fn peer_env() -> &'static PeerEnv {
             java,
             setpriv,
             libs,
+            version,
+            line,
             log4j,
             log_dir,
         })
@@ -650,7 +738,7 @@ fn read_events(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
         let at = spawned.elapsed();
         let mut s = lock();
         match parse_event(line) {
-            Some((name, partitions)) => {
+            Some((name, partitions, success)) => {
                 match name.as_str() {
                     "startup_complete" => s.started = true,
                     "partitions_assigned" => s.assignment.extend(partitions.iter().cloned()),
@@ -667,6 +755,7 @@ fn read_events(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
                     at,
                     name,
                     partitions,
+                    success,
                 });
             }
             None => s.other_lines.push(line.to_owned()),
@@ -675,9 +764,10 @@ fn read_events(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
     lock().eof = true;
 }
 
-/// `"name"` and, for the rebalance callbacks, `"partitions"` of one stdout line. None if the
-/// line is not a JSON object with a string name (or its partitions are malformed).
-fn parse_event(line: &str) -> Option<(String, Vec<Tp>)> {
+/// `"name"`, for the rebalance callbacks `"partitions"`, and for offsets_committed `"success"`
+/// of one stdout line. None if the line is not a JSON object with a string name (or its
+/// partitions are malformed).
+fn parse_event(line: &str) -> Option<(String, Vec<Tp>, Option<bool>)> {
     let Json::Obj(fields) = json::parse(line)? else {
         return None;
     };
@@ -700,7 +790,11 @@ fn parse_event(line: &str) -> Option<(String, Vec<Tp>)> {
             partitions.push((topic.clone(), p.parse::<i32>().ok()?));
         }
     }
-    Some((name.clone(), partitions))
+    let success = match field("success") {
+        Some(Json::Bool(b)) if name == "offsets_committed" => Some(*b),
+        _ => None,
+    };
+    Some((name.clone(), partitions, success))
 }
 
 /// Just enough JSON: a full RFC 8259 value parser (numbers kept as text) for one line.
@@ -886,15 +980,20 @@ pub fn verifiable_consumer_command() -> (PathBuf, Vec<String>) {
 }
 
 /// The JVM's arguments up to VerifiableConsumer's main class: a small heap, quick start, the
-/// peers' log4j2 configuration, the kafka-tools jars.
+/// peers' log4j2 (3.x: log4j 1) configuration, the kafka-tools jars.
 fn jvm_args(peer: &PeerEnv) -> Vec<String> {
+    let log_config = if peer.line >= (4, 0) {
+        format!("-Dlog4j2.configurationFile={}", peer.log4j.display())
+    } else {
+        format!("-Dlog4j.configuration=file:{}", peer.log4j.display())
+    };
     vec![
         "-Xmx256m".into(),
         "-XX:+UseSerialGC".into(),
         "-XX:TieredStopAtLevel=1".into(),
         "-XX:-UsePerfData".into(),
         "-Djava.awt.headless=true".into(),
-        format!("-Dlog4j2.configurationFile={}", peer.log4j.display()),
+        log_config,
         "-cp".into(),
         format!("{}/*", peer.libs.display()),
         MAIN_CLASS.into(),
