@@ -96,7 +96,8 @@ pub struct JavaConsumerBuilder {
 }
 
 impl JavaConsumerBuilder {
-    /// `--group-protocol` (default [`GroupProtocol::Classic`]).
+    /// `--group-protocol` (default [`GroupProtocol::Classic`]). [`GroupProtocol::Consumer`]
+    /// needs a 4.x peer ([`peer_version`]).
     pub fn protocol(mut self, protocol: GroupProtocol) -> Self {
         self.protocol = protocol;
         self
@@ -973,7 +974,8 @@ mod json {
 
 /// The command line that starts Kafka's own VerifiableConsumer, up to its flags: the `java`
 /// executable and the JVM arguments ending with the main class. Used to drive it exactly like
-/// the crate's `verifiable_consumer` example (tests/verifiable_consumer.rs).
+/// the crate's `verifiable_consumer` example (tests/verifiable_consumer.rs). The flags are the
+/// caller's: they must be ones the [`peer_version`] release takes.
 pub fn verifiable_consumer_command() -> (PathBuf, Vec<String>) {
     let peer = peer_env();
     (peer.java.clone(), jvm_args(peer))

@@ -57,7 +57,9 @@ public class WaitCoordinator {
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, CALL_TIMEOUT_MS);
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, CALL_TIMEOUT_MS);
         p.put(AdminClientConfig.RETRY_BACKOFF_MS_CONFIG, 100);
-        p.put(AdminClientConfig.RETRY_BACKOFF_MAX_MS_CONFIG, 500);
+        // By name: the constant is new in kafka-clients 3.7, and this program runs on the
+        // clients of whatever version the broker is (a 3.6 client ignores the key).
+        p.put("retry.backoff.max.ms", 500);
 
         String last = "no attempt";
         try (Admin admin = Admin.create(p)) {

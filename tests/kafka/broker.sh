@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
-# Real Apache Kafka 4.x (KRaft) broker for the integration tests, from Maven Central jars
+# Real Apache Kafka (KRaft) broker for the integration tests, from Maven Central jars
 # only: no Kafka tarball, no Docker. See README.md, "Tests against a real broker".
 #
-#   broker.sh start [--nodes 1|3] [--dir DIR]   fresh broker/cluster; prints the bootstrap
+#   broker.sh start [--nodes 1|3] [--dir DIR] [--version X.Y.Z]
+#                                               fresh broker/cluster; prints the bootstrap
 #                                               address (127.0.0.1:port[,...]) as the LAST
 #                                               line of stdout, all progress on stderr
 #   broker.sh stop [--dir DIR]                  SIGTERM, SIGKILL after 20 s, delete data
 #   broker.sh bootstrap [--dir DIR]             print the running broker's bootstrap address
+#   broker.sh version [--dir DIR]               print the running broker's Kafka version
 #   broker.sh pid NODE_ID [--dir DIR]           print the pid of node NODE_ID (1..3)
 #   broker.sh start-node NODE_ID [--dir DIR]    restart a stopped/killed node on its existing
-#                                               data (no reformat), wait for its port
+#                                               data (no reformat) and version, wait for its
+#                                               port
+#   broker.sh versions                          print the versions of the compatibility
+#                                               matrix (tests/kafka/matrix.sh), default last
+#
+# --version: the Kafka release to run, default 4.4.0. Checked in the matrix: 3.6.2 (no
+# consumer protocol), 3.9.2 (consumer protocol as a preview), 4.0.2, 4.2.2, 4.4.0; any
+# release from 3.6 on is accepted and gets the settings of its line (version_settings).
+# 3.x runs on log4j 1 (reload4j, tests/kafka/log4j.properties, jars from pom-3x.xml), 4.x
+# on log4j2 (log4j2.yaml, jars from pom.xml).
 #
 # State dir: --dir, else $KAFKA_IT_DIR, else <repo>/target/kafka-it. Layout:
-#   libs/          jars fetched by Maven from tests/kafka/pom.xml (kept across runs;
-#                  refetched when the pom's content changes)
+#   libs/          jars of the default version, fetched by Maven from tests/kafka/pom.xml
+#                  (kept across runs; refetched when the pom's content changes). Other
+#                  versions' jars are shared by all state dirs in
+#                  <repo>/target/kafka-it-libs/<version>/ (refetched when their pom changes)
 #   nX/            node X: server.properties, data/, out.log (broker console), pid,
 #                  format.log
 #   bootstrap      bootstrap address of the running broker
+#   version        its Kafka version (also what start-node restarts)
 #   certs/         single node only: test CA and certificates made by certs.sh (fresh
 #                  on every start, kept after stop like the logs)
 #   security.env   single node only, while running: the extra listeners and the test
@@ -34,6 +48,8 @@
 #
 # Environment: JAVA (default $JAVA_HOME/bin/java or java; JDK 17+ for the broker),
 # MVN (default mvn), KAFKA_IT_DIR, OPENSSL (default openssl; single node only).
+# After start, keys of server.properties that the version's KafkaConfig does not define are
+# logged as a warning (there should be none: version_settings leaves them out).
 set -euo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -45,11 +61,17 @@ PORT_WAIT_S=90      # every client port must accept connections within this
 COORD_WAIT_S=60     # then the group coordinator must answer within this
 STOP_WAIT_S=20      # SIGTERM grace period before SIGKILL
 
+# The release the harness runs without --version. Keep in step with pom.xml's kafka.version.
+DEFAULT_VERSION=4.4.0
+# The compatibility matrix (tests/kafka/matrix.sh): the newest patch release of each line
+# that Maven Central serves, oldest first.
+MATRIX_VERSIONS=(3.6.2 3.9.2 4.0.2 4.2.2 4.4.0)
+
 # Broker JVM: plain `java` skips bin/kafka-run-class.sh (1 GB heap, G1, JMX). Serial GC
 # and C1-only JIT save threads and startup CPU, which is what is scarce on 2 shared cores.
+# The log configuration is added per version (version_settings).
 broker_jvm_opts=(-Xms128m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
-    -XX:-UsePerfData -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true
-    "-Dlog4j2.configurationFile=$here/log4j2.yaml")
+    -XX:-UsePerfData -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true)
 # Short-lived tools (StorageTool, WaitCoordinator).
 tool_jvm_opts=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData
     -Djava.awt.headless=true)
@@ -127,29 +149,132 @@ lock_dir() {
     flock 9
 }
 
+# ---------------------------------------------------------------------------- versions
+
+# Sets, for the Kafka release $version: its line ($vline = major*100 + minor), the pom and
+# the jar dir ($pom, $libs), the log configuration of the broker and of the tools, and the
+# server.properties edits of that line ($prop_edits: sed expressions applied to the
+# filled-in template). Keys a line does not define, or whose value it rejects, are left
+# out or rewritten; checked against the broker's own "KafkaConfig values" dump at start
+# (check_config_keys). Sources: apache/kafka KafkaConfig.scala and
+# GroupCoordinatorConfig.java of each line.
+version_settings() {
+    [[ $version =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)$ ]] || die "--version must be X.Y.Z, not '$version'"
+    vline=$((BASH_REMATCH[1] * 100 + BASH_REMATCH[2]))
+    # 3.5 is the first release whose StorageTool writes SCRAM users at format time; 3.6 the
+    # oldest line this harness is checked on.
+    ((vline >= 306)) || die "Kafka $version: releases before 3.6 are not supported"
+    if [[ $version == "$DEFAULT_VERSION" ]]; then
+        libs=$dir/libs          # as before versions existed: per state dir
+    else
+        libs=$repo/target/kafka-it-libs/$version
+    fi
+    prop_edits=()
+    if ((vline < 400)); then
+        # 3.x: log4j 1 (reload4j) behind slf4j 1.7; the binding is slf4j-reload4j.
+        pom=$here/pom-3x.xml
+        broker_log_opts=("-Dlog4j.configuration=file:$here/log4j.properties" -Dkafka.it.log.level=INFO)
+        tool_log_opts=("-Dlog4j.configuration=file:$here/log4j.properties" -Dkafka.it.log.level=ERROR)
+        # No share groups (KIP-932 came with 4.0): no share coordinator, no keys.
+        prop_edits+=(-e '/^share\.coordinator\./d')
+    else
+        # 4.x: log4j2 with its SLF4J-1 binding (pom.xml).
+        pom=$here/pom.xml
+        broker_log_opts=("-Dlog4j2.configurationFile=$here/log4j2.yaml")
+        tool_log_opts=()
+    fi
+    if ((vline < 307)); then
+        # 3.6: no consumer protocol. group.coordinator.rebalance.protocols does not exist
+        # yet, and ConsumerGroupHeartbeat is an unstable API that is not even advertised;
+        # the group.consumer.* timings exist but nothing reads them.
+        consumer_protocol=none
+        prop_edits+=(-e '/^group\.coordinator\.rebalance\.protocols=/d'
+            -e '/^group\.consumer\./d')
+    elif ((vline < 400)); then
+        # 3.7 (early access) to 3.9 (preview): "consumer" in the list turns on the new group
+        # coordinator and ConsumerGroupHeartbeat v0. "streams" is no GroupType there
+        # (GroupType.valueOf fails the startup).
+        consumer_protocol=preview
+        prop_edits+=(-e 's/^group\.coordinator\.rebalance\.protocols=.*/group.coordinator.rebalance.protocols=classic,consumer/')
+    elif ((vline < 401)); then
+        # 4.0: consumer protocol GA, default classic,consumer; streams groups came in 4.1.
+        consumer_protocol=ga
+        prop_edits+=(-e 's/^group\.coordinator\.rebalance\.protocols=.*/group.coordinator.rebalance.protocols=classic,consumer/')
+    else
+        consumer_protocol=ga
+    fi
+    # group.consumer.assignment.interval.ms (before: assignments computed at once) and
+    # group.coordinator.background.threads are new in 4.3 (GroupCoordinatorConfig).
+    ((vline >= 403)) || prop_edits+=(-e '/^group\.consumer\.assignment\.interval\.ms=/d'
+        -e '/^group\.coordinator\.background\.threads=/d')
+}
+
+# Applies $prop_edits to server.properties template output on stdin.
+version_props() {
+    echo "# Kafka $version (line $vline): template edited by broker.sh version_settings"
+    if ((${#prop_edits[@]})); then sed "${prop_edits[@]}"; else cat; fi
+}
+
 # ---------------------------------------------------------------------------- jars
 
-# Fetch the broker jars into $dir/libs unless they are there for the current pom.xml.
+# Fetch the broker jars of $version into $libs unless they are there for the current pom.
+# The default version keeps its historical stamp (the pom's hash); other versions hash
+# the pom and the version. A shared jar dir is locked on its own (several state dirs may
+# fetch the same version at once).
 ensure_libs() {
     local stamp t0 tmp
-    stamp=$(sha256sum "$here/pom.xml" | cut -d' ' -f1)
-    if [[ -f $dir/libs/.pom-sha256 && $(<"$dir/libs/.pom-sha256") == "$stamp" ]]; then
-        log "jars: cached in $dir/libs"
+    if [[ $version == "$DEFAULT_VERSION" ]]; then
+        grep -q "<kafka.version>$DEFAULT_VERSION</kafka.version>" "$pom" \
+            || die "DEFAULT_VERSION $DEFAULT_VERSION is not the kafka.version of $pom"
+        stamp=$(sha256sum "$pom" | cut -d' ' -f1)
+    else
+        stamp=$( { cat "$pom"; echo "kafka.version=$version"; } | sha256sum | cut -d' ' -f1)
+        mkdir -p "${libs%/*}"
+        exec 8>"$libs.lock"
+        flock 8
+    fi
+    if [[ -f $libs/.pom-sha256 && $(<"$libs/.pom-sha256") == "$stamp" ]]; then
+        log "jars: Kafka $version cached in $libs"
+        exec 8>&-
         return
     fi
     t0=$(now_ms)
-    tmp=$dir/libs.tmp
+    tmp=$libs.tmp
     rm -rf "$tmp"
-    if ! "$MVN" -q -B -f "$here/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
-            "-DoutputDirectory=$tmp" >"$dir/mvn.log" 2>&1; then
-        tail -n 40 "$dir/mvn.log" >&2
-        die "maven could not fetch the broker jars (full log: $dir/mvn.log)"
+    if ! "$MVN" -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+            "-Dkafka.version=$version" "-DoutputDirectory=$tmp" >"$libs.mvn.log" 2>&1; then
+        tail -n 40 "$libs.mvn.log" >&2
+        exec 8>&-
+        die "maven could not fetch the Kafka $version broker jars (full log: $libs.mvn.log)"
     fi
+    compgen -G "$tmp/kafka_2.13-$version.jar" >/dev/null \
+        || die "no kafka_2.13-$version.jar in $tmp (log: $libs.mvn.log)"
     echo "$stamp" >"$tmp/.pom-sha256"
-    rm -rf "$dir/libs"
-    mv "$tmp" "$dir/libs"
-    local jars=("$dir"/libs/*.jar)
-    log "jars: fetched ${#jars[@]} jars in $(since "$t0") s"
+    rm -rf "$libs"
+    mv "$tmp" "$libs"
+    exec 8>&-
+    local jars=("$libs"/*.jar)
+    log "jars: fetched ${#jars[@]} jars of Kafka $version in $(since "$t0") s"
+}
+
+# Warns about keys of node $1's server.properties that the broker's KafkaConfig does not
+# define (its first "KafkaConfig values:" dump in out.log lists every key it defines).
+# Listener-prefixed keys are per-listener overrides, not in the dump.
+check_config_keys() {
+    local nd=$dir/n$1 unknown
+    grep -q 'KafkaConfig values:' "$nd/out.log" || return 0
+    unknown=$(awk '
+        FNR == NR { if (/KafkaConfig values:/) { on = 1; next }
+                    if (on && /^\t/) { sub(/^\t/, ""); sub(/ = .*/, ""); known[$0] = 1; next }
+                    if (on) { nextfile } next }
+        /^[a-z]/ && !/^listener\.name\./ { k = $0; sub(/=.*/, "", k); if (!(k in known)) print k }
+    ' "$nd/out.log" "$nd/server.properties" | sort -u | tr '\n' ' ')
+    if [[ -n $unknown ]]; then
+        log "warning: Kafka $version does not define: $unknown(node $1)"
+        echo "$unknown" >"$nd/unknown-keys"
+    else
+        rm -f "$nd/unknown-keys"
+    fi
 }
 
 # ---------------------------------------------------------------------------- nodes
@@ -164,7 +289,7 @@ launch_node() {
     rm -f "$nd/pid"
     # shellcheck disable=SC2016 # $1, $$ and $@ are the inner bash's
     setsid bash -c 'cd "$1" && echo $$ >pid && shift && exec "$@"' launch "$nd" \
-        "$JAVA" "${broker_jvm_opts[@]}" "-Dkafka.logs.dir=$nd" -cp "$dir/libs/*" \
+        "$JAVA" "${broker_jvm_opts[@]}" "${broker_log_opts[@]}" "-Dkafka.logs.dir=$nd" -cp "$libs/*" \
         kafka.Kafka "$nd/server.properties" \
         </dev/null >>"$nd/out.log" 2>&1 9>&- &
     local i
@@ -233,7 +358,7 @@ stop_nodes() {
     for n in $(node_ids); do
         rm -rf "$dir/n$n/data" "$dir/n$n/pid"
     done
-    rm -f "$dir/bootstrap" "$dir/security.env"
+    rm -f "$dir/bootstrap" "$dir/security.env" "$dir/version"
 }
 
 # One attempt at a fresh cluster of $nodes nodes. Returns 3 on a port clash (retry).
@@ -283,7 +408,7 @@ start_once() {
             -e "s|@CLIENT_PORT@|${cport[n]}|g" -e "s|@CONTROLLER_PORT@|${kport[n]}|g" \
             -e "s|@SASL_SSL_PORT@|$sslport|g" -e "s|@SASL_PLAINTEXT_PORT@|$saslport|g" \
             -e "s|@CERT_DIR@|$(sed_escape "$dir/certs")|g" \
-            -e "s|@DATA_DIR@|$(sed_escape "$nd/data")|g" "$tmpl" >"$nd/server.properties"
+            -e "s|@DATA_DIR@|$(sed_escape "$nd/data")|g" "$tmpl" | version_props >"$nd/server.properties"
         if grep -v '^#' "$nd/server.properties" | grep -q '@[A-Z_]*@'; then
             die "unfilled placeholder in $nd/server.properties"
         fi
@@ -295,14 +420,14 @@ start_once() {
     # latest production one, which enables group.version=1 (the consumer protocol).
     # Nodes are formatted in parallel (one JVM each).
     t0=$(now_ms)
-    cid=$("$JAVA" "${tool_jvm_opts[@]}" -cp "$dir/libs/*" kafka.tools.StorageTool random-uuid \
+    cid=$("$JAVA" "${tool_jvm_opts[@]}" "${tool_log_opts[@]}" -cp "$libs/*" kafka.tools.StorageTool random-uuid \
         2>/dev/null | tail -n 1) || true
     [[ $cid =~ ^[A-Za-z0-9_-]{22}$ ]] || die "StorageTool random-uuid gave '$cid'"
     local fpids=()
     for ((n = 1; n <= nodes; n++)); do
         nd=$dir/n$n
-        "$JAVA" "${tool_jvm_opts[@]}" -Dlog4j2.configurationFile="$here/log4j2.yaml" \
-            -cp "$dir/libs/*" kafka.tools.StorageTool format -t "$cid" \
+        "$JAVA" "${tool_jvm_opts[@]}" "${broker_log_opts[@]}" \
+            -cp "$libs/*" kafka.tools.StorageTool format -t "$cid" \
             -c "$nd/server.properties" "${scram[@]}" >"$nd/format.log" 2>&1 &
         fpids[n]=$!
     done
@@ -315,7 +440,9 @@ start_once() {
     log "format: cluster $cid, $nodes node(s) in $(since "$t0") s"
 
     # Start all nodes together: a node without a quorum gives up after
-    # initial.broker.registration.timeout.ms (60 s).
+    # initial.broker.registration.timeout.ms (60 s). The version file tells start-node
+    # (and with-broker.sh) what runs here.
+    echo "$version" >"$dir/version"
     t0=$(now_ms)
     for ((n = 1; n <= nodes; n++)); do launch_node "$n"; done
 
@@ -334,7 +461,7 @@ start_once() {
     local bootstrap="" t1
     for ((n = 1; n <= nodes; n++)); do bootstrap+="${bootstrap:+,}127.0.0.1:${cport[n]}"; done
     t1=$(now_ms)
-    if ! "$JAVA" "${tool_jvm_opts[@]}" -cp "$dir/libs/*" "$here/WaitCoordinator.java" \
+    if ! "$JAVA" "${tool_jvm_opts[@]}" "${tool_log_opts[@]}" -cp "$libs/*" "$here/WaitCoordinator.java" \
             "$bootstrap" "$nodes" "$COORD_WAIT_S" 9>&-; then
         for ((n = 1; n <= nodes; n++)); do
             log "tail of $dir/n$n/out.log:"
@@ -364,7 +491,9 @@ start_once() {
         done
     fi
     log "coordinator: ready after $(since "$t1") s"
-    log "start-to-ready: $(since "$t0") s for $nodes node(s)"
+    log "start-to-ready: $(since "$t0") s for $nodes node(s) of Kafka $version" \
+        "(consumer protocol: $consumer_protocol)"
+    for ((n = 1; n <= nodes; n++)); do check_config_keys "$n"; done
 
     local pid rss
     for ((n = 1; n <= nodes; n++)); do
@@ -409,6 +538,8 @@ cmd_start() {
     trap 'exit 129' HUP
     trap 'exit 130' INT
     trap 'exit 143' TERM
+    version=${version_arg:-$DEFAULT_VERSION}
+    version_settings
     ensure_libs
     local attempt rc
     for attempt in 1 2 3; do
@@ -439,6 +570,11 @@ cmd_bootstrap() {
     die "no broker running in $dir (stale $dir/bootstrap)"
 }
 
+cmd_version() {
+    cmd_bootstrap >/dev/null
+    if [[ -s $dir/version ]]; then cat "$dir/version"; else echo "$DEFAULT_VERSION"; fi
+}
+
 cmd_pid() {
     [[ $node_arg =~ ^[0-9]+$ ]] || die "usage: broker.sh pid NODE_ID"
     node_pid "$node_arg" || die "node $node_arg is not running in $dir"
@@ -452,6 +588,13 @@ cmd_start_node() {
     [[ -f $nd/server.properties && -d $nd/data ]] || die "node $n has no formatted data in $dir"
     lock_dir
     if node_pid "$n" >/dev/null; then die "node $n is already running"; fi
+    # The version the node was formatted and started with (a state dir from before
+    # versions existed ran the default).
+    version=$DEFAULT_VERSION
+    [[ -s $dir/version ]] && version=$(<"$dir/version")
+    [[ -z $version_arg || $version_arg == "$version" ]] \
+        || die "node $n runs Kafka $version, not $version_arg"
+    version_settings
     port=$(sed -n 's|^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*|\1|p' "$nd/server.properties")
     t0=$(now_ms)
     echo "---- start-node $(date -Is)" >>"$nd/out.log"
@@ -469,8 +612,11 @@ shift
 nodes=1
 dir=${KAFKA_IT_DIR:-$repo/target/kafka-it}
 node_arg=""
+version_arg=""
 while (($#)); do
     case $1 in
+        --version) version_arg=${2:?--version needs a value}; shift 2 ;;
+        --version=*) version_arg=${1#*=}; shift ;;
         --nodes) nodes=${2:?--nodes needs a value}; shift 2 ;;
         --nodes=*) nodes=${1#*=}; shift ;;
         --dir) dir=${2:?--dir needs a value}; shift 2 ;;
@@ -484,13 +630,16 @@ done
 [[ $dir == /* ]] || dir=$PWD/$dir
 dir=${dir%/}
 
-case $cmd in start | stop | bootstrap) [[ -z $node_arg ]] || die "unexpected argument $node_arg" ;; esac
+case $cmd in start | stop | bootstrap | version | versions) [[ -z $node_arg ]] || die "unexpected argument $node_arg" ;; esac
+case $cmd in start | start-node) ;; *) [[ -z $version_arg ]] || die "--version is for start and start-node" ;; esac
 case $cmd in
     start) cmd_start ;;
     stop) cmd_stop ;;
     bootstrap) cmd_bootstrap ;;
+    version) cmd_version ;;
+    versions) printf '%s\n' "${MATRIX_VERSIONS[@]}" ;;
     pid) cmd_pid ;;
     start-node) cmd_start_node ;;
     -h | --help | help) usage ;;
-    *) die "unknown command '$cmd' (start|stop|bootstrap|pid|start-node)" ;;
+    *) die "unknown command '$cmd' (start|stop|bootstrap|version|versions|pid|start-node)" ;;
 esac

@@ -3,6 +3,10 @@
 # broker.sh, exports its address as KAFKA_BOOTSTRAP, runs the command, and stops the broker
 # (data removed) however the command ends. Exits with the command's status.
 #
+# KAFKA_VERSION picks the Kafka release (broker.sh start --version; default 4.4.0); it is
+# exported to the command as the version that runs, for version-aware tests
+# (tests/compat.rs).
+#
 # Also exported, from the broker's security.env (see broker.sh): the SASL_SSL and
 # SASL_PLAINTEXT listeners (KAFKA_SASL_SSL_BOOTSTRAP, KAFKA_SASL_PLAINTEXT_BOOTSTRAP),
 # the test CA, a CA that did not sign the broker, a client certificate and key
@@ -11,6 +15,7 @@
 #
 #   tests/kafka/with-broker.sh cargo test
 #   tests/kafka/with-broker.sh cargo run --example consumer
+#   KAFKA_VERSION=3.6.2 tests/kafka/with-broker.sh cargo test --test compat
 set -euo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -26,15 +31,18 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 started=$(date +%s%N)
-bootstrap=$("$here/broker.sh" start --dir "$dir" | tail -n 1)
+version_args=()
+[[ -z ${KAFKA_VERSION:-} ]] || version_args=(--version "$KAFKA_VERSION")
+bootstrap=$("$here/broker.sh" start --dir "$dir" "${version_args[@]}" | tail -n 1)
+KAFKA_VERSION=$("$here/broker.sh" version --dir "$dir")
 [[ -s $dir/security.env ]] || { echo "with-broker.sh: broker.sh wrote no $dir/security.env" >&2; exit 1; }
 set -a
 # shellcheck source=/dev/null # written by broker.sh start
 . "$dir/security.env"
 set +a
-echo "with-broker.sh: Kafka broker at $bootstrap, SASL_SSL $KAFKA_SASL_SSL_BOOTSTRAP," \
+echo "with-broker.sh: Kafka $KAFKA_VERSION broker at $bootstrap, SASL_SSL $KAFKA_SASL_SSL_BOOTSTRAP," \
     "SASL_PLAINTEXT $KAFKA_SASL_PLAINTEXT_BOOTSTRAP (ready in $(( ($(date +%s%N) - started) / 1000000 )) ms)" >&2
 
 status=0
-KAFKA_BOOTSTRAP=$bootstrap "$@" || status=$?
+KAFKA_BOOTSTRAP=$bootstrap KAFKA_VERSION=$KAFKA_VERSION "$@" || status=$?
 exit "$status"
