@@ -40,8 +40,8 @@ use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{GroupError, MemberId, TransportError, driver};
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as HeartbeatPartitions;
 use kafka_protocol::messages::{
-    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse, GroupId, RequestKind, ResponseKind, TopicName,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId, RequestKind,
+    ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -431,37 +431,6 @@ async fn consume(
     (values, next)
 }
 
-/// Member ids the coordinator lists for `group` (ConsumerGroupDescribe, consumer groups).
-async fn described_members(b: &Broker, group: &str) -> Vec<String> {
-    let r = b
-        .transport()
-        .send(
-            Target::Bootstrap,
-            Request::Raw {
-                body: Box::new(RequestKind::ConsumerGroupDescribe(
-                    ConsumerGroupDescribeRequest::default()
-                        .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
-                )),
-                versions: 0..=1,
-            },
-            Duration::from_secs(10),
-        )
-        .await;
-    let Ok(Response {
-        body: ResponseKind::ConsumerGroupDescribe(r),
-        ..
-    }) = r
-    else {
-        panic!("{r:?}")
-    };
-    let g = &r.groups[0];
-    if g.error_code == 69 {
-        return Vec::new(); // GROUP_ID_NOT_FOUND
-    }
-    assert_eq!(g.error_code, 0, "{:?}", g.error_message);
-    g.members.iter().map(|m| m.member_id.to_string()).collect()
-}
-
 async fn wait_fatal(m: &TestMember, timeout: Duration) -> GroupError {
     m.wait_seen(timeout, |s| s.fatal.is_some())
         .await
@@ -721,7 +690,7 @@ async fn r03_consumer_protocol_join() {
     let answer0 = answer0.as_ref().expect("answered");
     assert_eq!(answer0.error_code, 0);
     assert_eq!(
-        described_members(&b, &group).await,
+        common::described_members(&b.bootstrap, &group).await,
         vec![s.member_id.clone()]
     );
     m.handle.close(CloseOptions::Default).await;
@@ -954,7 +923,7 @@ async fn r07_consumer_static_leave_and_rejoin() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(other.snapshot().await.assignment, other_before);
     assert_eq!(other.seen().revoked.len(), other_revoked);
-    let mut listed = described_members(&b, &group).await;
+    let mut listed = common::described_members(&b.bootstrap, &group).await;
     listed.sort();
     let mut want = vec![s.member_id.clone(), other.snapshot().await.member_id];
     want.sort();
@@ -990,7 +959,7 @@ async fn r08_consumer_lost_first_answer_leaves_one_member() {
         let m = TestMember::start(wire.clone(), consumer(&group, instance), &[&topic]).await;
         let s = m.wait_stable(Some(2), T).await;
         let took = started.elapsed();
-        let listed = described_members(&b, &group).await;
+        let listed = common::described_members(&b.bootstrap, &group).await;
         assert_eq!(
             listed,
             vec![s.member_id.clone()],
@@ -1148,7 +1117,7 @@ async fn r10_consumer_fenced_while_registered_rejoins_with_its_id() {
         .collect();
     let refused = rejoins.iter().filter(|a| !a.starts_with("NONE")).count();
     assert_eq!(
-        described_members(&b, &group).await,
+        common::described_members(&b.bootstrap, &group).await,
         vec![s.member_id.clone()]
     );
     m.handle.close(CloseOptions::LeaveGroup).await;

@@ -13,8 +13,7 @@ use consumer_membership::core::events::{CloseOptions, CommitOffset};
 use consumer_membership::core::io::{Request, Response, Target};
 use consumer_membership::error::TransportError;
 use consumer_membership::transport::{TcpTransport, Transport};
-use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId, RequestKind, ResponseKind};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::RequestKind;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -29,38 +28,6 @@ async fn topic(b: &str, prefix: &str, partitions: i32) -> String {
     let name = unique(prefix);
     common::create_topic(&*t, &name, partitions).await;
     name
-}
-
-/// Member ids the coordinator lists for `group` (ConsumerGroupDescribe).
-async fn described_members(b: &str, group: &str) -> Vec<String> {
-    let (t, _) = common::transport(b);
-    let r = t
-        .send(
-            Target::Bootstrap,
-            Request::Raw {
-                body: Box::new(RequestKind::ConsumerGroupDescribe(
-                    ConsumerGroupDescribeRequest::default()
-                        .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
-                )),
-                versions: 0..=1,
-            },
-            Duration::from_secs(10),
-        )
-        .await;
-    // The describe goes to the coordinator; with one broker that is the bootstrap node.
-    let Ok(Response {
-        body: ResponseKind::ConsumerGroupDescribe(r),
-        ..
-    }) = r
-    else {
-        panic!("{r:?}")
-    };
-    let g = &r.groups[0];
-    if g.error_code == 69 {
-        return Vec::new(); // GROUP_ID_NOT_FOUND
-    }
-    assert_eq!(g.error_code, 0, "{:?}", g.error_message);
-    g.members.iter().map(|m| m.member_id.to_string()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,7 +67,7 @@ async fn join_sends_the_generated_id_at_epoch_zero_and_reaches_stable() {
     );
     assert_eq!(first.member_id.as_str(), s.member_id);
     assert_eq!(
-        described_members(&b, &group).await,
+        common::described_members(&b, &group).await,
         vec![s.member_id.clone()]
     );
 }
@@ -193,7 +160,7 @@ async fn lost_first_answer_leaves_no_ghost_member() {
         });
         let m = TestMember::start(t, config(&group, instance), &[&topic]).await;
         let s = m.wait_stable(Some(2), T).await;
-        let listed = described_members(&b, &group).await;
+        let listed = common::described_members(&b, &group).await;
         assert_eq!(
             listed,
             vec![s.member_id.clone()],
@@ -240,7 +207,7 @@ async fn close_before_the_first_answer_still_leaves() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(m.snapshot().await.generation, 0, "no answer yet");
     m.handle.close(CloseOptions::Default).await;
-    let listed = described_members(&b, &group).await;
+    let listed = common::described_members(&b, &group).await;
     assert!(listed.is_empty(), "ghost member after close: {listed:?}");
 
     // Static: the -2 leave lands; the same instance id rejoins at once.
@@ -260,7 +227,10 @@ async fn close_before_the_first_answer_still_leaves() {
     .await;
     let s = again.wait_stable(Some(2), T).await;
     assert!(again.seen().fatal.is_none(), "{:?}", again.seen().fatal);
-    assert_eq!(described_members(&b, &group).await, vec![s.member_id]);
+    assert_eq!(
+        common::described_members(&b, &group).await,
+        vec![s.member_id]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -374,7 +344,7 @@ async fn session_expiry_fences_then_the_member_rejoins_with_the_same_id() {
     // No heartbeat reaches the broker for longer than its session timeout (6 s in tests/kafka).
     stalled.store(true, std::sync::atomic::Ordering::SeqCst);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !described_members(&b, &group).await.is_empty() {
+    while !common::described_members(&b, &group).await.is_empty() {
         assert!(
             Instant::now() < deadline,
             "the broker never expired the member"
@@ -390,7 +360,10 @@ async fn session_expiry_fences_then_the_member_rejoins_with_the_same_id() {
         "same member id after fencing"
     );
     assert!(seen.fatal.is_none());
-    assert_eq!(described_members(&b, &group).await, vec![before.member_id]);
+    assert_eq!(
+        common::described_members(&b, &group).await,
+        vec![before.member_id]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,6 +34,40 @@ pub fn bootstrap() -> Option<String> {
     }
 }
 
+/// Member ids the coordinator lists for `group` (ConsumerGroupDescribe, consumer groups; none
+/// for a group the coordinator does not know). The describe goes to the bootstrap broker: with
+/// one broker that is the coordinator.
+pub async fn described_members(bootstrap: &str, group: &str) -> Vec<String> {
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
+    let (t, _) = transport(bootstrap);
+    let r = t
+        .send(
+            Target::Bootstrap,
+            Request::Raw {
+                body: Box::new(RequestKind::ConsumerGroupDescribe(
+                    ConsumerGroupDescribeRequest::default()
+                        .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
+                )),
+                versions: 0..=1,
+            },
+            Duration::from_secs(10),
+        )
+        .await;
+    let Ok(Response {
+        body: ResponseKind::ConsumerGroupDescribe(r),
+        ..
+    }) = r
+    else {
+        panic!("{r:?}")
+    };
+    let g = &r.groups[0];
+    if g.error_code == 69 {
+        return Vec::new(); // GROUP_ID_NOT_FOUND
+    }
+    assert_eq!(g.error_code, 0, "{:?}", g.error_message);
+    g.members.iter().map(|m| m.member_id.to_string()).collect()
+}
+
 /// A transport to `bootstrap` with a short request timeout.
 pub fn transport(bootstrap: &str) -> (Arc<TcpTransport>, ClientConfig) {
     let mut config = ClientConfig::new(bootstrap).unwrap();
