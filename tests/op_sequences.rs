@@ -74,7 +74,7 @@ use consumer_membership::core::consumer::ConsumerMember;
 use consumer_membership::core::events::{
     CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
-use consumer_membership::core::io::{Outbound, Request, RequestId, Response};
+use consumer_membership::core::io::{Outbound, Request, RequestId, Response, Target};
 use consumer_membership::core::member::Member;
 use consumer_membership::error::TransportError;
 use consumer_membership::transport::wire;
@@ -302,6 +302,8 @@ struct Answered {
     generation: Option<i32>,
     /// The error code the delivered answer carries (first non-zero one), if any.
     code: Option<i16>,
+    /// The coordinator (node id) the request went to.
+    node: Option<i32>,
 }
 
 #[derive(Debug, Default)]
@@ -459,6 +461,10 @@ pub struct Run {
     broker: BrokerModel,
     /// Classic static: empty-id joins that failed in the transport, not yet forgiven.
     self_fence_credit: u32,
+    /// Classic: the coordinator whose JoinGroup was last answered without error (it registered
+    /// the member id), and the coordinator whose FENCED_INSTANCE_ID was forgiven since.
+    registered_by: Option<i32>,
+    failover_forgiven: Option<i32>,
     /// A `close(LeaveGroup)` was issued.
     close_leave: bool,
     /// A close was issued to a member not yet stopped.
@@ -520,6 +526,8 @@ impl Run {
                 partitions: setup.partitions.map(|n| 1 + i32::from(n % 4)),
             },
             self_fence_credit: 0,
+            registered_by: None,
+            failover_forgiven: None,
             close_leave: false,
             closing: false,
             deferred: None,
@@ -1039,11 +1047,20 @@ impl Run {
         {
             self.full_due = true;
         }
+        let node = match &sent.out.target {
+            Target::Coordinator(b) => Some(b.node_id),
+            _ => None,
+        };
+        if sent.api == ApiKey::JoinGroup && result.is_ok() && code.is_none() {
+            self.registered_by = node;
+            self.failover_forgiven = None;
+        }
         step.answered = Some(Answered {
             api: sent.api,
             member_id: sent.member_id.clone(),
             generation: sent.generation,
             code,
+            node,
         });
         self.log(format!(
             "   <- {} {:?}: {}",
@@ -1758,6 +1775,17 @@ impl Run {
             )
         {
             current_id && current_generation
+        } else if a.code == Some(82)
+            && self.setup.variant.is_static()
+            && self.registered_by.is_some()
+            && a.node.is_some()
+            && a.node != self.registered_by
+            && a.node != self.failover_forgiven
+        {
+            // The failover self-fence: FENCED_INSTANCE_ID from a coordinator that did not
+            // register this member id, forgiven once per coordinator.
+            self.failover_forgiven = a.node;
+            true
         } else if a.code == Some(82) && self.setup.variant.is_static() && self.self_fence_credit > 0
         {
             self.self_fence_credit -= 1;

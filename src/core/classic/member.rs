@@ -1322,7 +1322,7 @@ impl ClassicMember {
     fn fenced(&mut self) {
         let by = self.answered_by;
         let moved = self.registered_by.is_some() && by.is_some() && by != self.registered_by;
-        if moved && self.failover_fence_forgiven != by && !self.java_policy() {
+        if moved && self.failover_fence_forgiven != by && self.is_static() && !self.java_policy() {
             self.failover_fence_forgiven = by;
             tracing::warn!(group = %self.config.group_id, coordinator = ?by, registered_by = ?self.registered_by, "FENCED_INSTANCE_ID from a coordinator that did not register this member id (it loaded an older registration after a failover); rejoining with the instance id");
             return self.replaced("fenced by a coordinator that loaded an older registration");

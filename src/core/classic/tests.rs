@@ -1508,3 +1508,15 @@ fn a_late_failure_of_a_request_to_the_dead_coordinator_keeps_the_new_one() {
         "no new lookup for a failure of the old coordinator"
     );
 }
+
+#[test]
+fn a_dynamic_member_is_never_forgiven_a_fence_it_has_no_instance_id_for() {
+    let mut h = Harness::stable(None, "m-1");
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 16); // NOT_COORDINATOR: the coordinator moved to node 2
+    h.advance(Duration::from_secs(2));
+    h.find_coordinator_at(2);
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 82);
+    assert_eq!(h.m.state(), "Fatal");
+}
