@@ -406,10 +406,17 @@ async fn scenario(bootstrap: &str, java: bool, shape: Shape) -> Outcome {
     let from = proxy.records_len();
     proxy.stall(coord);
     if shape == Shape::Replicating {
+        // Join #2 is held wherever it goes: on a new connection, or on an open one the
+        // transport hands to the coordinator (the bootstrap connection to the same broker).
         proxy.new_connections(ConnPolicy {
             stall_at_api: Some(ApiKey::JoinGroup),
             ..ConnPolicy::default()
         });
+        for c in proxy.connections() {
+            if c.id != coord && c.client_open {
+                proxy.stall_at_api(c.id, ApiKey::JoinGroup);
+            }
+        }
     }
     proxy
         .wait_for(from, Duration::from_secs(5), |r| {
