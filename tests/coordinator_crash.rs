@@ -159,9 +159,9 @@ async fn members_recover_from_a_coordinator_crash_with_default_timeouts() {
         }
         let t = Instant::now();
         match scenario {
-            'a' => stable(&mut ctx).await,
+            'a' => kill_stable(&mut ctx, false).await,
             'b' => in_flight(&mut ctx).await,
-            'c' => only_bootstrap(&mut ctx).await,
+            'c' => kill_stable(&mut ctx, true).await,
             'd' => static_restart(&mut ctx, wanted("e")).await,
             _ => duplicate_no_failover(&mut ctx).await,
         }
@@ -193,15 +193,39 @@ async fn members_recover_from_a_coordinator_crash_with_default_timeouts() {
 
 // ---------------------------------------------------------------------------- scenarios
 
-/// (a) kill -9 of the coordinator while every group is stable.
-async fn stable(ctx: &mut Ctx) {
-    let name = "a stable";
-    let all = ctx.bootstrap();
-    let groups = ctx.groups_on_one_coordinator(&["a-ours-c", "a-java-c", "a-ours-k", "a-java-k"]);
+/// (a) kill -9 of the coordinator while every group is stable; (c) the same when the killed
+/// broker is the only bootstrap address of every client (`only_bootstrap`).
+async fn kill_stable(ctx: &mut Ctx, only_bootstrap: bool) {
+    let (name, prefixes) = if only_bootstrap {
+        (
+            "c only bootstrap",
+            ["c-ours-c", "c-java-c", "c-ours-k", "c-java-k"],
+        )
+    } else {
+        ("a stable", ["a-ours-c", "a-java-c", "a-ours-k", "a-java-k"])
+    };
+    let groups = ctx.groups_on_one_coordinator(&prefixes);
     let coordinator = ctx.coordinator_of(&groups).await;
+    let bootstrap = if only_bootstrap {
+        let only = ctx.addrs[&coordinator].clone();
+        println!("[{name}] every client bootstraps from node {coordinator} ({only}) only");
+        only
+    } else {
+        ctx.bootstrap()
+    };
     let mut pairs = Vec::new();
     for (i, proto) in [Proto::Classic, Proto::Consumer].into_iter().enumerate() {
-        pairs.push(Pair::start(ctx, proto, &groups[2 * i], &groups[2 * i + 1], &all, false).await);
+        pairs.push(
+            Pair::start(
+                ctx,
+                proto,
+                &groups[2 * i],
+                &groups[2 * i + 1],
+                &bootstrap,
+                false,
+            )
+            .await,
+        );
     }
     if !ctx.ready(name, &pairs, coordinator).await {
         teardown(pairs).await;
@@ -346,28 +370,6 @@ async fn in_flight(ctx: &mut Ctx) {
     );
     teardown(vec![classic, consumer]).await;
     drop((classic_proxy, consumer_proxy));
-    ctx.restart(coordinator).await;
-}
-
-/// (c) the killed broker is the only bootstrap address of every client.
-async fn only_bootstrap(ctx: &mut Ctx) {
-    let name = "c only bootstrap";
-    let groups = ctx.groups_on_one_coordinator(&["c-ours-c", "c-java-c", "c-ours-k", "c-java-k"]);
-    let coordinator = ctx.coordinator_of(&groups).await;
-    let only = ctx.addrs[&coordinator].clone();
-    println!("[{name}] every client bootstraps from node {coordinator} ({only}) only");
-    let mut pairs = Vec::new();
-    for (i, proto) in [Proto::Classic, Proto::Consumer].into_iter().enumerate() {
-        pairs.push(Pair::start(ctx, proto, &groups[2 * i], &groups[2 * i + 1], &only, false).await);
-    }
-    if !ctx.ready(name, &pairs, coordinator).await {
-        teardown(pairs).await;
-        return;
-    }
-    let kill = kill9(coordinator);
-    ctx.set_live(Some(coordinator));
-    ctx.conclude(name, &pairs, kill, coordinator, &[]).await;
-    teardown(pairs).await;
     ctx.restart(coordinator).await;
 }
 
