@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
 use consumer_membership::MemberId;
+use consumer_membership::backoff::{ExponentialBackoff, JitterRng};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::core::TopicPartition;
-use consumer_membership::core::backoff::{ExponentialBackoff, JitterRng};
 use consumer_membership::core::classic::ClassicMember;
 use consumer_membership::core::classic::assignor::{self, MemberMetadata};
 use consumer_membership::core::classic::subscription::{
@@ -20,7 +20,7 @@ use consumer_membership::core::classic::subscription::{
 use consumer_membership::core::consumer::ConsumerMember;
 use consumer_membership::core::coordinator::{CoordinatorLookup, LookupConfig};
 use consumer_membership::core::events::Event;
-use consumer_membership::core::io::{Outbound, Request, RequestId, Response};
+use consumer_membership::request::{Outbound, Request, RequestId, Response};
 use consumer_membership::transport::wire::{self, BrokerVersions};
 use criterion::{Criterion, criterion_group, criterion_main};
 use kafka_protocol::messages::consumer_group_heartbeat_response::{

@@ -617,9 +617,9 @@ mod broker {
     use consumer_membership::ClientConfig;
     use consumer_membership::config::{GroupConfig, GroupProtocol};
     use consumer_membership::core::events::{CloseOptions, Event};
-    use consumer_membership::core::io::{Request, Response, Target};
     use consumer_membership::driver::{GroupMember, MemberHandle};
     use consumer_membership::metrics::HEARTBEAT_RESPONSE_TIME_MS;
+    use consumer_membership::request::{Request, Response, Target};
     use consumer_membership::transport::{TcpTransport, Transport};
     use kafka_protocol::messages::create_topics_request::CreatableTopic;
     use kafka_protocol::messages::{CreateTopicsRequest, RequestKind, ResponseKind, TopicName};

@@ -21,9 +21,9 @@ use std::time::Instant;
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::core::TopicPartition;
 use consumer_membership::core::events::{CloseOptions, CommitOffset, Event};
-use consumer_membership::core::io::{Request, Target};
 use consumer_membership::core::metadata::ClusterMetadata;
 use consumer_membership::driver::{GroupMember, MemberHandle};
+use consumer_membership::request::{Request, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, driver};
 use kafka_protocol::messages::ApiKey;
@@ -298,7 +298,7 @@ async fn fetch_once(
     let mut by_leader: BTreeMap<
         i32,
         (
-            consumer_membership::core::io::Broker,
+            consumer_membership::request::Broker,
             Vec<(TopicPartition, i64)>,
         ),
     > = BTreeMap::new();

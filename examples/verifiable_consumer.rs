@@ -1175,8 +1175,8 @@ fn by_leader(
     leaders: &Leaders,
     tps: Vec<TopicPartition>,
     out: &mut Round,
-) -> Vec<(consumer_membership::core::io::Broker, Vec<TopicPartition>)> {
-    let mut groups: BTreeMap<i32, (consumer_membership::core::io::Broker, Vec<TopicPartition>)> =
+) -> Vec<(consumer_membership::request::Broker, Vec<TopicPartition>)> {
+    let mut groups: BTreeMap<i32, (consumer_membership::request::Broker, Vec<TopicPartition>)> =
         BTreeMap::new();
     for tp in tps {
         match leaders.leader(&tp) {

@@ -6,12 +6,12 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
+use crate::backoff::ExponentialBackoff;
 use crate::config::ClientConfig;
 use crate::core::Machine;
-use crate::core::backoff::ExponentialBackoff;
 use crate::core::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
-use crate::core::io::{Broker, Outbound, RequestId, Response};
 use crate::error::{Error, TransportError};
+use crate::request::{Broker, Outbound, RequestId, Response};
 use crate::transport::Transport;
 
 /// Drives `machine` until `done` returns `Some`, and returns that value. Requests run

@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod backoff;
 pub mod config;
 pub mod core;
 pub mod driver;
@@ -34,6 +35,7 @@ pub mod error;
 pub mod member_id;
 pub mod metrics;
 pub mod properties;
+pub mod request;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod transport;

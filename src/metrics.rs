@@ -65,8 +65,8 @@ use ::metrics::{
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
 use crate::core::events::{CommitError, Event};
-use crate::core::io::{RequestId, Response};
 use crate::error::{GroupError, TransportError};
+use crate::request::{RequestId, Response};
 
 /// Successful rebalances (counter).
 pub const REBALANCE_TOTAL: &str = "consumer_coordinator.rebalance_total";

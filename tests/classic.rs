@@ -132,7 +132,7 @@ async fn suppressed_leave_rejoin_carries_the_existing_member_id() {
     );
     assert_eq!(again.member_id, first.member_id);
     assert!(m.seen().fatal.is_none(), "{:?}", m.seen().fatal);
-    let leaves = rec.sent.lock().unwrap().iter().filter(|(_, r)| matches!(r, consumer_membership::core::io::Request::Raw { body, .. } if matches!(**body, kafka_protocol::messages::RequestKind::LeaveGroup(_)))).count();
+    let leaves = rec.sent.lock().unwrap().iter().filter(|(_, r)| matches!(r, consumer_membership::request::Request::Raw { body, .. } if matches!(**body, kafka_protocol::messages::RequestKind::LeaveGroup(_)))).count();
     assert_eq!(leaves, 0, "no LeaveGroup from a static member");
 }
 

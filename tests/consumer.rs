@@ -10,8 +10,8 @@ use common::{Recorder, TestMember, unique, wait_balanced};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::core::TopicPartition;
 use consumer_membership::core::events::{CloseOptions, CommitOffset};
-use consumer_membership::core::io::{Request, Response, Target};
 use consumer_membership::error::TransportError;
+use consumer_membership::request::{Request, Response, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use kafka_protocol::messages::RequestKind;
 

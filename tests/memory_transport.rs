@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use consumer_membership::core::io::Target;
+use consumer_membership::request::Target;
 use consumer_membership::transport::MemoryTransport;
 use consumer_membership::transport::wire::BrokerVersions;
 use consumer_membership::{ClientConfig, Error, GroupError, driver};

@@ -91,9 +91,9 @@ use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::core::classic::ClassicMember;
 use consumer_membership::core::consumer::ConsumerMember;
 use consumer_membership::core::events::{CloseOptions, CommitOffset, Event};
-use consumer_membership::core::io::{Outbound, RequestId, Response, Target};
 use consumer_membership::core::member::Member;
 use consumer_membership::error::TransportError;
+use consumer_membership::request::{Outbound, RequestId, Response, Target};
 use consumer_membership::sim::ConnId;
 use consumer_membership::sim::codes;
 use consumer_membership::sim::coordinator::{
@@ -548,7 +548,7 @@ impl ModelWorld {
                 return;
             };
             self.conns[conn].reading = Some(f.correlation);
-            let api = consumer_membership::core::io::api_key_of(&f.body);
+            let api = consumer_membership::request::api_key_of(&f.body);
             if SimCoordinator::is_group_api(api) {
                 let position = self.queue.len() + 1;
                 self.log(|| {
@@ -1142,7 +1142,7 @@ fn canon_req(body: &RequestKind, ids: &mut Canon) -> String {
                 "partial"
             }
         ),
-        other => format!("{:?}", consumer_membership::core::io::api_key_of(other)),
+        other => format!("{:?}", consumer_membership::request::api_key_of(other)),
     }
 }
 

@@ -74,9 +74,9 @@ use consumer_membership::core::consumer::ConsumerMember;
 use consumer_membership::core::events::{
     CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
-use consumer_membership::core::io::{Outbound, Request, RequestId, Response, Target};
 use consumer_membership::core::member::Member;
 use consumer_membership::error::TransportError;
+use consumer_membership::request::{Outbound, Request, RequestId, Response, Target};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::consumer_group_heartbeat_response as cgh;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;

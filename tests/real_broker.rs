@@ -7,10 +7,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use consumer_membership::core::backoff::ExponentialBackoff;
+use consumer_membership::backoff::ExponentialBackoff;
 use consumer_membership::core::coordinator::{CoordinatorLookup, LookupConfig};
-use consumer_membership::core::io::{CoordinatorKeyType, Request, Target};
 use consumer_membership::core::metadata::ClusterMetadata;
+use consumer_membership::request::{CoordinatorKeyType, Request, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, TransportError, driver};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
@@ -302,7 +302,7 @@ async fn a_coordinator_that_refuses_connections_fails_its_requests_at_once() {
     let port = refused_port();
     let config = ClientConfig::new("127.0.0.1:1").unwrap();
     let t = Arc::new(TcpTransport::new(config));
-    let dead = Target::Coordinator(consumer_membership::core::io::Broker {
+    let dead = Target::Coordinator(consumer_membership::request::Broker {
         node_id: 7,
         host: "127.0.0.1".into(),
         port,
@@ -343,7 +343,7 @@ async fn a_silent_coordinator_costs_one_connection_setup_timeout() {
     let mut config = ClientConfig::new("127.0.0.1:1").unwrap();
     config.socket_connection_setup_timeout = Duration::from_millis(300);
     let t = Arc::new(TcpTransport::new(config));
-    let frozen = Target::Coordinator(consumer_membership::core::io::Broker {
+    let frozen = Target::Coordinator(consumer_membership::request::Broker {
         node_id: 3,
         host: "127.0.0.1".into(),
         port,

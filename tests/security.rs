@@ -13,8 +13,8 @@ use consumer_membership::ClientConfig;
 use consumer_membership::config::{SaslMechanism, Secret, SecurityProtocol};
 use consumer_membership::core::TopicPartition;
 use consumer_membership::core::events::CommitOffset;
-use consumer_membership::core::io::Target;
 use consumer_membership::error::TransportError;
+use consumer_membership::request::Target;
 use consumer_membership::transport::TcpTransport;
 
 struct Env {

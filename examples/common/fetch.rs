@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use consumer_membership::core::TopicPartition;
-use consumer_membership::core::io::{Broker, Request, Response, Target};
 use consumer_membership::error::{TransportError, error_name};
+use consumer_membership::request::{Broker, Request, Response, Target};
 use consumer_membership::transport::Transport;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{ApiKey, FindCoordinatorResponse, ResponseKind};
 
-use super::backoff::{ExponentialBackoff, JitterRng};
-use super::io::{
+use super::timer::{Timer, TimerTable};
+use crate::backoff::{ExponentialBackoff, JitterRng};
+use crate::error::{ErrorAction, GroupError, TransportError, classify};
+use crate::request::{
     Broker, CoordinatorKeyType, Outbound, Request, RequestId, RequestIds, Response, Target,
 };
-use super::timer::{Timer, TimerTable};
-use crate::error::{ErrorAction, GroupError, TransportError, classify};
 
 /// Settings of a [`CoordinatorLookup`].
 #[derive(Debug, Clone)]

@@ -8,10 +8,10 @@ use super::TopicPartition;
 use super::classic::{ApiMisuse, ClassicMember};
 use super::consumer::ConsumerMember;
 use super::events::{CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket};
-use super::io::{Broker, Outbound, RequestId, Response};
 use super::timer::Timer;
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::{ConfigError, GroupError, TransportError};
+use crate::request::{Broker, Outbound, RequestId, Response};
 
 /// Where the request ids of a classic member built by the `auto` fallback start: far above any
 /// id the consumer member it replaces handed out (its own ids count from 1, its lookup's from
@@ -242,8 +242,8 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
-    use crate::core::io::{Request, Response};
     use crate::member_id::MemberId;
+    use crate::request::{Request, Response};
 
     fn config(protocol: GroupProtocol) -> GroupConfig {
         let mut c = GroupConfig::new("g");

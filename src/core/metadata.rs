@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
-use super::io::{Broker, Response};
 use crate::error::GroupError;
+use crate::request::{Broker, Response};
 
 /// One topic as Metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

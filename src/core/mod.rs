@@ -7,13 +7,11 @@
 //! - outputs, drained after every input until empty: `poll_request()`, `poll_event()`,
 //!   `poll_timeout()`.
 
-pub mod backoff;
 pub mod classic;
 pub mod commit;
 pub mod consumer;
 pub mod coordinator;
 pub mod events;
-pub mod io;
 pub mod member;
 pub mod metadata;
 pub mod timer;
@@ -22,7 +20,7 @@ use std::fmt;
 use std::time::Instant;
 
 use crate::error::TransportError;
-use io::{Outbound, RequestId, Response};
+use crate::request::{Outbound, RequestId, Response};
 
 /// A partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -80,7 +80,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::ConnId;
 use super::codes::*;
-use crate::core::io::api_key_of;
+use crate::request::api_key_of;
 
 /// `LEAVE_GROUP_STATIC_MEMBER_EPOCH`.
 const STATIC_LEAVE_EPOCH: i32 = -2;

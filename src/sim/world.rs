@@ -34,9 +34,9 @@ use crate::config::GroupConfig;
 use crate::core::TopicPartition;
 use crate::core::classic::{ApiMisuse, ClassicMember};
 use crate::core::events::{CloseOptions, CommitId, CommitOffset, Event, RevokeTicket};
-use crate::core::io::{Broker, Outbound, RequestId, Response, Target};
 use crate::core::member::Member;
 use crate::error::{ConfigError, GroupError, TransportError};
+use crate::request::{Broker, Outbound, RequestId, Response, Target};
 use crate::transport::wire::{self, BrokerVersions};
 
 /// What the world needs from a member: the sans-IO drive contract plus the commands a schedule

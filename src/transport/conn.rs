@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::wire::{self, BrokerVersions};
-use crate::core::io::{Request, Response};
 use crate::error::TransportError;
+use crate::request::{Request, Response};
 
 /// Reads of a frame body grow the buffer at most this much at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -382,7 +382,7 @@ async fn read_frame<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::io::CoordinatorKeyType;
+    use crate::request::CoordinatorKeyType;
     use kafka_protocol::messages::api_versions_response::ApiVersion;
     use kafka_protocol::messages::{ApiVersionsResponse, FindCoordinatorResponse, RequestHeader};
     use tokio::io::DuplexStream;

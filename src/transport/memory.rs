@@ -10,8 +10,8 @@ use kafka_protocol::messages::{RequestKind, ResponseKind};
 
 use super::Transport;
 use super::wire::{self, BrokerVersions};
-use crate::core::io::{Request, Response, Target};
 use crate::error::TransportError;
+use crate::request::{Request, Response, Target};
 
 /// Answers one decoded request: `(target, body, version)` to a response body or an error.
 pub trait Handler: Send + 'static {

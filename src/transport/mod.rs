@@ -1,5 +1,5 @@
 //! The pluggable seam between the driver and the network. The sans-IO core never sees a
-//! transport: it emits [`Outbound`](crate::core::io::Outbound) values and is handed
+//! transport: it emits [`Outbound`](crate::request::Outbound) values and is handed
 //! [`Response`]s.
 //!
 //! - [`TcpTransport`]: the Kafka wire protocol over tokio TCP.
@@ -20,8 +20,8 @@ use std::time::Duration;
 pub use memory::{Handler, MemoryTransport};
 pub use tcp::TcpTransport;
 
-use crate::core::io::{Request, Response, Target};
 use crate::error::TransportError;
+use crate::request::{Request, Response, Target};
 
 /// Sends requests to Kafka brokers.
 pub trait Transport: Send + Sync + 'static {

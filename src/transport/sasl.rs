@@ -17,8 +17,8 @@ use sha2::{Digest, Sha256, Sha512};
 
 use super::conn::Connection;
 use crate::config::{SaslMechanism, Secret};
-use crate::core::io::Request;
 use crate::error::TransportError;
+use crate::request::Request;
 
 /// Kafka's minimum SCRAM iteration count (ScramMechanism.minIterations); fewer is refused as a
 /// downgrade.

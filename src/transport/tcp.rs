@@ -9,10 +9,10 @@ use tokio::net::TcpStream;
 
 use super::Transport;
 use super::conn::Connection;
+use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::ClientConfig;
-use crate::core::backoff::{ExponentialBackoff, JitterRng};
-use crate::core::io::{Request, Response, Target};
 use crate::error::TransportError;
+use crate::request::{Request, Response, Target};
 
 /// Connections are keyed by target kind and node id: the coordinator connection is separate from
 /// the data connection to the same broker.

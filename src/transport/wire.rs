@@ -10,8 +10,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::core::io::{Request, Response};
 use crate::error::TransportError;
+use crate::request::{Request, Response};
 
 /// The API versions a broker advertised in its ApiVersions answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn request_frame_round_trips_through_a_broker_decoder() {
         let req = Request::FindCoordinator {
-            key_type: crate::core::io::CoordinatorKeyType::Group,
+            key_type: crate::request::CoordinatorKeyType::Group,
             keys: vec!["g".into()],
         };
         for max in [3, 6] {

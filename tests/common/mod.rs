@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use consumer_membership::ClientConfig;
-use consumer_membership::core::io::{Request, Response, Target};
+use consumer_membership::request::{Request, Response, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{CreateTopicsRequest, RequestKind, ResponseKind, TopicName};

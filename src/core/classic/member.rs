@@ -51,18 +51,18 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::assignor::{self, Assignor, MemberMetadata, RebalanceProtocol};
 use super::subscription::{Assignment, Subscription};
+use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
-use crate::core::backoff::{ExponentialBackoff, JitterRng};
 use crate::core::commit::{self, Queued};
 use crate::core::coordinator::{CoordinatorLookup, LookupConfig};
 use crate::core::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
-use crate::core::io::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
 use crate::core::metadata::ClusterMetadata;
 use crate::core::timer::{Timer, TimerTable};
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
+use crate::request::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
 
 /// `ConsumerProtocol.PROTOCOL_TYPE`.
 const PROTOCOL_TYPE: &str = "consumer";

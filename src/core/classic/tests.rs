@@ -15,8 +15,8 @@ use super::subscription::{Assignment, Subscription};
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
 use crate::core::events::{CloseOptions, CommitError, CommitOffset, Event};
-use crate::core::io::{Outbound, Request, Response};
 use crate::error::GroupError;
+use crate::request::{Outbound, Request, Response};
 
 struct Harness {
     m: ClassicMember,
@@ -587,7 +587,7 @@ fn stale_and_unexpected_answers_are_ignored() {
     let mut h = Harness::stable(Some("i1"), "i1-abc");
     // An answer to a request never sent.
     h.m.handle_response(
-        crate::core::io::RequestId(424242),
+        crate::request::RequestId(424242),
         Ok(Response {
             version: 4,
             body: ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(25)),
@@ -1382,7 +1382,7 @@ impl Harness {
         let (join, id) = h.expect_join();
         assert_eq!(id, "i1-old", "rejoins with the kept member id");
         assert!(
-            matches!(&join.target, crate::core::io::Target::Coordinator(b) if b.node_id == node)
+            matches!(&join.target, crate::request::Target::Coordinator(b) if b.node_id == node)
         );
         (h, join)
     }

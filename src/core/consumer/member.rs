@@ -40,20 +40,20 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
-use crate::core::backoff::{ExponentialBackoff, JitterRng};
 use crate::core::classic::ApiMisuse;
 use crate::core::commit::{self, Queued};
 use crate::core::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
 use crate::core::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
-use crate::core::io::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
 use crate::core::metadata::ClusterMetadata;
 use crate::core::timer::{Timer, TimerTable};
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
 use crate::member_id::MemberId;
+use crate::request::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
 
 /// How often a static member recovers from UNRELEASED_INSTANCE_ID caused by its own earlier join
 /// before it gives up.

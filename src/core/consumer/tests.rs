@@ -25,10 +25,10 @@ use crate::core::TopicPartition;
 use crate::core::classic::ApiMisuse;
 use crate::core::classic::subscription::Subscription;
 use crate::core::events::{CloseOptions, CommitError, CommitOffset, Event, RevokeTicket};
-use crate::core::io::{Broker, Outbound, Request, Response, Target};
 use crate::core::member::Member;
 use crate::error::{GroupError, TransportError};
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
+use crate::request::{Broker, Outbound, Request, Response, Target};
 
 /// base64url("foobarbazqux1234") without padding: a valid 22-character member id.
 const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";
@@ -2210,7 +2210,7 @@ fn a_fenced_rejoin_backs_off_instead_of_spinning() {
     h.hb_answer(&hb, err(110));
     let (mut join, b) = h.expect_hb();
     assert_eq!(b.member_epoch, 0, "the first rejoin goes out at once");
-    let backoff = crate::core::backoff::ExponentialBackoff::retry(
+    let backoff = crate::backoff::ExponentialBackoff::retry(
         Duration::from_millis(100),
         Duration::from_secs(1),
     );
