@@ -160,6 +160,65 @@ fn broker_range(r: &Option<RangeInclusive<i16>>) -> String {
     }
 }
 
+/// The Kafka error codes this crate acts on by name, taken from kafka-protocol's
+/// [`ResponseError`] (apache/kafka `Errors.java`): the one place a code is spelled out.
+pub mod codes {
+    use kafka_protocol::ResponseError;
+
+    /// NONE: no error.
+    pub const NONE: i16 = 0;
+    /// UNKNOWN_SERVER_ERROR.
+    pub const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = ResponseError::UnknownTopicOrPartition.code();
+    /// REQUEST_TIMED_OUT.
+    pub const REQUEST_TIMED_OUT: i16 = ResponseError::RequestTimedOut.code();
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = ResponseError::CoordinatorLoadInProgress.code();
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = ResponseError::CoordinatorNotAvailable.code();
+    /// NOT_COORDINATOR.
+    pub const NOT_COORDINATOR: i16 = ResponseError::NotCoordinator.code();
+    /// ILLEGAL_GENERATION.
+    pub const ILLEGAL_GENERATION: i16 = ResponseError::IllegalGeneration.code();
+    /// INCONSISTENT_GROUP_PROTOCOL.
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = ResponseError::InconsistentGroupProtocol.code();
+    /// INVALID_GROUP_ID.
+    pub const INVALID_GROUP_ID: i16 = ResponseError::InvalidGroupId.code();
+    /// UNKNOWN_MEMBER_ID.
+    pub const UNKNOWN_MEMBER_ID: i16 = ResponseError::UnknownMemberId.code();
+    /// INVALID_SESSION_TIMEOUT.
+    pub const INVALID_SESSION_TIMEOUT: i16 = ResponseError::InvalidSessionTimeout.code();
+    /// REBALANCE_IN_PROGRESS.
+    pub const REBALANCE_IN_PROGRESS: i16 = ResponseError::RebalanceInProgress.code();
+    /// TOPIC_AUTHORIZATION_FAILED.
+    pub const TOPIC_AUTHORIZATION_FAILED: i16 = ResponseError::TopicAuthorizationFailed.code();
+    /// GROUP_AUTHORIZATION_FAILED.
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = ResponseError::GroupAuthorizationFailed.code();
+    /// UNSUPPORTED_VERSION.
+    pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
+    /// INVALID_REQUEST.
+    pub const INVALID_REQUEST: i16 = ResponseError::InvalidRequest.code();
+    /// GROUP_ID_NOT_FOUND.
+    pub const GROUP_ID_NOT_FOUND: i16 = ResponseError::GroupIdNotFound.code();
+    /// MEMBER_ID_REQUIRED.
+    pub const MEMBER_ID_REQUIRED: i16 = ResponseError::MemberIdRequired.code();
+    /// GROUP_MAX_SIZE_REACHED.
+    pub const GROUP_MAX_SIZE_REACHED: i16 = ResponseError::GroupMaxSizeReached.code();
+    /// FENCED_INSTANCE_ID.
+    pub const FENCED_INSTANCE_ID: i16 = ResponseError::FencedInstanceId.code();
+    /// UNSTABLE_OFFSET_COMMIT.
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = ResponseError::UnstableOffsetCommit.code();
+    /// UNKNOWN_TOPIC_ID.
+    pub const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();
+    /// FENCED_MEMBER_EPOCH.
+    pub const FENCED_MEMBER_EPOCH: i16 = ResponseError::FencedMemberEpoch.code();
+    /// UNRELEASED_INSTANCE_ID.
+    pub const UNRELEASED_INSTANCE_ID: i16 = ResponseError::UnreleasedInstanceId.code();
+    /// STALE_MEMBER_EPOCH.
+    pub const STALE_MEMBER_EPOCH: i16 = ResponseError::StaleMemberEpoch.code();
+}
+
 /// Kafka's name of an error code (`"NOT_COORDINATOR"` for 16), `"NONE"` for 0, or
 /// `"UNKNOWN_CODE"`.
 pub fn error_name(code: i16) -> String {
@@ -169,9 +228,10 @@ pub fn error_name(code: i16) -> String {
     let Some(e) = known(code) else {
         return "UNKNOWN_CODE".into();
     };
-    // The variants are Kafka's names in CamelCase: FencedInstanceId -> FENCED_INSTANCE_ID.
-    let mut name = String::new();
-    for (i, c) in format!("{e:?}").chars().enumerate() {
+    // ResponseError displays Kafka's name in CamelCase: FencedInstanceId -> FENCED_INSTANCE_ID.
+    let camel = e.to_string();
+    let mut name = String::with_capacity(camel.len() + 8);
+    for (i, c) in camel.chars().enumerate() {
         if c.is_ascii_uppercase() && i > 0 {
             name.push('_');
         }
@@ -325,24 +385,7 @@ pub fn classify(api: ApiKey, code: i16, group: &str) -> ErrorAction {
         SyncGroup,
     };
     use ErrorAction::*;
-    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    const REQUEST_TIMED_OUT: i16 = 7;
-    const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    const NOT_COORDINATOR: i16 = 16;
-    const ILLEGAL_GENERATION: i16 = 22;
-    const UNKNOWN_MEMBER_ID: i16 = 25;
-    const REBALANCE_IN_PROGRESS: i16 = 27;
-    const GROUP_AUTHORIZATION_FAILED: i16 = 30;
-    const MEMBER_ID_REQUIRED: i16 = 79;
-    const FENCED_INSTANCE_ID: i16 = 82;
-    const UNSTABLE_OFFSET_COMMIT: i16 = 88;
-    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
-    const UNSUPPORTED_VERSION: i16 = 35;
-    const UNKNOWN_TOPIC_ID: i16 = 100;
-    const FENCED_MEMBER_EPOCH: i16 = 110;
-    const UNRELEASED_INSTANCE_ID: i16 = 111;
-    const STALE_MEMBER_EPOCH: i16 = 113;
+    use codes::*;
     let fatal = || Fatal(GroupError::Fatal { api, code });
     match (api, code) {
         (_, 0) => Proceed,

@@ -47,46 +47,5 @@ impl fmt::Display for ConnId {
     }
 }
 
-/// Kafka error codes the simulation produces (apache/kafka `Errors.java`).
-pub mod codes {
-    /// NONE.
-    pub const NONE: i16 = 0;
-    /// UNKNOWN_SERVER_ERROR.
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-    /// COORDINATOR_LOAD_IN_PROGRESS.
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    /// COORDINATOR_NOT_AVAILABLE.
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    /// NOT_COORDINATOR.
-    pub const NOT_COORDINATOR: i16 = 16;
-    /// ILLEGAL_GENERATION.
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    /// INCONSISTENT_GROUP_PROTOCOL.
-    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
-    /// INVALID_GROUP_ID.
-    pub const INVALID_GROUP_ID: i16 = 24;
-    /// UNKNOWN_MEMBER_ID.
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    /// INVALID_SESSION_TIMEOUT.
-    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
-    /// REBALANCE_IN_PROGRESS.
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    /// UNSUPPORTED_VERSION.
-    pub const UNSUPPORTED_VERSION: i16 = 35;
-    /// INVALID_REQUEST.
-    pub const INVALID_REQUEST: i16 = 42;
-    /// GROUP_ID_NOT_FOUND.
-    pub const GROUP_ID_NOT_FOUND: i16 = 69;
-    /// MEMBER_ID_REQUIRED.
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    /// GROUP_MAX_SIZE_REACHED.
-    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
-    /// FENCED_INSTANCE_ID.
-    pub const FENCED_INSTANCE_ID: i16 = 82;
-    /// FENCED_MEMBER_EPOCH.
-    pub const FENCED_MEMBER_EPOCH: i16 = 110;
-    /// UNRELEASED_INSTANCE_ID.
-    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
-    /// STALE_MEMBER_EPOCH.
-    pub const STALE_MEMBER_EPOCH: i16 = 113;
-}
+/// Kafka error codes the simulation produces: the crate's one list ([`crate::error::codes`]).
+pub use crate::error::codes;
