@@ -85,7 +85,7 @@ pub enum LookupEvent {
 }
 
 /// The FindCoordinator sub-machine for a set of keys of one type.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CoordinatorLookup {
     key_type: CoordinatorKeyType,
     keys: BTreeMap<String, KeyState>,
@@ -400,7 +400,7 @@ impl CoordinatorLookup {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Outcome {
     Found(Broker),
     /// Ask again at once (no failure counted).

@@ -8,12 +8,13 @@
 //!   `poll_timeout()`.
 
 pub mod classic;
-pub mod commit;
 pub mod consumer;
 pub mod coordinator;
 pub mod events;
 pub mod member;
 pub mod metadata;
+pub mod offsets;
+mod shell;
 pub mod timer;
 
 use std::fmt;

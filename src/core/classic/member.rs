@@ -35,7 +35,7 @@
 //! answers must answer the request the member is waiting for. Errors that reset state act only
 //! when the request carried the current generation and member id (KAFKA-9823 semantics).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,18 +51,17 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::assignor::{self, Assignor, MemberMetadata, RebalanceProtocol};
 use super::subscription::{Assignment, Subscription};
-use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
-use crate::core::commit::{self, Queued};
-use crate::core::coordinator::{CoordinatorLookup, LookupConfig};
 use crate::core::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
 use crate::core::metadata::ClusterMetadata;
-use crate::core::timer::{Timer, TimerTable};
+use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
+use crate::core::shell::{PhaseName, Shell, millis};
+use crate::core::timer::Timer;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
-use crate::request::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
+use crate::request::{Broker, Outbound, RequestId, Response};
 
 /// `ConsumerProtocol.PROTOCOL_TYPE`.
 const PROTOCOL_TYPE: &str = "consumer";
@@ -79,7 +78,6 @@ const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 7..=9;
 /// OffsetFetch v8+ is batched by group; capped at v9 (names) like the Java classic client.
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 8..=9;
 /// Request ids of the coordinator lookup live in their own range.
-const LOOKUP_IDS: u64 = 1 << 48;
 
 /// Misuse of the member's API by the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -101,7 +99,7 @@ pub enum ApiMisuse {
 }
 
 /// Where the member stands. Each variant holds only its own data.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Phase {
     /// No subscription; not trying to be in the group.
     Unsubscribed,
@@ -138,7 +136,7 @@ enum Phase {
     Fatal(GroupError),
 }
 
-impl Phase {
+impl PhaseName for Phase {
     fn name(&self) -> &'static str {
         match self {
             Phase::Unsubscribed => "Unsubscribed",
@@ -189,7 +187,7 @@ enum Why {
 }
 
 /// What a request in flight was sent with: the gate compares it with the state on return.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Sent {
     Join {
         member_id: String,
@@ -206,27 +204,18 @@ enum Sent {
         member_id: String,
     },
     Leave,
-    Commit {
-        id: CommitId,
-        generation: i32,
-        member_id: String,
-        partitions: Vec<TopicPartition>,
-    },
-    Fetch {
-        id: FetchId,
-    },
+    Offsets(SentOffsets),
 }
 
 /// A classic-protocol group member (sans-IO). See the module docs for the state diagram and the
 /// identity rules, and [`crate::core`] for the drive contract.
 #[derive(Debug)]
 pub struct ClassicMember {
-    config: GroupConfig,
+    shell: Shell<Sent>,
     assignors: Vec<Arc<dyn Assignor>>,
     /// Eager unless every configured assignor is cooperative (the Java client's rule).
     protocol: RebalanceProtocol,
     phase: Phase,
-    now: Instant,
     topics: BTreeSet<String>,
     member_id: String,
     generation: i32,
@@ -236,15 +225,6 @@ pub struct ClassicMember {
     assigned_metadata: Option<BTreeMap<String, i32>>,
     metadata_refresh_in_flight: bool,
     owned: BTreeSet<TopicPartition>,
-    lookup: CoordinatorLookup,
-    ids: RequestIds,
-    sent: HashMap<RequestId, Sent>,
-    timers: TimerTable,
-    backoff: ExponentialBackoff,
-    rng: JitterRng,
-    events: VecDeque<Event>,
-    queued: VecDeque<Queued>,
-    outbound: VecDeque<Outbound>,
     heartbeat_in_flight: bool,
     heartbeat_failures: u32,
     join_failures: u32,
@@ -260,12 +240,6 @@ pub struct ClassicMember {
     registered_by: Option<i32>,
     /// A coordinator whose FENCED_INSTANCE_ID was forgiven since that join (see `fenced`).
     failover_fence_forgiven: Option<i32>,
-    /// The coordinator requests in flight went to, by request id.
-    sent_to: HashMap<RequestId, i32>,
-    /// The coordinator that answered the response being handled (set for one input).
-    answered_by: Option<i32>,
-    next_ticket: u64,
-    next_op: u64,
     /// `close()` was called: the member only moves towards `Closed` from now on. (A close or
     /// unsubscribe waiting for a revocation ticket lives in `Phase::AwaitRevoke`.)
     close_requested: bool,
@@ -294,21 +268,10 @@ impl ClassicMember {
             RebalanceProtocol::Eager
         };
         let seed = config.jitter_seed()?;
-        let backoff = ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max);
-        let mut lookup = CoordinatorLookup::new(
-            [config.group_id.clone()],
-            LookupConfig {
-                backoff,
-                request_timeout: config.request_timeout,
-                seed: seed.wrapping_add(1),
-            },
-        );
-        lookup.set_request_ids(RequestIds::starting_at(LOOKUP_IDS));
         Ok(Self {
             assignors,
             protocol,
             phase: Phase::Unsubscribed,
-            now,
             topics: BTreeSet::new(),
             member_id: String::new(),
             generation: -1,
@@ -317,15 +280,6 @@ impl ClassicMember {
             assigned_metadata: None,
             metadata_refresh_in_flight: false,
             owned: BTreeSet::new(),
-            lookup,
-            ids: RequestIds::default(),
-            sent: HashMap::new(),
-            timers: TimerTable::default(),
-            backoff,
-            rng: JitterRng::from_seed(seed),
-            events: VecDeque::new(),
-            queued: VecDeque::new(),
-            outbound: VecDeque::new(),
             heartbeat_in_flight: false,
             heartbeat_failures: 0,
             join_failures: 0,
@@ -334,15 +288,11 @@ impl ClassicMember {
             empty_join_in_flight: false,
             registered_by: None,
             failover_fence_forgiven: None,
-            sent_to: HashMap::new(),
-            answered_by: None,
-            next_ticket: 0,
-            next_op: 0,
             close_requested: false,
             rejoin_reason: "subscribed",
             #[cfg(feature = "sim")]
             java_reset_policy: config.java_reset_policy,
-            config,
+            shell: Shell::new(config, now, seed),
         })
     }
 
@@ -375,7 +325,7 @@ impl ClassicMember {
 
     /// The coordinator, when known.
     pub fn coordinator(&self) -> Option<&Broker> {
-        self.lookup.coordinator(&self.config.group_id)
+        self.shell.coordinator()
     }
 
     /// The terminal error, once the member stopped on one.
@@ -388,7 +338,7 @@ impl ClassicMember {
 
     /// The configuration.
     pub fn config(&self) -> &GroupConfig {
-        &self.config
+        &self.shell.config
     }
 
     /// Simulation only: behave like the Java client and wipe the member id whenever a LeaveGroup
@@ -403,9 +353,7 @@ impl ClassicMember {
     /// member that takes over from another one (the `auto` fallback) must not reuse the ids of
     /// requests the other still has in flight, or their late answers would pass for its own.
     pub(crate) fn offset_request_ids(&mut self, offset: u64) {
-        self.ids = RequestIds::starting_at(offset);
-        self.lookup
-            .set_request_ids(RequestIds::starting_at(LOOKUP_IDS + offset));
+        self.shell.offset_request_ids(offset);
     }
 
     #[cfg(test)]
@@ -427,7 +375,7 @@ impl ClassicMember {
     }
 
     fn is_static(&self) -> bool {
-        self.config.instance_id.is_some()
+        self.shell.config.instance_id.is_some()
     }
 
     fn stopped(&self) -> bool {
@@ -479,11 +427,13 @@ impl ClassicMember {
         // Not a close (that refused above): an unsubscribe whose LeaveGroup has not gone out.
         // The member never left; the ticket's return rejoins with the new topics.
         if self.take_deferred_leave().is_some() {
-            tracing::info!(group = %self.config.group_id, "subscribed again while an unsubscribe waited for the revocation ticket; staying in the group");
+            tracing::info!(group = %self.shell.config.group_id, "subscribed again while an unsubscribe waited for the revocation ticket; staying in the group");
         }
         // Also replaces the deadline of that unsubscribe.
-        self.timers
-            .set(Timer::PollInterval, now + self.config.max_poll_interval);
+        self.shell.timers.set(
+            Timer::PollInterval,
+            now + self.shell.config.max_poll_interval,
+        );
         match self.phase {
             Phase::Unsubscribed | Phase::PollExpired => self.request_rejoin("subscribed"),
             Phase::Stable if changed => self.request_rejoin("subscription changed"),
@@ -515,7 +465,7 @@ impl ClassicMember {
         if self.defer_leave(CloseOptions::Default, false) {
             return;
         }
-        self.timers.stop(Timer::PollInterval);
+        self.shell.timers.stop(Timer::PollInterval);
         self.leave(CloseOptions::Default, false, "unsubscribed");
     }
 
@@ -534,9 +484,9 @@ impl ClassicMember {
             })
             .is_none();
         if first {
-            self.timers.set(
+            self.shell.timers.set(
                 Timer::PollInterval,
-                self.now + self.config.max_poll_interval,
+                self.shell.now + self.shell.config.max_poll_interval,
             );
         }
         true
@@ -558,8 +508,10 @@ impl ClassicMember {
         if self.topics.is_empty() || self.stopped() || self.close_requested {
             return;
         }
-        self.timers
-            .set(Timer::PollInterval, now + self.config.max_poll_interval);
+        self.shell.timers.set(
+            Timer::PollInterval,
+            now + self.shell.config.max_poll_interval,
+        );
         if matches!(self.phase, Phase::PollExpired) {
             self.request_rejoin("polled again after poll timeout");
         }
@@ -596,14 +548,12 @@ impl ClassicMember {
     /// at once, outside the group [`CommitError::NotMember`].
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
         self.advance(now);
-        self.next_op += 1;
-        let id = CommitId(self.next_op);
-        match self.commit_refusal() {
-            Some(e) => self
-                .events
-                .push_back(Event::Committed { id, result: Err(e) }),
-            None => self.queued.push_back(Queued::Commit { id, offsets }),
-        }
+        let id = CommitId(self.shell.next_op());
+        let refusal = self.commit_refusal();
+        let shell = &mut self.shell;
+        shell
+            .offsets
+            .commit(id, offsets, refusal, &mut shell.events);
         id
     }
 
@@ -628,15 +578,14 @@ impl ClassicMember {
     /// offsets are waited for). The outcome arrives as [`Event::OffsetsFetched`].
     pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
         self.advance(now);
-        self.next_op += 1;
-        let id = FetchId(self.next_op);
-        if self.stopped() {
-            let e = CommitError::Stopped(self.phase.name().into());
-            self.events
-                .push_back(Event::OffsetsFetched { id, result: Err(e) });
-        } else {
-            self.queued.push_back(Queued::Fetch { id, partitions });
-        }
+        let id = FetchId(self.shell.next_op());
+        let refusal = self
+            .stopped()
+            .then(|| CommitError::Stopped(self.phase.name().into()));
+        let shell = &mut self.shell;
+        shell
+            .offsets
+            .fetch(id, partitions, refusal, &mut shell.events);
         id
     }
 
@@ -659,7 +608,7 @@ impl ClassicMember {
         self.topics.clear();
         if let Phase::Leaving { then_close, .. } = &mut self.phase {
             // A LeaveGroup is already out: close when it is answered.
-            self.timers.stop(Timer::PollInterval);
+            self.shell.timers.stop(Timer::PollInterval);
             *then_close = true;
             return;
         }
@@ -667,7 +616,7 @@ impl ClassicMember {
         if self.defer_leave(options, true) {
             return;
         }
-        self.timers.stop(Timer::PollInterval);
+        self.shell.timers.stop(Timer::PollInterval);
         self.leave(options, true, "closed");
     }
 
@@ -675,37 +624,26 @@ impl ClassicMember {
 
     /// The next request to send. Drain until `None` after every input.
     pub fn poll_request(&mut self) -> Option<Outbound> {
-        if let Some(out) = self.outbound.pop_front() {
+        if let Some(out) = self.shell.outbound.pop_front() {
             return Some(out);
         }
         // The coordinator is looked up only when something needs it.
         let needed = !self.stopped()
-            && (!matches!(self.phase, Phase::Unsubscribed) || !self.queued.is_empty());
-        if needed && let Some(out) = self.lookup.poll_request() {
+            && (!matches!(self.phase, Phase::Unsubscribed) || !self.shell.offsets.is_empty());
+        if needed && let Some(out) = self.shell.lookup.poll_request() {
             return Some(out);
         }
         let coordinator = self.coordinator()?.clone();
         if self.stopped() || matches!(self.phase, Phase::Leaving { .. }) {
             return None;
         }
-        while let Some(q) = self.queued.pop_front() {
-            // The member may have left its generation while a commit waited for the coordinator:
-            // it must not go out with whatever identity the member has now.
-            if let Queued::Commit { id, .. } = &q
-                && let Some(e) = self.commit_refusal()
-            {
-                self.events.push_back(Event::Committed {
-                    id: *id,
-                    result: Err(e),
-                });
-                continue;
-            }
-            return Some(self.build_queued(q, &coordinator));
+        if let Some(out) = self.build_offsets(&coordinator) {
+            return Some(out);
         }
         if let Phase::Rejoin { not_before, .. } = self.phase {
             let empty_static = self.member_id.is_empty() && self.is_static() && !self.java_policy();
             let quarantine = if empty_static {
-                self.empty_join_quarantine.filter(|q| *q > self.now)
+                self.empty_join_quarantine.filter(|q| *q > self.shell.now)
             } else {
                 None
             };
@@ -713,24 +651,25 @@ impl ClassicMember {
                 // An earlier empty-id join is still unanswered: a second one could be read after
                 // it and replace it (or be replaced). Its answer wakes the member.
             } else {
-                match not_before.filter(|t| *t > self.now).or(quarantine) {
-                    Some(at) => self.timers.set(Timer::Rejoin, at),
+                match not_before.filter(|t| *t > self.shell.now).or(quarantine) {
+                    Some(at) => self.shell.timers.set(Timer::Rejoin, at),
                     None => return Some(self.build_join(&coordinator)),
                 }
             }
         }
         if self.metadata_refresh_due_when_expired()
             && self
+                .shell
                 .timers
                 .get(Timer::MetadataRefresh)
-                .is_some_and(|at| at <= self.now)
+                .is_some_and(|at| at <= self.shell.now)
             && let Some(out) = self.build_metadata_refresh()
         {
             return Some(out);
         }
         if self.heartbeating() && !self.heartbeat_in_flight {
-            match self.timers.get(Timer::Heartbeat) {
-                Some(at) if at > self.now => {}
+            match self.shell.timers.get(Timer::Heartbeat) {
+                Some(at) if at > self.shell.now => {}
                 _ => return Some(self.build_heartbeat(&coordinator)),
             }
         }
@@ -739,17 +678,15 @@ impl ClassicMember {
 
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
-        while let Some(e) = self.lookup.poll_event() {
-            if let crate::core::coordinator::LookupEvent::Failed { error, .. } = e {
-                self.fail(error);
-            }
+        while let Some(error) = self.shell.lookup_failure() {
+            self.fail(error);
         }
-        self.events.pop_front()
+        self.shell.events.pop_front()
     }
 
     /// The earliest deadline and its timer.
     pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
-        let own = self.timers.next_where(|t| match t {
+        self.shell.poll_timeout(|t| match t {
             Timer::Heartbeat => self.heartbeating() && !self.heartbeat_in_flight,
             Timer::Session => self.heartbeating(),
             Timer::Rejoin => matches!(self.phase, Phase::Rejoin { .. }),
@@ -757,11 +694,7 @@ impl ClassicMember {
             // spin).
             Timer::MetadataRefresh => self.metadata_refresh_due_when_expired(),
             _ => true,
-        });
-        match (own, self.lookup.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        })
     }
 
     // ------------------------------------------------------------------ inputs
@@ -769,23 +702,28 @@ impl ClassicMember {
     /// Advances the clock to `now` and fires due timers. Early or repeated calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
-        self.lookup.handle_timeout(self.now);
-        self.timers.expire(Timer::Rejoin, self.now);
-        self.timers.expire(Timer::Heartbeat, self.now);
-        if self.timers.expire(Timer::Session, self.now) && self.heartbeating() {
+        self.shell.lookup.handle_timeout(self.shell.now);
+        self.shell.timers.expire(Timer::Rejoin, self.shell.now);
+        self.shell.timers.expire(Timer::Heartbeat, self.shell.now);
+        if self.shell.timers.expire(Timer::Session, self.shell.now) && self.heartbeating() {
             // No heartbeat answered within the session timeout: the coordinator is treated as
             // unknown (Heartbeat.sessionTimeoutExpired -> markCoordinatorUnknown); the member
             // keeps id and generation and finds out at the next answer whether it is still in.
-            tracing::info!(group = %self.config.group_id, "no heartbeat answered within session.timeout.ms; looking up the coordinator again");
-            self.lookup.rediscover(&self.config.group_id);
-            self.timers
-                .set(Timer::Session, self.now + self.config.session_timeout);
+            tracing::info!(group = %self.shell.config.group_id, "no heartbeat answered within session.timeout.ms; looking up the coordinator again");
+            self.shell.lookup.rediscover(&self.shell.config.group_id);
+            self.shell.timers.set(
+                Timer::Session,
+                self.shell.now + self.shell.config.session_timeout,
+            );
         }
-        let poll_expired = self.timers.expire(Timer::PollInterval, self.now);
+        let poll_expired = self
+            .shell
+            .timers
+            .expire(Timer::PollInterval, self.shell.now);
         if poll_expired && let Some(d) = self.take_deferred_leave() {
             // A close or unsubscribe that waited for a ticket the application never handed
             // back goes on.
-            tracing::warn!(group = %self.config.group_id, close = d.then_close, "revocation ticket not handed back within max.poll.interval.ms after close/unsubscribe; leaving");
+            tracing::warn!(group = %self.shell.config.group_id, close = d.then_close, "revocation ticket not handed back within max.poll.interval.ms after close/unsubscribe; leaving");
             self.lose_owned("revocation ticket not handed back");
             self.leave(d.options, d.then_close, d.reason(Why::Deadline));
         } else if poll_expired
@@ -793,7 +731,7 @@ impl ClassicMember {
             && !matches!(self.phase, Phase::PollExpired | Phase::Unsubscribed)
             && !self.stopped()
         {
-            tracing::warn!(group = %self.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
+            tracing::warn!(group = %self.shell.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
             self.lose_owned("poll timeout");
             self.leave(CloseOptions::Default, false, "poll timeout");
             if !matches!(self.phase, Phase::Leaving { .. }) {
@@ -810,15 +748,9 @@ impl ClassicMember {
         now: Instant,
     ) {
         self.advance(now);
-        if self.lookup.is_waiting_for(id) {
-            self.lookup.handle_response(id, result, self.now);
-            return;
-        }
-        let Some(sent) = self.sent.remove(&id) else {
-            tracing::debug!(%id, "ignoring an answer to no request in flight");
+        let Some((sent, result)) = self.shell.route(id, result) else {
             return;
         };
-        self.answered_by = self.sent_to.remove(&id);
         match sent {
             Sent::Join { member_id } => self.on_join(id, member_id, result),
             Sent::Metadata => self.on_metadata(id, result),
@@ -832,52 +764,32 @@ impl ClassicMember {
                 member_id,
             } => self.on_heartbeat(generation, member_id, result),
             Sent::Leave => self.on_leave(id, result),
-            Sent::Commit {
-                id,
-                generation,
-                member_id,
-                partitions,
-            } => self.on_commit(id, generation, member_id, partitions, result),
-            Sent::Fetch { id } => self.on_fetch(id, result),
+            Sent::Offsets(sent) => self.on_offsets(sent, result),
         }
     }
 
     // ------------------------------------------------------------------ transitions
 
     fn advance(&mut self, now: Instant) {
-        // Time never runs backwards inside the machine.
-        if now > self.now {
-            self.now = now;
-        }
+        self.shell.advance(now);
     }
 
     /// The one funnel for state changes: logs `from -> to (reason)` and tells the application.
     fn set_phase(&mut self, next: Phase, reason: &'static str) {
-        let from = self.phase.name();
-        let to = next.name();
-        self.phase = next;
-        if from != to {
-            tracing::info!(group = %self.config.group_id, member_id = %self.member_id, generation = self.generation, "{from} -> {to} ({reason})");
-            self.events.push_back(Event::StateChanged {
-                from,
-                to,
-                reason,
-                member_id: self.member_id.clone(),
-                generation: self.generation,
-            });
-        }
+        let (member_id, generation) = (&self.member_id, self.generation);
+        self.shell
+            .set_phase(&mut self.phase, next, reason, member_id, generation);
     }
 
     fn fail(&mut self, error: GroupError) {
         if self.stopped() {
             return;
         }
-        tracing::error!(group = %self.config.group_id, %error, "member stopped");
         // A deferred close or unsubscribe goes with the AwaitRevoke phase.
         self.lose_owned("fatal error");
-        self.queued_fail(CommitError::Stopped(error.to_string()));
+        self.shell.stopping(&error);
         self.set_phase(Phase::Fatal(error.clone()), "fatal error");
-        self.events.push_back(Event::Fatal(error));
+        self.shell.fatal(error);
     }
 
     /// Asks for a (re)join. Eager: every owned partition is revoked first (with a ticket);
@@ -905,9 +817,8 @@ impl ClassicMember {
         for tp in &partitions {
             self.owned.remove(tp);
         }
-        self.next_ticket += 1;
-        let ticket = self.next_ticket;
-        self.events.push_back(Event::Revoking {
+        let ticket = self.shell.next_ticket();
+        self.shell.events.push_back(Event::Revoking {
             partitions,
             ticket: RevokeTicket { id: ticket },
         });
@@ -921,11 +832,10 @@ impl ClassicMember {
     }
 
     fn rejoin_after_backoff(&mut self, reason: &'static str) {
-        let delay = self.backoff.delay(self.join_failures, &mut self.rng);
-        self.join_failures = self.join_failures.saturating_add(1);
+        let delay = self.shell.backoff(&mut self.join_failures);
         self.set_phase(
             Phase::Rejoin {
-                not_before: Some(self.now + delay),
+                not_before: Some(self.shell.now + delay),
             },
             reason,
         );
@@ -933,17 +843,13 @@ impl ClassicMember {
 
     /// The application released its partitions itself.
     fn release_owned(&mut self) {
-        if !self.owned.is_empty() {
-            let partitions = std::mem::take(&mut self.owned).into_iter().collect();
-            self.events.push_back(Event::Revoked { partitions });
-        }
+        let partitions = std::mem::take(&mut self.owned).into_iter().collect();
+        self.shell.released(partitions);
     }
 
     fn lose_owned(&mut self, reason: &'static str) {
-        if !self.owned.is_empty() {
-            let partitions = std::mem::take(&mut self.owned).into_iter().collect();
-            self.events.push_back(Event::Lost { partitions, reason });
-        }
+        let partitions = std::mem::take(&mut self.owned).into_iter().collect();
+        self.shell.lost(partitions, reason);
     }
 
     /// Forgets the generation; keeps the member id.
@@ -953,7 +859,7 @@ impl ClassicMember {
         self.leader = false;
         self.assigned_metadata = None;
         // The leader's metadata watch ends with its generation; a later leadership arms its own.
-        self.timers.stop(Timer::MetadataRefresh);
+        self.shell.timers.stop(Timer::MetadataRefresh);
         self.heartbeat_failures = 0;
     }
 
@@ -980,7 +886,13 @@ impl ClassicMember {
             let coordinator = self.coordinator().expect("checked").clone();
             let member = MemberIdentity::default()
                 .with_member_id(StrBytes::from_string(self.member_id.clone()))
-                .with_group_instance_id(self.config.instance_id.clone().map(StrBytes::from_string))
+                .with_group_instance_id(
+                    self.shell
+                        .config
+                        .instance_id
+                        .clone()
+                        .map(StrBytes::from_string),
+                )
                 .with_reason(Some(StrBytes::from_static_str(reason)));
             let body = LeaveGroupRequest::default()
                 .with_group_id(self.group_id())
@@ -990,7 +902,7 @@ impl ClassicMember {
                 RequestKind::LeaveGroup(body),
                 LEAVE_VERSIONS,
                 Sent::Leave,
-                self.config.request_timeout,
+                self.shell.config.request_timeout,
             );
             self.set_phase(
                 Phase::Leaving {
@@ -1014,9 +926,10 @@ impl ClassicMember {
 
     fn finish_leave(&mut self, then_close: bool, reason: &'static str) {
         if then_close {
-            self.queued_fail(CommitError::Stopped("closed".into()));
+            self.shell
+                .fail_offsets(CommitError::Stopped("closed".into()));
             self.set_phase(Phase::Closed, reason);
-            self.events.push_back(Event::Closed);
+            self.shell.events.push_back(Event::Closed);
         } else if !self.topics.is_empty() {
             self.request_rejoin("resubscribed");
         } else {
@@ -1024,18 +937,18 @@ impl ClassicMember {
         }
     }
 
-    fn queued_fail(&mut self, e: CommitError) {
-        commit::fail_all(&mut self.queued, &mut self.events, e);
-    }
-
     // ------------------------------------------------------------------ requests
 
     fn group_id(&self) -> GroupId {
-        GroupId(StrBytes::from_string(self.config.group_id.clone()))
+        self.shell.group_id()
     }
 
     fn instance_id(&self) -> Option<StrBytes> {
-        self.config.instance_id.clone().map(StrBytes::from_string)
+        self.shell
+            .config
+            .instance_id
+            .clone()
+            .map(StrBytes::from_string)
     }
 
     fn push(
@@ -1046,23 +959,13 @@ impl ClassicMember {
         sent: Sent,
         timeout: Duration,
     ) -> RequestId {
-        let id = self.ids.next();
-        self.sent.insert(id, sent);
-        self.sent_to.insert(id, coordinator.node_id);
-        self.outbound.push_back(Outbound {
-            id,
-            target: Target::Coordinator(coordinator.clone()),
-            request: Request::Raw {
-                body: Box::new(body),
-                versions,
-            },
-            timeout,
-        });
-        id
+        self.shell
+            .send_to_coordinator(coordinator, body, versions, sent, timeout)
     }
 
     fn take(&mut self) -> Outbound {
-        self.outbound
+        self.shell
+            .outbound
             .pop_front()
             .expect("a request was just pushed")
     }
@@ -1073,7 +976,7 @@ impl ClassicMember {
             user_data: None,
             owned_partitions: self.owned.iter().cloned().collect(),
             generation_id: self.generation,
-            rack_id: self.config.rack_id.clone(),
+            rack_id: self.shell.config.rack_id.clone(),
         }
         .encode()
     }
@@ -1092,8 +995,8 @@ impl ClassicMember {
         let reason: String = self.rejoin_reason.chars().take(255).collect();
         let body = JoinGroupRequest::default()
             .with_group_id(self.group_id())
-            .with_session_timeout_ms(millis(self.config.session_timeout))
-            .with_rebalance_timeout_ms(millis(self.config.max_poll_interval))
+            .with_session_timeout_ms(millis(self.shell.config.session_timeout))
+            .with_rebalance_timeout_ms(millis(self.shell.config.max_poll_interval))
             .with_member_id(StrBytes::from_string(self.member_id.clone()))
             .with_group_instance_id(self.instance_id())
             .with_protocol_type(StrBytes::from_static_str(PROTOCOL_TYPE))
@@ -1102,9 +1005,10 @@ impl ClassicMember {
         // The broker may park a JoinGroup for the whole rebalance timeout
         // (AbstractCoordinator: max(request.timeout.ms, rebalanceTimeout + 5 s)).
         let timeout = self
+            .shell
             .config
             .request_timeout
-            .max(self.config.max_poll_interval + Duration::from_secs(5));
+            .max(self.shell.config.max_poll_interval + Duration::from_secs(5));
         let sent = Sent::Join {
             member_id: self.member_id.clone(),
         };
@@ -1133,14 +1037,16 @@ impl ClassicMember {
             member_id: self.member_id.clone(),
         };
         self.heartbeat_in_flight = true;
-        self.timers
-            .set(Timer::Heartbeat, self.now + self.config.heartbeat_interval);
+        self.shell.timers.set(
+            Timer::Heartbeat,
+            self.shell.now + self.shell.config.heartbeat_interval,
+        );
         self.push(
             coordinator,
             RequestKind::Heartbeat(body),
             HEARTBEAT_VERSIONS,
             sent,
-            self.config.request_timeout,
+            self.shell.config.request_timeout,
         );
         self.take()
     }
@@ -1163,51 +1069,43 @@ impl ClassicMember {
             RequestKind::SyncGroup(body),
             SYNC_VERSIONS,
             sent,
-            self.config.request_timeout,
+            self.shell.config.request_timeout,
         );
         self.set_phase(Phase::Syncing { request }, "sending SyncGroup");
     }
 
-    fn build_queued(&mut self, q: Queued, coordinator: &Broker) -> Outbound {
-        let group = self.config.group_id.clone();
-        match q {
-            Queued::Commit { id, offsets } => {
-                let (body, partitions) = commit::commit_request(
-                    &group,
-                    self.generation,
-                    &self.member_id,
-                    self.config.instance_id.as_deref(),
-                    offsets,
-                );
-                let sent = Sent::Commit {
-                    id,
-                    generation: self.generation,
-                    member_id: self.member_id.clone(),
-                    partitions,
-                };
-                let timeout = self.config.request_timeout;
-                self.push(
-                    coordinator,
-                    RequestKind::OffsetCommit(body),
-                    COMMIT_VERSIONS,
-                    sent,
-                    timeout,
-                );
-            }
-            Queued::Fetch { id, partitions } => {
-                // The classic member fetches without member fields (the Java classic client).
-                let body = commit::fetch_request(&group, None, partitions);
-                let timeout = self.config.request_timeout;
-                self.push(
-                    coordinator,
-                    RequestKind::OffsetFetch(body),
-                    FETCH_VERSIONS,
-                    Sent::Fetch { id },
-                    timeout,
-                );
-            }
+    /// The next queued commit or fetch, fenced by the member's generation.
+    fn build_offsets(&mut self, coordinator: &Broker) -> Option<Outbound> {
+        if self.shell.offsets.is_empty() {
+            return None;
         }
-        self.take()
+        let (fence, refusal) = (self.fence(), self.commit_refusal());
+        let shell = &mut self.shell;
+        let (body, versions, sent) = shell.offsets.next(&fence, refusal, &mut shell.events)?;
+        let timeout = self.shell.config.request_timeout;
+        self.push(coordinator, body, versions, Sent::Offsets(sent), timeout);
+        Some(self.take())
+    }
+
+    /// Who the member is, for its commits and fetches.
+    fn fence(&self) -> Fence {
+        Fence {
+            protocol: Protocol::Classic,
+            group: self.shell.config.group_id.clone(),
+            member_id: self.member_id.clone(),
+            generation: self.generation,
+            instance_id: self.shell.config.instance_id.clone(),
+            member: false,
+            rebalancing: matches!(
+                self.phase,
+                Phase::Rejoin { .. }
+                    | Phase::Joining { .. }
+                    | Phase::Assigning { .. }
+                    | Phase::Syncing { .. }
+            ),
+            commit_versions: COMMIT_VERSIONS,
+            fetch_versions: FETCH_VERSIONS,
+        }
     }
 
     // ------------------------------------------------------------------ answers
@@ -1215,8 +1113,7 @@ impl ClassicMember {
     /// Common handling of a failed coordinator request: transport failures make the coordinator
     /// unknown (a disconnect does in the Java client).
     fn coordinator_failed(&mut self) {
-        self.lookup
-            .coordinator_failed(&self.config.group_id, self.answered_by);
+        self.shell.coordinator_failed();
     }
 
     fn on_join(
@@ -1250,10 +1147,11 @@ impl ClassicMember {
                     // timeout while the coordinator fails over.)
                     self.empty_joins_in_doubt += 1;
                     let quarantine = self
+                        .shell
                         .config
                         .request_timeout
-                        .max(self.config.max_poll_interval + Duration::from_secs(5));
-                    self.empty_join_quarantine = Some(self.now + quarantine);
+                        .max(self.shell.config.max_poll_interval + Duration::from_secs(5));
+                    self.empty_join_quarantine = Some(self.shell.now + quarantine);
                 }
                 if waiting {
                     tracing::info!(error = %e, "JoinGroup failed in the transport");
@@ -1271,7 +1169,7 @@ impl ClassicMember {
             // Answered: this empty-id join is no longer in doubt.
             self.empty_join_quarantine = None;
         }
-        match classify(ApiKey::JoinGroup, r.error_code, &self.config.group_id) {
+        match classify(ApiKey::JoinGroup, r.error_code, &self.shell.config.group_id) {
             ErrorAction::Proceed => self.joined(r),
             ErrorAction::AdoptMemberId => {
                 // KIP-394: the broker names the member; join again at once with that id.
@@ -1320,21 +1218,21 @@ impl ClassicMember {
     ///   same coordinator is terminal, so a genuine duplicate (another live process with the
     ///   instance id) still ends fenced.
     fn fenced(&mut self) {
-        let by = self.answered_by;
+        let by = self.shell.answered_by;
         let moved = self.registered_by.is_some() && by.is_some() && by != self.registered_by;
         if moved && self.failover_fence_forgiven != by && self.is_static() && !self.java_policy() {
             self.failover_fence_forgiven = by;
-            tracing::warn!(group = %self.config.group_id, coordinator = ?by, registered_by = ?self.registered_by, "FENCED_INSTANCE_ID from a coordinator that did not register this member id (it loaded an older registration after a failover); rejoining with the instance id");
+            tracing::warn!(group = %self.shell.config.group_id, coordinator = ?by, registered_by = ?self.registered_by, "FENCED_INSTANCE_ID from a coordinator that did not register this member id (it loaded an older registration after a failover); rejoining with the instance id");
             return self.replaced("fenced by a coordinator that loaded an older registration");
         }
         if self.empty_joins_in_doubt > 0 && !self.java_policy() {
             self.empty_joins_in_doubt -= 1;
-            tracing::warn!(group = %self.config.group_id, "FENCED_INSTANCE_ID after an earlier JoinGroup of this member may have landed late; rejoining");
+            tracing::warn!(group = %self.shell.config.group_id, "FENCED_INSTANCE_ID after an earlier JoinGroup of this member may have landed late; rejoining");
             return self.replaced("replaced by this member's own earlier JoinGroup");
         }
-        let instance_id = self.config.instance_id.clone().unwrap_or_default();
+        let instance_id = self.shell.config.instance_id.clone().unwrap_or_default();
         self.fail(GroupError::FencedInstanceId {
-            group: self.config.group_id.clone(),
+            group: self.shell.config.group_id.clone(),
             instance_id,
         });
     }
@@ -1384,7 +1282,7 @@ impl ClassicMember {
         }
         self.join_failures = 0;
         // This coordinator registered the member id now; a later move may be forgiven again.
-        self.registered_by = self.answered_by;
+        self.registered_by = self.shell.answered_by;
         self.failover_fence_forgiven = None;
         if self.generation >= 0 && r.generation_id > self.generation + 1 {
             // Generations went by without this member: one of their assignments may have given
@@ -1396,10 +1294,14 @@ impl ClassicMember {
         self.member_id = r.member_id.to_string();
         self.generation = r.generation_id;
         self.protocol_name = Some(protocol.clone());
-        self.timers
-            .set(Timer::Session, self.now + self.config.session_timeout);
-        self.timers
-            .set(Timer::Heartbeat, self.now + self.config.heartbeat_interval);
+        self.shell.timers.set(
+            Timer::Session,
+            self.shell.now + self.shell.config.session_timeout,
+        );
+        self.shell.timers.set(
+            Timer::Heartbeat,
+            self.shell.now + self.shell.config.heartbeat_interval,
+        );
         let Some(coordinator) = self.coordinator().cloned() else {
             return self.rejoin_after_backoff("coordinator lost");
         };
@@ -1434,17 +1336,9 @@ impl ClassicMember {
             .iter()
             .flat_map(|m| m.subscription.topics.iter().cloned())
             .collect();
-        let id = self.ids.next();
-        self.sent.insert(id, Sent::Metadata);
-        self.outbound.push_back(Outbound {
-            id,
-            target: Target::Bootstrap,
-            request: Request::Metadata {
-                topics: Some(topics.into_iter().collect()),
-                allow_auto_topic_creation: false,
-            },
-            timeout: self.config.request_timeout,
-        });
+        let id = self
+            .shell
+            .send_metadata(Some(topics.into_iter().collect()), Sent::Metadata);
         self.set_phase(
             Phase::Assigning {
                 request: id,
@@ -1523,11 +1417,13 @@ impl ClassicMember {
     /// `metadata.max.age.ms`.
     fn arm_metadata_refresh(&mut self, watched: &BTreeMap<String, i32>) {
         let after = if watched.values().any(|n| *n == 0) {
-            self.config.retry_backoff_max
+            self.shell.config.retry_backoff_max
         } else {
-            self.config.metadata_max_age
+            self.shell.config.metadata_max_age
         };
-        self.timers.set(Timer::MetadataRefresh, self.now + after);
+        self.shell
+            .timers
+            .set(Timer::MetadataRefresh, self.shell.now + after);
     }
 
     /// Leader: whether `poll_request` sends the metadata re-check once its timer expired. The
@@ -1543,23 +1439,15 @@ impl ClassicMember {
     fn build_metadata_refresh(&mut self) -> Option<Outbound> {
         let Some(watched) = self.assigned_metadata.as_ref() else {
             // Nothing to watch (a KIP-814 leader that skipped the assignment): no re-check.
-            self.timers.stop(Timer::MetadataRefresh);
+            self.shell.timers.stop(Timer::MetadataRefresh);
             return None;
         };
         let topics = watched.keys().cloned().collect();
-        let id = self.ids.next();
-        self.sent.insert(id, Sent::MetadataRefresh);
         self.metadata_refresh_in_flight = true;
-        self.timers.stop(Timer::MetadataRefresh);
-        Some(Outbound {
-            id,
-            target: Target::Bootstrap,
-            request: Request::Metadata {
-                topics: Some(topics),
-                allow_auto_topic_creation: false,
-            },
-            timeout: self.config.request_timeout,
-        })
+        self.shell.timers.stop(Timer::MetadataRefresh);
+        self.shell
+            .send_metadata(Some(topics), Sent::MetadataRefresh);
+        self.shell.outbound.pop_front()
     }
 
     fn on_metadata_refresh(&mut self, result: Result<Response, TransportError>) {
@@ -1574,9 +1462,9 @@ impl ClassicMember {
             Ok(m) => m,
             Err(e) => {
                 tracing::debug!(error = %e, "metadata refresh failed");
-                self.timers.set(
+                self.shell.timers.set(
                     Timer::MetadataRefresh,
-                    self.now + self.config.retry_backoff_max,
+                    self.shell.now + self.shell.config.retry_backoff_max,
                 );
                 return;
             }
@@ -1593,7 +1481,7 @@ impl ClassicMember {
             })
             .collect();
         if now != watched && matches!(self.phase, Phase::Stable) {
-            tracing::info!(group = %self.config.group_id, ?watched, ?now, "partitions of subscribed topics changed; rebalancing");
+            tracing::info!(group = %self.shell.config.group_id, ?watched, ?now, "partitions of subscribed topics changed; rebalancing");
             self.request_rejoin("metadata changed");
         } else {
             self.arm_metadata_refresh(&watched);
@@ -1628,7 +1516,7 @@ impl ClassicMember {
             }
         };
         let current = generation == self.generation && member_id == self.member_id;
-        match classify(ApiKey::SyncGroup, r.error_code, &self.config.group_id) {
+        match classify(ApiKey::SyncGroup, r.error_code, &self.shell.config.group_id) {
             ErrorAction::Proceed => {
                 // KIP-559: the answer must name the protocol the member joined with.
                 let type_ok = r
@@ -1684,7 +1572,7 @@ impl ClassicMember {
         self.set_phase(Phase::Stable, "SyncGroup answered");
         // Revoke first, then assign (KIP-429): the revoked partitions left `owned` already.
         if !added.is_empty() || revoked.is_empty() {
-            self.events.push_back(Event::Assigned {
+            self.shell.events.push_back(Event::Assigned {
                 added,
                 owned: self.owned.iter().cloned().collect(),
                 generation: self.generation,
@@ -1723,7 +1611,7 @@ impl ClassicMember {
                 return self.heartbeat_backoff();
             }
         };
-        let action = classify(ApiKey::Heartbeat, r.error_code, &self.config.group_id);
+        let action = classify(ApiKey::Heartbeat, r.error_code, &self.shell.config.group_id);
         if !current {
             // An answer for an older generation or member id says nothing about the member now,
             // but a coordinator that moved has moved for everyone (markCoordinatorUnknown).
@@ -1784,14 +1672,17 @@ impl ClassicMember {
 
     fn heartbeat_ok(&mut self) {
         self.heartbeat_failures = 0;
-        self.timers
-            .set(Timer::Session, self.now + self.config.session_timeout);
+        self.shell.timers.set(
+            Timer::Session,
+            self.shell.now + self.shell.config.session_timeout,
+        );
     }
 
     fn heartbeat_backoff(&mut self) {
-        let delay = self.backoff.delay(self.heartbeat_failures, &mut self.rng);
-        self.heartbeat_failures = self.heartbeat_failures.saturating_add(1);
-        self.timers.set(Timer::Heartbeat, self.now + delay);
+        let delay = self.shell.backoff(&mut self.heartbeat_failures);
+        self.shell
+            .timers
+            .set(Timer::Heartbeat, self.shell.now + delay);
     }
 
     fn on_leave(&mut self, id: RequestId, result: Result<Response, TransportError>) {
@@ -1830,156 +1721,31 @@ impl ClassicMember {
         self.finish_leave(then_close, "LeaveGroup sent");
     }
 
-    fn on_commit(
-        &mut self,
-        id: CommitId,
-        generation: i32,
-        member_id: String,
-        partitions: Vec<TopicPartition>,
-        result: Result<Response, TransportError>,
-    ) {
-        let r = match result {
-            Ok(Response {
-                body: ResponseKind::OffsetCommit(r),
-                ..
-            }) => r,
-            Ok(_) => {
-                let e = CommitError::Rejected {
-                    partition: None,
-                    code: -1,
-                };
-                return self
-                    .events
-                    .push_back(Event::Committed { id, result: Err(e) });
-            }
-            Err(e) => {
-                self.coordinator_failed();
-                return self.events.push_back(Event::Committed {
-                    id,
-                    result: Err(e.into()),
-                });
-            }
-        };
-        let result = commit::commit_answer(&r, &partitions)
-            .map_err(|(tp, code)| self.commit_error(generation, &member_id, tp, code));
-        self.events.push_back(Event::Committed { id, result });
-    }
-
-    /// What a commit error means, given the generation the commit was sent with (KAFKA-9823).
-    fn commit_error(
-        &mut self,
-        generation: i32,
-        member_id: &str,
-        tp: Option<TopicPartition>,
-        code: i16,
-    ) -> CommitError {
-        let current = generation == self.generation && member_id == self.member_id;
-        let rebalancing = matches!(
-            self.phase,
-            Phase::Rejoin { .. }
-                | Phase::Joining { .. }
-                | Phase::Assigning { .. }
-                | Phase::Syncing { .. }
-        );
-        match classify(ApiKey::OffsetCommit, code, &self.config.group_id) {
-            ErrorAction::RejoinNow => {
+    fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
+        let (event, hint) = offsets::answer(sent, result, &self.fence());
+        match hint {
+            None => {}
+            Some(Hint::Rediscover) => self.coordinator_failed(),
+            Some(Hint::Rejoin) => {
                 if matches!(self.phase, Phase::Stable) {
                     self.request_rejoin("commit: REBALANCE_IN_PROGRESS");
                 }
-                CommitError::RebalanceInProgress
             }
-            ErrorAction::ResetMemberId | ErrorAction::ResetGeneration | ErrorAction::Fenced
-                if !current =>
-            {
-                if rebalancing {
-                    CommitError::RebalanceInProgress
-                } else {
-                    CommitError::NotMember {
-                        reason: format!("sent with generation {generation}, which has ended"),
-                    }
-                }
-            }
-            ErrorAction::ResetMemberId => {
+            Some(Hint::ResetMemberId) => {
                 self.lose_owned("UNKNOWN_MEMBER_ID");
                 self.reset_member_id();
                 self.interrupt_for_rejoin("UNKNOWN_MEMBER_ID");
-                CommitError::NotMember {
-                    reason: "UNKNOWN_MEMBER_ID".into(),
-                }
             }
-            ErrorAction::ResetGeneration => {
+            Some(Hint::ResetGeneration) => {
                 self.lose_owned("ILLEGAL_GENERATION");
                 self.reset_generation();
                 self.interrupt_for_rejoin("ILLEGAL_GENERATION");
-                CommitError::NotMember {
-                    reason: "ILLEGAL_GENERATION".into(),
-                }
             }
-            ErrorAction::Fenced => {
-                let instance_id = self.config.instance_id.clone().unwrap_or_default();
-                self.fenced();
-                CommitError::FencedInstanceId { instance_id }
-            }
-            ErrorAction::Rediscover => {
-                self.coordinator_failed();
-                CommitError::Retriable { code }
-            }
-            ErrorAction::RetryBackoff => CommitError::Retriable { code },
-            ErrorAction::Fatal(GroupError::GroupAuthorizationFailed { group }) => {
-                self.fail(GroupError::GroupAuthorizationFailed {
-                    group: group.clone(),
-                });
-                CommitError::Stopped(format!("not authorized to use group {group:?}"))
-            }
-            _ => CommitError::Rejected {
-                partition: tp,
-                code,
-            },
+            Some(Hint::Fenced) => self.fenced(),
+            Some(Hint::Fatal(error)) => self.fail(error),
         }
+        self.shell.events.push_back(event);
     }
-
-    fn on_fetch(&mut self, id: FetchId, result: Result<Response, TransportError>) {
-        let r = match result {
-            Ok(Response {
-                body: ResponseKind::OffsetFetch(r),
-                ..
-            }) => r,
-            Ok(_) => {
-                let e = CommitError::Rejected {
-                    partition: None,
-                    code: -1,
-                };
-                return self
-                    .events
-                    .push_back(Event::OffsetsFetched { id, result: Err(e) });
-            }
-            Err(e) => {
-                self.coordinator_failed();
-                return self.events.push_back(Event::OffsetsFetched {
-                    id,
-                    result: Err(e.into()),
-                });
-            }
-        };
-        let group = self.config.group_id.clone();
-        let result = commit::fetch_answer(&r, &group, |code, partition| {
-            match classify(ApiKey::OffsetFetch, code, &group) {
-                ErrorAction::Proceed => Ok(()),
-                ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
-                    Err(CommitError::Retriable { code })
-                }
-                _ => Err(CommitError::Rejected { partition, code }),
-            }
-        });
-        if let Err(CommitError::Retriable { code: 15 | 16 }) = &result {
-            self.coordinator_failed();
-        }
-        self.events.push_back(Event::OffsetsFetched { id, result });
-    }
-}
-
-fn millis(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
 fn invalid(api: ApiKey, reason: &str) -> GroupError {

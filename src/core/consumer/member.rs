@@ -29,7 +29,7 @@
 //! - once `close()` was called, `subscribe`, `subscribe_regex` and `unsubscribe` do not change
 //!   the close (the first two answer [`ApiMisuse::Stopped`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
@@ -40,20 +40,19 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
 use crate::core::classic::ApiMisuse;
-use crate::core::commit::{self, Queued};
-use crate::core::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
 use crate::core::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
 use crate::core::metadata::ClusterMetadata;
-use crate::core::timer::{Timer, TimerTable};
+use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
+use crate::core::shell::{PhaseName, Shell, millis};
+use crate::core::timer::Timer;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
 use crate::member_id::MemberId;
-use crate::request::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
+use crate::request::{Broker, Outbound, Request, RequestId, Response, Target};
 
 /// How often a static member recovers from UNRELEASED_INSTANCE_ID caused by its own earlier join
 /// before it gives up.
@@ -63,7 +62,6 @@ const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 1..=1;
 /// OffsetCommit / OffsetFetch v9 are the first a consumer-protocol member may use (names, not ids).
 const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
-const LOOKUP_IDS: u64 = 1 << 48;
 /// Epochs with a meaning of their own (ConsumerGroupHeartbeatRequest.json).
 const LEAVE_EPOCH: i32 = -1;
 const STATIC_LEAVE_EPOCH: i32 = -2;
@@ -71,7 +69,7 @@ const STATIC_LEAVE_EPOCH: i32 = -2;
 const UNRELEASED_INSTANCE_ID: i16 = 111;
 const FENCED_INSTANCE_ID_CODE: i16 = 82;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Phase {
     Unsubscribed,
     /// Sending epoch-0 heartbeats until the coordinator answers.
@@ -109,7 +107,7 @@ enum AfterLeave {
     Rejoin,
 }
 
-impl Phase {
+impl PhaseName for Phase {
     fn name(&self) -> &'static str {
         match self {
             Phase::Unsubscribed => "Unsubscribed",
@@ -137,7 +135,7 @@ struct SentFields {
     owned: BTreeSet<(Uuid, i32)>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Sent {
     Heartbeat {
         epoch: i32,
@@ -149,25 +147,17 @@ enum Sent {
     },
     Leave,
     Metadata,
-    Commit {
-        id: CommitId,
-        epoch: i32,
-        partitions: Vec<TopicPartition>,
-    },
-    Fetch {
-        id: FetchId,
-    },
+    Offsets(SentOffsets),
 }
 
 /// A KIP-848 consumer-protocol member (sans-IO), with the same inputs, outputs and events as
 /// [`ClassicMember`](crate::core::classic::ClassicMember).
 #[derive(Debug)]
 pub struct ConsumerMember {
-    config: GroupConfig,
+    shell: Shell<Sent>,
     member_id: MemberId,
     epoch: i32,
     phase: Phase,
-    now: Instant,
     topics: BTreeSet<String>,
     regex: Option<String>,
     /// Owned partitions by topic id (what acknowledgements carry).
@@ -175,19 +165,6 @@ pub struct ConsumerMember {
     /// The latest target assignment from the coordinator, sanitised.
     target: Option<BTreeSet<(Uuid, i32)>>,
     names: BTreeMap<Uuid, String>,
-    lookup: CoordinatorLookup,
-    ids: RequestIds,
-    /// The coordinator (node id) requests in flight went to, by request id.
-    sent_to: HashMap<RequestId, i32>,
-    /// The coordinator that answered the response being handled (set for one input).
-    answered_by: Option<i32>,
-    sent: HashMap<RequestId, Sent>,
-    timers: TimerTable,
-    backoff: ExponentialBackoff,
-    rng: JitterRng,
-    events: VecDeque<Event>,
-    queued: VecDeque<Queued>,
-    outbound: VecDeque<Outbound>,
     /// The regular heartbeat in flight (at most one); only its answer frees the slot, also when
     /// it belongs to a membership the member left since.
     heartbeat_in_flight: Option<RequestId>,
@@ -221,8 +198,6 @@ pub struct ConsumerMember {
     deferred_leave: Option<(CloseOptions, AfterLeave, &'static str)>,
     /// `close()` was called: the member only moves towards `Closed` from now on.
     close_requested: bool,
-    next_ticket: u64,
-    next_op: u64,
 }
 
 impl ConsumerMember {
@@ -255,37 +230,15 @@ impl ConsumerMember {
         // Also what a classic member built from this config after an `auto` fallback seeds from.
         config.member_id = Some(member_id);
         let seed = config.jitter_seed()?;
-        let backoff = ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max);
-        let mut lookup = CoordinatorLookup::new(
-            [config.group_id.clone()],
-            LookupConfig {
-                backoff,
-                request_timeout: config.request_timeout,
-                seed: seed.wrapping_add(1),
-            },
-        );
-        lookup.set_request_ids(RequestIds::starting_at(LOOKUP_IDS));
         Ok(Self {
             member_id,
             epoch: 0,
             phase: Phase::Unsubscribed,
-            now,
             topics: BTreeSet::new(),
             regex: None,
             owned: BTreeSet::new(),
             target: None,
             names: BTreeMap::new(),
-            lookup,
-            ids: RequestIds::default(),
-            sent_to: HashMap::new(),
-            answered_by: None,
-            sent: HashMap::new(),
-            timers: TimerTable::default(),
-            backoff,
-            rng: JitterRng::from_seed(seed),
-            events: VecDeque::new(),
-            queued: VecDeque::new(),
-            outbound: VecDeque::new(),
             heartbeat_in_flight: None,
             incarnation: 0,
             heartbeat_failures: 0,
@@ -301,9 +254,7 @@ impl ConsumerMember {
             answered_once: false,
             deferred_leave: None,
             close_requested: false,
-            next_ticket: 0,
-            next_op: 0,
-            config,
+            shell: Shell::new(config, now, seed),
         })
     }
 
@@ -342,17 +293,17 @@ impl ConsumerMember {
 
     /// The coordinator, when known.
     pub fn coordinator(&self) -> Option<&Broker> {
-        self.lookup.coordinator(&self.config.group_id)
+        self.shell.coordinator()
     }
 
     /// The configuration.
     pub fn config(&self) -> &GroupConfig {
-        &self.config
+        &self.shell.config
     }
 
     /// The latest time the member was told.
     pub fn now(&self) -> Instant {
-        self.now
+        self.shell.now
     }
 
     /// Whether the coordinator ever answered a heartbeat successfully.
@@ -379,7 +330,7 @@ impl ConsumerMember {
     }
 
     fn is_static(&self) -> bool {
-        self.config.instance_id.is_some()
+        self.shell.config.instance_id.is_some()
     }
 
     fn stopped(&self) -> bool {
@@ -464,13 +415,15 @@ impl ConsumerMember {
     }
 
     fn start(&mut self, now: Instant) {
-        self.timers
-            .set(Timer::PollInterval, now + self.config.max_poll_interval);
+        self.shell.timers.set(
+            Timer::PollInterval,
+            now + self.shell.config.max_poll_interval,
+        );
         match self.phase {
             Phase::Unsubscribed | Phase::Stale => self.join("subscribed"),
             // A member in the group sends the changed subscription with its next heartbeat
             // (the field differs from what the broker knows); send it now.
-            _ if self.in_group() => self.timers.stop(Timer::Heartbeat),
+            _ if self.in_group() => self.shell.timers.stop(Timer::Heartbeat),
             _ => {}
         }
     }
@@ -489,7 +442,7 @@ impl ConsumerMember {
         // The subscription goes in every state, so a later poll() does not rejoin.
         self.topics.clear();
         self.regex = None;
-        self.timers.stop(Timer::PollInterval);
+        self.shell.timers.stop(Timer::PollInterval);
         if matches!(self.phase, Phase::Stale) {
             return self.set_phase(Phase::Unsubscribed, "unsubscribed");
         }
@@ -525,13 +478,13 @@ impl ConsumerMember {
                 for tp in &released {
                     self.owned.remove(tp);
                 }
-                self.events.push_back(Event::Revoked { partitions });
+                self.shell.events.push_back(Event::Revoked { partitions });
             }
             self.deferred_leave = Some((options, then, reason));
             // Bounded: without the ticket within max.poll.interval.ms the member leaves anyway.
-            self.timers.set(
+            self.shell.timers.set(
                 Timer::PollInterval,
-                self.now + self.config.max_poll_interval,
+                self.shell.now + self.shell.config.max_poll_interval,
             );
             return;
         }
@@ -548,8 +501,10 @@ impl ConsumerMember {
         {
             return;
         }
-        self.timers
-            .set(Timer::PollInterval, now + self.config.max_poll_interval);
+        self.shell.timers.set(
+            Timer::PollInterval,
+            now + self.shell.config.max_poll_interval,
+        );
         if matches!(self.phase, Phase::Stale) {
             self.join("polled again after poll timeout");
         }
@@ -588,36 +543,34 @@ impl ConsumerMember {
     /// [`CommitError::NotMember`] at once.
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
         self.advance(now);
-        self.next_op += 1;
-        let id = CommitId(self.next_op);
-        if self.stopped() {
-            let e = CommitError::Stopped(self.phase.name().into());
-            self.events
-                .push_back(Event::Committed { id, result: Err(e) });
+        let id = CommitId(self.shell.next_op());
+        let refusal = if self.stopped() {
+            Some(CommitError::Stopped(self.phase.name().into()))
         } else if self.epoch <= 0 || !self.in_group() {
-            let e = CommitError::NotMember {
+            Some(CommitError::NotMember {
                 reason: "the member holds no epoch".into(),
-            };
-            self.events
-                .push_back(Event::Committed { id, result: Err(e) });
+            })
         } else {
-            self.queued.push_back(Queued::Commit { id, offsets });
-        }
+            None
+        };
+        let shell = &mut self.shell;
+        shell
+            .offsets
+            .commit(id, offsets, refusal, &mut shell.events);
         id
     }
 
     /// Fetches committed offsets (OffsetFetch v9 with member id and epoch while in the group).
     pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
         self.advance(now);
-        self.next_op += 1;
-        let id = FetchId(self.next_op);
-        if self.stopped() {
-            let e = CommitError::Stopped(self.phase.name().into());
-            self.events
-                .push_back(Event::OffsetsFetched { id, result: Err(e) });
-        } else {
-            self.queued.push_back(Queued::Fetch { id, partitions });
-        }
+        let id = FetchId(self.shell.next_op());
+        let refusal = self
+            .stopped()
+            .then(|| CommitError::Stopped(self.phase.name().into()));
+        let shell = &mut self.shell;
+        shell
+            .offsets
+            .fetch(id, partitions, refusal, &mut shell.events);
         id
     }
 
@@ -633,7 +586,7 @@ impl ConsumerMember {
         self.close_requested = true;
         self.topics.clear();
         self.regex = None;
-        self.timers.stop(Timer::PollInterval);
+        self.shell.timers.stop(Timer::PollInterval);
         if let Phase::Leaving { then, .. } = &mut self.phase {
             *then = AfterLeave::Close;
             return;
@@ -645,13 +598,13 @@ impl ConsumerMember {
 
     /// The next request to send. Drain until `None` after every input.
     pub fn poll_request(&mut self) -> Option<Outbound> {
-        if let Some(out) = self.outbound.pop_front() {
+        if let Some(out) = self.shell.outbound.pop_front() {
             return Some(out);
         }
         let needed = !self.stopped()
             && (!matches!(self.phase, Phase::Unsubscribed | Phase::Stale)
-                || !self.queued.is_empty());
-        if needed && let Some(out) = self.lookup.poll_request() {
+                || !self.shell.offsets.is_empty());
+        if needed && let Some(out) = self.shell.lookup.poll_request() {
             return Some(out);
         }
         if self.stopped() {
@@ -660,7 +613,7 @@ impl ConsumerMember {
         if self.prefetch_metadata && needed {
             self.prefetch_metadata = false;
             self.request_metadata();
-            if let Some(out) = self.outbound.pop_front() {
+            if let Some(out) = self.shell.outbound.pop_front() {
                 return Some(out);
             }
         }
@@ -690,25 +643,27 @@ impl ConsumerMember {
                 request: Some(id),
                 then,
             };
-            return self.outbound.pop_front();
+            return self.shell.outbound.pop_front();
         }
         if matches!(self.phase, Phase::Leaving { .. }) {
             return None;
         }
-        if let Some(q) = self.queued.pop_front() {
-            return self.build_queued(q, &coordinator);
+        if let Some(out) = self.build_offsets(&coordinator) {
+            return Some(out);
         }
         if self.in_group() && self.heartbeat_in_flight.is_none() {
             let urgent = matches!(self.phase, Phase::Joining | Phase::Acknowledging);
             let due = self
+                .shell
                 .timers
                 .get(Timer::Heartbeat)
-                .is_none_or(|at| at <= self.now);
+                .is_none_or(|at| at <= self.shell.now);
             if urgent
                 && self
+                    .shell
                     .timers
                     .get(Timer::Rejoin)
-                    .is_none_or(|at| at <= self.now)
+                    .is_none_or(|at| at <= self.shell.now)
                 || due
             {
                 return Some(self.build_heartbeat(&coordinator));
@@ -719,27 +674,21 @@ impl ConsumerMember {
 
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
-        while let Some(e) = self.lookup.poll_event() {
-            if let LookupEvent::Failed { error, .. } = e {
-                self.fail(error);
-            }
+        while let Some(error) = self.shell.lookup_failure() {
+            self.fail(error);
         }
-        self.events.pop_front()
+        self.shell.events.pop_front()
     }
 
     /// The earliest deadline and its timer.
     pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
-        let own = self.timers.next_where(|t| match t {
+        self.shell.poll_timeout(|t| match t {
             Timer::Heartbeat | Timer::Rejoin => {
                 self.in_group() && self.heartbeat_in_flight.is_none()
             }
             Timer::MetadataRefresh => !self.metadata_in_flight,
             _ => true,
-        });
-        match (own, self.lookup.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        })
     }
 
     // ------------------------------------------------------------------ inputs
@@ -747,10 +696,13 @@ impl ConsumerMember {
     /// Advances the clock and fires due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
-        self.lookup.handle_timeout(self.now);
-        self.timers.expire(Timer::Heartbeat, self.now);
-        self.timers.expire(Timer::Rejoin, self.now);
-        if self.timers.expire(Timer::MetadataRefresh, self.now)
+        self.shell.lookup.handle_timeout(self.shell.now);
+        self.shell.timers.expire(Timer::Heartbeat, self.shell.now);
+        self.shell.timers.expire(Timer::Rejoin, self.shell.now);
+        if self
+            .shell
+            .timers
+            .expire(Timer::MetadataRefresh, self.shell.now)
             && matches!(
                 self.phase,
                 Phase::Reconciling | Phase::Stable | Phase::Acknowledging
@@ -758,8 +710,13 @@ impl ConsumerMember {
         {
             self.reconcile();
         }
-        if self.timers.expire(Timer::PollInterval, self.now) && self.in_group() {
-            tracing::warn!(group = %self.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
+        if self
+            .shell
+            .timers
+            .expire(Timer::PollInterval, self.shell.now)
+            && self.in_group()
+        {
+            tracing::warn!(group = %self.shell.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
             self.lose_owned("poll timeout");
             // A close that waited for a ticket the application never handed back ends here.
             let (options, then) = match self.deferred_leave.take() {
@@ -778,15 +735,9 @@ impl ConsumerMember {
         now: Instant,
     ) {
         self.advance(now);
-        if self.lookup.is_waiting_for(id) {
-            self.lookup.handle_response(id, result, self.now);
-            return;
-        }
-        let Some(sent) = self.sent.remove(&id) else {
-            tracing::debug!(%id, "ignoring an answer to no request in flight");
+        let Some((sent, result)) = self.shell.route(id, result) else {
             return;
         };
-        self.answered_by = self.sent_to.remove(&id);
         match sent {
             Sent::Heartbeat {
                 epoch,
@@ -801,48 +752,30 @@ impl ConsumerMember {
             }
             Sent::Leave => self.on_leave(id, result),
             Sent::Metadata => self.on_metadata(result),
-            Sent::Commit {
-                id,
-                epoch,
-                partitions,
-            } => self.on_commit(id, epoch, partitions, result),
-            Sent::Fetch { id } => self.on_fetch(id, result),
+            Sent::Offsets(sent) => self.on_offsets(sent, result),
         }
     }
 
     // ------------------------------------------------------------------ transitions
 
     fn advance(&mut self, now: Instant) {
-        if now > self.now {
-            self.now = now;
-        }
+        self.shell.advance(now);
     }
 
     fn set_phase(&mut self, next: Phase, reason: &'static str) {
-        let from = self.phase.name();
-        let to = next.name();
-        self.phase = next;
-        if from != to {
-            tracing::info!(group = %self.config.group_id, member_id = %self.member_id, epoch = self.epoch, "{from} -> {to} ({reason})");
-            self.events.push_back(Event::StateChanged {
-                from,
-                to,
-                reason,
-                member_id: self.member_id.to_string(),
-                generation: self.epoch,
-            });
-        }
+        let (member_id, epoch) = (&self.member_id, self.epoch);
+        self.shell
+            .set_phase(&mut self.phase, next, reason, member_id, epoch);
     }
 
     fn fail(&mut self, error: GroupError) {
         if self.stopped() {
             return;
         }
-        tracing::error!(group = %self.config.group_id, %error, "member stopped");
         self.lose_owned("fatal error");
-        self.fail_queued(CommitError::Stopped(error.to_string()));
+        self.shell.stopping(&error);
         self.set_phase(Phase::Fatal(error.clone()), "fatal error");
-        self.events.push_back(Event::Fatal(error));
+        self.shell.fatal(error);
     }
 
     fn join(&mut self, reason: &'static str) {
@@ -850,24 +783,20 @@ impl ConsumerMember {
         self.known = None;
         self.acked_owned = None;
         self.target = None;
-        self.timers.stop(Timer::Heartbeat);
+        self.shell.timers.stop(Timer::Heartbeat);
         self.set_phase(Phase::Joining, reason);
     }
 
     fn release_owned(&mut self) {
-        if !self.owned.is_empty() {
-            let partitions = self.assignment();
-            self.owned.clear();
-            self.events.push_back(Event::Revoked { partitions });
-        }
+        let partitions = self.assignment();
+        self.owned.clear();
+        self.shell.released(partitions);
     }
 
     fn lose_owned(&mut self, reason: &'static str) {
-        if !self.owned.is_empty() {
-            let partitions = self.assignment();
-            self.owned.clear();
-            self.events.push_back(Event::Lost { partitions, reason });
-        }
+        let partitions = self.assignment();
+        self.owned.clear();
+        self.shell.lost(partitions, reason);
     }
 
     /// Fenced (FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID): partitions lost, rejoin at epoch 0 with
@@ -927,9 +856,10 @@ impl ConsumerMember {
         self.incarnation += 1;
         match then {
             AfterLeave::Close => {
-                self.fail_queued(CommitError::Stopped("closed".into()));
+                self.shell
+                    .fail_offsets(CommitError::Stopped("closed".into()));
                 self.set_phase(Phase::Closed, "left");
-                self.events.push_back(Event::Closed);
+                self.shell.events.push_back(Event::Closed);
             }
             AfterLeave::Unsubscribe if !self.topics.is_empty() || self.regex.is_some() => {
                 self.join("resubscribed")
@@ -940,22 +870,17 @@ impl ConsumerMember {
         }
     }
 
-    fn fail_queued(&mut self, e: CommitError) {
-        commit::fail_all(&mut self.queued, &mut self.events, e);
-    }
-
     // ------------------------------------------------------------------ requests
 
     fn group_id(&self) -> GroupId {
-        GroupId(StrBytes::from_string(self.config.group_id.clone()))
+        self.shell.group_id()
     }
 
     /// A request to the coordinator failed, or its answer says the coordinator moved: look it
     /// up again, unless the request went to an earlier coordinator (see
     /// [`CoordinatorLookup::coordinator_failed`]).
     fn coordinator_failed(&mut self) {
-        self.lookup
-            .coordinator_failed(&self.config.group_id, self.answered_by);
+        self.shell.coordinator_failed();
     }
 
     fn push(
@@ -965,21 +890,11 @@ impl ConsumerMember {
         versions: std::ops::RangeInclusive<i16>,
         sent: Sent,
     ) -> RequestId {
-        let id = self.ids.next();
-        self.sent.insert(id, sent);
-        if let Target::Coordinator(b) = &target {
-            self.sent_to.insert(id, b.node_id);
-        }
-        self.outbound.push_back(Outbound {
-            id,
-            target,
-            request: Request::Raw {
-                body: Box::new(body),
-                versions,
-            },
-            timeout: self.config.request_timeout,
-        });
-        id
+        let request = Request::Raw {
+            body: Box::new(body),
+            versions,
+        };
+        self.shell.send(target, request, sent)
     }
 
     fn base_heartbeat(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {
@@ -988,7 +903,13 @@ impl ConsumerMember {
             .with_member_id(StrBytes::from_string(self.member_id.to_string()))
             .with_member_epoch(epoch)
             // The Java client always sends the instance id, though the schema allows leaving it out.
-            .with_instance_id(self.config.instance_id.clone().map(StrBytes::from_string))
+            .with_instance_id(
+                self.shell
+                    .config
+                    .instance_id
+                    .clone()
+                    .map(StrBytes::from_string),
+            )
             .with_rebalance_timeout_ms(-1)
     }
 
@@ -1007,8 +928,8 @@ impl ConsumerMember {
                 .is_none()
                 .then(|| self.topics.iter().cloned().collect()),
             regex: self.regex.clone(),
-            rebalance_timeout: millis(self.config.max_poll_interval),
-            assignor: self.config.remote_assignor.clone(),
+            rebalance_timeout: millis(self.shell.config.max_poll_interval),
+            assignor: self.shell.config.remote_assignor.clone(),
             owned: self.owned.clone(),
         };
         let mut r = self.base_heartbeat(self.epoch);
@@ -1060,7 +981,7 @@ impl ConsumerMember {
             );
         }
         if self.epoch == 0 {
-            r.rack_id = self.config.rack_id.clone().map(StrBytes::from_string);
+            r.rack_id = self.shell.config.rack_id.clone().map(StrBytes::from_string);
             self.join_sent = true;
         }
         let epoch = self.epoch;
@@ -1078,7 +999,7 @@ impl ConsumerMember {
             },
         );
         self.heartbeat_in_flight = Some(id);
-        self.outbound.pop_front().expect("just pushed")
+        self.shell.outbound.pop_front().expect("just pushed")
     }
 
     fn build_leave(&mut self, coordinator: &Broker, epoch: i32) -> RequestId {
@@ -1091,61 +1012,45 @@ impl ConsumerMember {
         )
     }
 
-    fn build_queued(&mut self, q: Queued, coordinator: &Broker) -> Option<Outbound> {
-        let target = Target::Coordinator(coordinator.clone());
-        let group = self.config.group_id.clone();
-        match q {
-            Queued::Commit { id, offsets } => {
-                if self.epoch <= 0 {
-                    let e = CommitError::NotMember {
-                        reason: "the member lost its epoch".into(),
-                    };
-                    self.events
-                        .push_back(Event::Committed { id, result: Err(e) });
-                    return self.poll_request();
-                }
-                let (body, partitions) = commit::commit_request(
-                    &group,
-                    self.epoch,
-                    self.member_id.as_str(),
-                    self.config.instance_id.as_deref(),
-                    offsets,
-                );
-                let epoch = self.epoch;
-                self.push(
-                    target,
-                    RequestKind::OffsetCommit(body),
-                    COMMIT_VERSIONS,
-                    Sent::Commit {
-                        id,
-                        epoch,
-                        partitions,
-                    },
-                );
-            }
-            Queued::Fetch { id, partitions } => {
-                // Member fields only while in the group: the broker then checks them (v9).
-                let member = (self.epoch > 0 && self.in_group())
-                    .then(|| (self.member_id.as_str(), self.epoch));
-                let body = commit::fetch_request(&group, member, partitions);
-                self.push(
-                    target,
-                    RequestKind::OffsetFetch(body),
-                    FETCH_VERSIONS,
-                    Sent::Fetch { id },
-                );
-            }
+    /// The next queued commit or fetch, fenced by the member's epoch.
+    fn build_offsets(&mut self, coordinator: &Broker) -> Option<Outbound> {
+        if self.shell.offsets.is_empty() {
+            return None;
         }
-        self.outbound.pop_front()
+        let refusal = (self.epoch <= 0).then(|| CommitError::NotMember {
+            reason: "the member lost its epoch".into(),
+        });
+        let fence = self.fence();
+        let shell = &mut self.shell;
+        let (body, versions, sent) = shell.offsets.next(&fence, refusal, &mut shell.events)?;
+        let target = Target::Coordinator(coordinator.clone());
+        self.push(target, body, versions, Sent::Offsets(sent));
+        self.shell.outbound.pop_front()
+    }
+
+    /// Who the member is, for its commits and fetches.
+    fn fence(&self) -> Fence {
+        Fence {
+            protocol: Protocol::Consumer,
+            group: self.shell.config.group_id.clone(),
+            member_id: self.member_id.to_string(),
+            generation: self.epoch,
+            instance_id: self.shell.config.instance_id.clone(),
+            member: self.epoch > 0 && self.in_group(),
+            rebalancing: false,
+            commit_versions: COMMIT_VERSIONS,
+            fetch_versions: FETCH_VERSIONS,
+        }
     }
 
     // ------------------------------------------------------------------ answers
 
     fn backoff_heartbeat(&mut self) {
-        let delay = self.backoff.delay(self.heartbeat_failures, &mut self.rng);
-        self.heartbeat_failures = self.heartbeat_failures.saturating_add(1);
-        self.timers.set(Timer::Heartbeat, self.now + delay);
-        self.timers.set(Timer::Rejoin, self.now + delay);
+        let delay = self.shell.backoff(&mut self.heartbeat_failures);
+        self.shell
+            .timers
+            .set(Timer::Heartbeat, self.shell.now + delay);
+        self.shell.timers.set(Timer::Rejoin, self.shell.now + delay);
     }
 
     fn on_heartbeat(
@@ -1219,11 +1124,11 @@ impl ConsumerMember {
         match classify(
             ApiKey::ConsumerGroupHeartbeat,
             r.error_code,
-            &self.config.group_id,
+            &self.shell.config.group_id,
         ) {
             ErrorAction::Proceed => self.heartbeat_ok(sent_epoch, fields, r),
             ErrorAction::FencedMember => {
-                tracing::info!(group = %self.config.group_id, code = r.error_code, "fenced; rejoining with the same member id");
+                tracing::info!(group = %self.shell.config.group_id, code = r.error_code, "fenced; rejoining with the same member id");
                 self.fenced(if r.error_code == 110 {
                     "FENCED_MEMBER_EPOCH"
                 } else {
@@ -1239,9 +1144,9 @@ impl ConsumerMember {
             }
             ErrorAction::UnreleasedInstance => self.unreleased(sent_epoch),
             ErrorAction::Fenced => {
-                let instance_id = self.config.instance_id.clone().unwrap_or_default();
+                let instance_id = self.shell.config.instance_id.clone().unwrap_or_default();
                 self.fail(GroupError::FencedInstanceId {
-                    group: self.config.group_id.clone(),
+                    group: self.shell.config.group_id.clone(),
                     instance_id,
                 });
             }
@@ -1250,11 +1155,11 @@ impl ConsumerMember {
                 self.coordinator_failed();
                 // Retry as soon as the coordinator is found again.
                 self.heartbeat_failures = 0;
-                self.timers.stop(Timer::Heartbeat);
-                self.timers.stop(Timer::Rejoin);
+                self.shell.timers.stop(Timer::Heartbeat);
+                self.shell.timers.stop(Timer::Rejoin);
             }
             ErrorAction::Report => {
-                tracing::warn!(group = %self.config.group_id, code = r.error_code, message = ?r.error_message, "heartbeat error reported, member carries on");
+                tracing::warn!(group = %self.shell.config.group_id, code = r.error_code, message = ?r.error_message, "heartbeat error reported, member carries on");
                 self.backoff_heartbeat();
             }
             ErrorAction::Fatal(e) => self.fail(e),
@@ -1268,7 +1173,7 @@ impl ConsumerMember {
     /// (`throwIfInstanceIdIsUnreleased`); anywhere else it cannot be this member's own join, and
     /// it is fatal as in the Java client (`handleFatalFailure`).
     fn unreleased(&mut self, sent_epoch: i32) {
-        let Some(instance_id) = self.config.instance_id.clone() else {
+        let Some(instance_id) = self.shell.config.instance_id.clone() else {
             // A member without an instance id holds none to release.
             return self.fail(GroupError::Fatal {
                 api: ApiKey::ConsumerGroupHeartbeat,
@@ -1279,7 +1184,7 @@ impl ConsumerMember {
         if own_join && self.may_be_registered && self.unreleased_recoveries < UNRELEASED_RECOVERIES
         {
             self.unreleased_recoveries += 1;
-            tracing::warn!(group = %self.config.group_id, %instance_id, attempt = self.unreleased_recoveries, "UNRELEASED_INSTANCE_ID after this member's own join may have landed; leaving with -2 and rejoining");
+            tracing::warn!(group = %self.shell.config.group_id, %instance_id, attempt = self.unreleased_recoveries, "UNRELEASED_INSTANCE_ID after this member's own join may have landed; leaving with -2 and rejoining");
             self.lose_owned("UNRELEASED_INSTANCE_ID");
             if let Some((options, then, reason)) = self.deferred_leave.take() {
                 // A close or unsubscribe waited for a revocation this error voids: its leave
@@ -1297,7 +1202,7 @@ impl ConsumerMember {
             );
         } else {
             self.fail(GroupError::UnreleasedInstanceId {
-                group: self.config.group_id.clone(),
+                group: self.shell.config.group_id.clone(),
                 instance_id,
             });
         }
@@ -1312,7 +1217,9 @@ impl ConsumerMember {
         self.owned_report_unsettled = false;
         // Every error-free answer restarts the interval (HeartbeatRequestState.resetTimer)...
         self.interval = Duration::from_millis(r.heartbeat_interval_ms.max(0) as u64);
-        self.timers.set(Timer::Heartbeat, self.now + self.interval);
+        self.shell
+            .timers
+            .set(Timer::Heartbeat, self.shell.now + self.interval);
         // ...but one with a negative epoch is otherwise ignored (it only completes leaves).
         if r.member_epoch < 0 {
             return;
@@ -1327,7 +1234,7 @@ impl ConsumerMember {
         }
         self.answered_once = true;
         self.heartbeat_failures = 0;
-        self.timers.stop(Timer::Rejoin);
+        self.shell.timers.stop(Timer::Rejoin);
         if r.member_epoch > 0 {
             self.may_be_registered = true;
             // A successful join ends an UNRELEASED_INSTANCE_ID episode: the bound is per episode.
@@ -1382,7 +1289,7 @@ impl ConsumerMember {
             .map(|(id, _)| *id)
             .filter(|id| !self.names.contains_key(id))
             .collect();
-        if !unresolved.is_empty() && self.timers.get(Timer::MetadataRefresh).is_none() {
+        if !unresolved.is_empty() && self.shell.timers.get(Timer::MetadataRefresh).is_none() {
             self.request_metadata();
         }
         let resolved: BTreeSet<(Uuid, i32)> = target
@@ -1394,9 +1301,8 @@ impl ConsumerMember {
         let added: Vec<(Uuid, i32)> = resolved.difference(&self.owned).cloned().collect();
         if !revoked.is_empty() {
             let partitions = revoked.iter().filter_map(|tp| self.named(tp)).collect();
-            self.next_ticket += 1;
-            let ticket = self.next_ticket;
-            self.events.push_back(Event::Revoking {
+            let ticket = self.shell.next_ticket();
+            self.shell.events.push_back(Event::Revoking {
                 partitions,
                 ticket: RevokeTicket { id: ticket },
             });
@@ -1416,13 +1322,13 @@ impl ConsumerMember {
         if !added.is_empty() {
             self.owned.extend(added.iter().cloned());
             let added = added.iter().filter_map(|tp| self.named(tp)).collect();
-            self.events.push_back(Event::Assigned {
+            self.shell.events.push_back(Event::Assigned {
                 added,
                 owned: self.assignment(),
                 generation: self.epoch,
             });
         } else if matches!(self.phase, Phase::Joining) {
-            self.events.push_back(Event::Assigned {
+            self.shell.events.push_back(Event::Assigned {
                 added: Vec::new(),
                 owned: self.assignment(),
                 generation: self.epoch,
@@ -1441,7 +1347,7 @@ impl ConsumerMember {
     /// Whether the regular heartbeat in flight listed the owned partitions.
     fn owned_report_in_flight(&self) -> bool {
         self.heartbeat_in_flight
-            .and_then(|id| self.sent.get(&id))
+            .and_then(|id| self.shell.in_flight(id))
             .is_some_and(|s| {
                 matches!(
                     s,
@@ -1458,22 +1364,12 @@ impl ConsumerMember {
             return;
         }
         self.metadata_in_flight = true;
-        let id = self.ids.next();
-        self.sent.insert(id, Sent::Metadata);
         // Subscribed by names: those topics; by pattern: every topic.
         let topics = self
             .regex
             .is_none()
             .then(|| self.topics.iter().cloned().collect());
-        self.outbound.push_back(Outbound {
-            id,
-            target: Target::Bootstrap,
-            request: Request::Metadata {
-                topics,
-                allow_auto_topic_creation: false,
-            },
-            timeout: self.config.request_timeout,
-        });
+        self.shell.send_metadata(topics, Sent::Metadata);
     }
 
     fn on_metadata(&mut self, result: Result<Response, TransportError>) {
@@ -1497,9 +1393,9 @@ impl ConsumerMember {
             .as_ref()
             .is_some_and(|t| t.iter().any(|(id, _)| !self.names.contains_key(id)));
         if unresolved {
-            self.timers.set(
+            self.shell.timers.set(
                 Timer::MetadataRefresh,
-                self.now + self.config.retry_backoff_max,
+                self.shell.now + self.shell.config.retry_backoff_max,
             );
         }
         if matches!(
@@ -1540,10 +1436,10 @@ impl ConsumerMember {
         // recovery budget on it.
         if then == AfterLeave::Rejoin
             && code == FENCED_INSTANCE_ID_CODE
-            && let Some(instance_id) = self.config.instance_id.clone()
+            && let Some(instance_id) = self.shell.config.instance_id.clone()
         {
             return self.fail(GroupError::UnreleasedInstanceId {
-                group: self.config.group_id.clone(),
+                group: self.shell.config.group_id.clone(),
                 instance_id,
             });
         }
@@ -1551,106 +1447,14 @@ impl ConsumerMember {
         self.finish_leave(then);
     }
 
-    fn on_commit(
-        &mut self,
-        id: CommitId,
-        epoch: i32,
-        partitions: Vec<TopicPartition>,
-        result: Result<Response, TransportError>,
-    ) {
-        let r = match result {
-            Ok(Response {
-                body: ResponseKind::OffsetCommit(r),
-                ..
-            }) => r,
-            Ok(_) => {
-                return self.events.push_back(Event::Committed {
-                    id,
-                    result: Err(CommitError::Rejected {
-                        partition: None,
-                        code: -1,
-                    }),
-                });
-            }
-            Err(e) => {
-                self.coordinator_failed();
-                return self.events.push_back(Event::Committed {
-                    id,
-                    result: Err(e.into()),
-                });
-            }
-        };
-        let result = commit::commit_answer(&r, &partitions).map_err(|(tp, code)| {
-            match classify(ApiKey::OffsetCommit, code, &self.config.group_id) {
-                // Retried by the caller with the latest epoch while still a member; never a
-                // silent fallback.
-                ErrorAction::StaleEpoch if self.epoch > 0 && self.in_group() => {
-                    CommitError::Retriable { code }
-                }
-                ErrorAction::StaleEpoch
-                | ErrorAction::ResetMemberId
-                | ErrorAction::ResetGeneration => CommitError::NotMember {
-                    reason: format!(
-                        "sent with epoch {epoch}: {}",
-                        crate::error::error_name(code)
-                    ),
-                },
-                ErrorAction::Rediscover => {
-                    self.coordinator_failed();
-                    CommitError::Retriable { code }
-                }
-                ErrorAction::RetryBackoff => CommitError::Retriable { code },
-                ErrorAction::RejoinNow => CommitError::RebalanceInProgress,
-                _ => CommitError::Rejected {
-                    partition: tp,
-                    code,
-                },
-            }
-        });
-        self.events.push_back(Event::Committed { id, result });
+    fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
+        let answered_fetch = matches!(sent, SentOffsets::Fetch { .. }) && result.is_ok();
+        let (event, hint) = offsets::answer(sent, result, &self.fence());
+        if hint == Some(Hint::Rediscover) && !answered_fetch {
+            self.coordinator_failed();
+        }
+        self.shell.events.push_back(event);
     }
-
-    fn on_fetch(&mut self, id: FetchId, result: Result<Response, TransportError>) {
-        let r = match result {
-            Ok(Response {
-                body: ResponseKind::OffsetFetch(r),
-                ..
-            }) => r,
-            Ok(_) => {
-                return self.events.push_back(Event::OffsetsFetched {
-                    id,
-                    result: Err(CommitError::Rejected {
-                        partition: None,
-                        code: -1,
-                    }),
-                });
-            }
-            Err(e) => {
-                self.coordinator_failed();
-                return self.events.push_back(Event::OffsetsFetched {
-                    id,
-                    result: Err(e.into()),
-                });
-            }
-        };
-        let member = self.epoch > 0 && self.in_group();
-        let result = commit::fetch_answer(&r, &self.config.group_id, |code, partition| {
-            match classify(ApiKey::OffsetFetch, code, "") {
-                ErrorAction::Proceed => Ok(()),
-                // Retried with the latest epoch only while still in the group.
-                ErrorAction::StaleEpoch if member => Err(CommitError::Retriable { code }),
-                ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
-                    Err(CommitError::Retriable { code })
-                }
-                _ => Err(CommitError::Rejected { partition, code }),
-            }
-        });
-        self.events.push_back(Event::OffsetsFetched { id, result });
-    }
-}
-
-fn millis(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
 fn invalid(reason: &str) -> GroupError {

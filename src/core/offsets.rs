@@ -1,0 +1,584 @@
+//! Offsets as a sub-machine of every member: the queue of commits and fetches waiting for the
+//! coordinator, their requests and the reading of their answers. A member hands it a [`Fence`]
+//! (who it is now) and applies the [`Hint`] it gets back; the fencing fields differ only in
+//! meaning: the classic member sends its generation, the consumer member its epoch.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::RangeInclusive;
+
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::{
+    ApiKey, GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, RequestKind, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::TopicPartition;
+use super::events::{CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId};
+use crate::error::{ErrorAction, GroupError, TransportError, classify, error_name};
+use crate::request::Response;
+
+/// Committed offsets by partition.
+pub type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
+
+/// A commit or fetch waiting for the coordinator.
+#[derive(Debug, Clone)]
+enum Queued {
+    Commit {
+        id: CommitId,
+        offsets: Vec<CommitOffset>,
+    },
+    Fetch {
+        id: FetchId,
+        partitions: Vec<TopicPartition>,
+    },
+}
+
+/// Which protocol's fencing rules a member follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// Generation and member id (JoinGroup).
+    Classic,
+    /// Member epoch (KIP-848).
+    Consumer,
+}
+
+/// Who the member is when a commit or fetch goes out or its answer comes back.
+#[derive(Debug, Clone)]
+pub(crate) struct Fence {
+    pub(crate) protocol: Protocol,
+    pub(crate) group: String,
+    pub(crate) member_id: String,
+    /// Classic: the generation; consumer: the member epoch.
+    pub(crate) generation: i32,
+    pub(crate) instance_id: Option<String>,
+    /// Consumer: in the group with an epoch (a fetch then carries member id and epoch, and
+    /// STALE_MEMBER_EPOCH is retriable).
+    pub(crate) member: bool,
+    /// Classic: a rebalance is under way (an error for an ended generation reads as
+    /// REBALANCE_IN_PROGRESS).
+    pub(crate) rebalancing: bool,
+    pub(crate) commit_versions: RangeInclusive<i16>,
+    pub(crate) fetch_versions: RangeInclusive<i16>,
+}
+
+/// What a commit or fetch in flight was sent with.
+#[derive(Debug, Clone)]
+pub(crate) enum SentOffsets {
+    Commit {
+        id: CommitId,
+        generation: i32,
+        member_id: String,
+        partitions: Vec<TopicPartition>,
+    },
+    Fetch {
+        id: FetchId,
+    },
+}
+
+/// What an offsets answer asks of the member, besides the event it produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Hint {
+    /// Look the coordinator up again.
+    Rediscover,
+    /// REBALANCE_IN_PROGRESS (classic): rejoin if stable.
+    Rejoin,
+    /// UNKNOWN_MEMBER_ID for the current generation: forget member id and generation.
+    ResetMemberId,
+    /// ILLEGAL_GENERATION for the current generation: forget the generation.
+    ResetGeneration,
+    /// FENCED_INSTANCE_ID for the current generation.
+    Fenced,
+    /// A terminal refusal.
+    Fatal(GroupError),
+}
+
+/// Commits and fetches waiting for the coordinator, in the order the application asked.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OffsetQueue(VecDeque<Queued>);
+
+impl OffsetQueue {
+    /// Queues a commit, or answers it at once with `refusal`.
+    pub(crate) fn commit(
+        &mut self,
+        id: CommitId,
+        offsets: Vec<CommitOffset>,
+        refusal: Option<CommitError>,
+        events: &mut VecDeque<Event>,
+    ) {
+        match refusal {
+            Some(e) => events.push_back(Event::Committed { id, result: Err(e) }),
+            None => self.0.push_back(Queued::Commit { id, offsets }),
+        }
+    }
+
+    /// Queues a fetch, or answers it at once with `refusal`.
+    pub(crate) fn fetch(
+        &mut self,
+        id: FetchId,
+        partitions: Vec<TopicPartition>,
+        refusal: Option<CommitError>,
+        events: &mut VecDeque<Event>,
+    ) {
+        match refusal {
+            Some(e) => events.push_back(Event::OffsetsFetched { id, result: Err(e) }),
+            None => self.0.push_back(Queued::Fetch { id, partitions }),
+        }
+    }
+
+    /// Nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Fails everything queued with `error`.
+    pub(crate) fn fail_all(&mut self, events: &mut VecDeque<Event>, error: CommitError) {
+        for q in self.0.drain(..) {
+            events.push_back(match q {
+                Queued::Commit { id, .. } => Event::Committed {
+                    id,
+                    result: Err(error.clone()),
+                },
+                Queued::Fetch { id, .. } => Event::OffsetsFetched {
+                    id,
+                    result: Err(error.clone()),
+                },
+            });
+        }
+    }
+
+    /// The next request, fenced by `fence`. A commit `refusal` (the member left its generation
+    /// while the commit waited for the coordinator) fails instead of going out with whatever
+    /// identity the member has now.
+    pub(crate) fn next(
+        &mut self,
+        fence: &Fence,
+        refusal: Option<CommitError>,
+        events: &mut VecDeque<Event>,
+    ) -> Option<(RequestKind, RangeInclusive<i16>, SentOffsets)> {
+        while let Some(q) = self.0.pop_front() {
+            match q {
+                Queued::Commit { id, .. } if let Some(e) = &refusal => {
+                    events.push_back(Event::Committed {
+                        id,
+                        result: Err(e.clone()),
+                    });
+                }
+                Queued::Commit { id, offsets } => {
+                    let (body, partitions) = commit_request(
+                        &fence.group,
+                        fence.generation,
+                        &fence.member_id,
+                        fence.instance_id.as_deref(),
+                        offsets,
+                    );
+                    let sent = SentOffsets::Commit {
+                        id,
+                        generation: fence.generation,
+                        member_id: fence.member_id.clone(),
+                        partitions,
+                    };
+                    let versions = fence.commit_versions.clone();
+                    return Some((RequestKind::OffsetCommit(body), versions, sent));
+                }
+                Queued::Fetch { id, partitions } => {
+                    // Member fields only for a consumer-protocol member in its group: the broker
+                    // then checks them (v9). The classic member fetches without (the Java
+                    // classic client).
+                    let member = (fence.protocol == Protocol::Consumer && fence.member)
+                        .then_some((fence.member_id.as_str(), fence.generation));
+                    let body = fetch_request(&fence.group, member, partitions);
+                    let versions = fence.fetch_versions.clone();
+                    return Some((
+                        RequestKind::OffsetFetch(body),
+                        versions,
+                        SentOffsets::Fetch { id },
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Reads the answer to a commit or fetch: the event for the application, and what the member
+/// must do about it.
+pub(crate) fn answer(
+    sent: SentOffsets,
+    result: Result<Response, TransportError>,
+    fence: &Fence,
+) -> (Event, Option<Hint>) {
+    match sent {
+        SentOffsets::Commit {
+            id,
+            generation,
+            member_id,
+            partitions,
+        } => {
+            let (result, hint) = match result {
+                Ok(Response {
+                    body: ResponseKind::OffsetCommit(r),
+                    ..
+                }) => match commit_answer(&r, &partitions) {
+                    Ok(()) => (Ok(()), None),
+                    Err((tp, code)) => {
+                        let (e, hint) = commit_error(fence, generation, &member_id, tp, code);
+                        (Err(e), hint)
+                    }
+                },
+                other => unanswered(other),
+            };
+            (Event::Committed { id, result }, hint)
+        }
+        SentOffsets::Fetch { id } => {
+            let (result, hint) = match result {
+                Ok(Response {
+                    body: ResponseKind::OffsetFetch(r),
+                    ..
+                }) => {
+                    let result = fetch_answer(&r, &fence.group, |code, partition| {
+                        match classify(ApiKey::OffsetFetch, code, &fence.group) {
+                            ErrorAction::Proceed => Ok(()),
+                            // Retried with the latest epoch only while still in the group.
+                            ErrorAction::StaleEpoch if fence.member => {
+                                Err(CommitError::Retriable { code })
+                            }
+                            ErrorAction::RetryBackoff | ErrorAction::Rediscover => {
+                                Err(CommitError::Retriable { code })
+                            }
+                            _ => Err(CommitError::Rejected { partition, code }),
+                        }
+                    });
+                    let rediscover = matches!(
+                        result,
+                        Err(CommitError::Retriable { code })
+                            if matches!(classify(ApiKey::OffsetFetch, code, &fence.group), ErrorAction::Rediscover)
+                    );
+                    (result, rediscover.then_some(Hint::Rediscover))
+                }
+                other => unanswered(other),
+            };
+            (Event::OffsetsFetched { id, result }, hint)
+        }
+    }
+}
+
+/// A commit or fetch that got no answer of its kind: a transport failure (the coordinator is
+/// looked up again) or a body of another API.
+fn unanswered<T>(
+    result: Result<Response, TransportError>,
+) -> (Result<T, CommitError>, Option<Hint>) {
+    match result {
+        Err(e) => (Err(e.into()), Some(Hint::Rediscover)),
+        Ok(_) => (
+            Err(CommitError::Rejected {
+                partition: None,
+                code: -1,
+            }),
+            None,
+        ),
+    }
+}
+
+/// What a commit error means, given the generation (or epoch) and member id the commit was sent
+/// with (KAFKA-9823), and what the member must do.
+fn commit_error(
+    fence: &Fence,
+    generation: i32,
+    member_id: &str,
+    tp: Option<TopicPartition>,
+    code: i16,
+) -> (CommitError, Option<Hint>) {
+    let action = classify(ApiKey::OffsetCommit, code, &fence.group);
+    match fence.protocol {
+        Protocol::Classic => {
+            let current = generation == fence.generation && member_id == fence.member_id;
+            match action {
+                ErrorAction::RejoinNow => (CommitError::RebalanceInProgress, Some(Hint::Rejoin)),
+                ErrorAction::ResetMemberId | ErrorAction::ResetGeneration | ErrorAction::Fenced
+                    if !current =>
+                {
+                    let e = if fence.rebalancing {
+                        CommitError::RebalanceInProgress
+                    } else {
+                        CommitError::NotMember {
+                            reason: format!("sent with generation {generation}, which has ended"),
+                        }
+                    };
+                    (e, None)
+                }
+                ErrorAction::ResetMemberId => (
+                    CommitError::NotMember {
+                        reason: "UNKNOWN_MEMBER_ID".into(),
+                    },
+                    Some(Hint::ResetMemberId),
+                ),
+                ErrorAction::ResetGeneration => (
+                    CommitError::NotMember {
+                        reason: "ILLEGAL_GENERATION".into(),
+                    },
+                    Some(Hint::ResetGeneration),
+                ),
+                ErrorAction::Fenced => (
+                    CommitError::FencedInstanceId {
+                        instance_id: fence.instance_id.clone().unwrap_or_default(),
+                    },
+                    Some(Hint::Fenced),
+                ),
+                ErrorAction::Rediscover => {
+                    (CommitError::Retriable { code }, Some(Hint::Rediscover))
+                }
+                ErrorAction::RetryBackoff => (CommitError::Retriable { code }, None),
+                ErrorAction::Fatal(GroupError::GroupAuthorizationFailed { group }) => (
+                    CommitError::Stopped(format!("not authorized to use group {group:?}")),
+                    Some(Hint::Fatal(GroupError::GroupAuthorizationFailed { group })),
+                ),
+                _ => (
+                    CommitError::Rejected {
+                        partition: tp,
+                        code,
+                    },
+                    None,
+                ),
+            }
+        }
+        Protocol::Consumer => match action {
+            // Retried by the caller with the latest epoch while still a member; never a silent
+            // fallback.
+            ErrorAction::StaleEpoch if fence.member => (CommitError::Retriable { code }, None),
+            ErrorAction::StaleEpoch | ErrorAction::ResetMemberId | ErrorAction::ResetGeneration => {
+                (
+                    CommitError::NotMember {
+                        reason: format!("sent with epoch {generation}: {}", error_name(code)),
+                    },
+                    None,
+                )
+            }
+            ErrorAction::Rediscover => (CommitError::Retriable { code }, Some(Hint::Rediscover)),
+            ErrorAction::RetryBackoff => (CommitError::Retriable { code }, None),
+            ErrorAction::RejoinNow => (CommitError::RebalanceInProgress, None),
+            _ => (
+                CommitError::Rejected {
+                    partition: tp,
+                    code,
+                },
+                None,
+            ),
+        },
+    }
+}
+
+fn name(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+/// An OffsetCommit body carrying the member's fencing fields, and the partitions it commits.
+fn commit_request(
+    group: &str,
+    generation_or_epoch: i32,
+    member_id: &str,
+    instance_id: Option<&str>,
+    offsets: Vec<CommitOffset>,
+) -> (OffsetCommitRequest, Vec<TopicPartition>) {
+    let partitions = offsets.iter().map(|o| o.partition.clone()).collect();
+    let mut by_topic: BTreeMap<String, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+    for o in offsets {
+        by_topic.entry(o.partition.topic).or_default().push(
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(o.partition.partition)
+                .with_committed_offset(o.offset)
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(o.metadata.map(StrBytes::from_string)),
+        );
+    }
+    let body = OffsetCommitRequest::default()
+        .with_group_id(GroupId(name(group)))
+        .with_generation_id_or_member_epoch(generation_or_epoch)
+        .with_member_id(name(member_id))
+        .with_group_instance_id(instance_id.map(name))
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(t)))
+                        .with_partitions(ps)
+                })
+                .collect(),
+        );
+    (body, partitions)
+}
+
+/// What an OffsetCommit answer says: `Ok` when every partition sent was answered without error,
+/// else the first partition error, or code -1 for a partition the answer left out (a silent gap
+/// would be a lost commit).
+fn commit_answer(
+    r: &OffsetCommitResponse,
+    sent: &[TopicPartition],
+) -> Result<(), (Option<TopicPartition>, i16)> {
+    let mut answered = BTreeSet::new();
+    for t in &r.topics {
+        for p in &t.partitions {
+            let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
+            if p.error_code != 0 {
+                return Err((Some(tp), p.error_code));
+            }
+            answered.insert(tp);
+        }
+    }
+    match sent.iter().find(|p| !answered.contains(*p)) {
+        None => Ok(()),
+        Some(missing) => Err((Some(missing.clone()), -1)),
+    }
+}
+
+/// An OffsetFetch body (v8+ batched form, RequireStable); `member` is `(member id, epoch)` for a
+/// consumer-protocol member in its group (v9).
+fn fetch_request(
+    group: &str,
+    member: Option<(&str, i32)>,
+    partitions: Vec<TopicPartition>,
+) -> OffsetFetchRequest {
+    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for tp in partitions {
+        by_topic.entry(tp.topic).or_default().push(tp.partition);
+    }
+    let group = OffsetFetchRequestGroup::default()
+        .with_group_id(GroupId(name(group)))
+        .with_member_id(member.map(|(id, _)| name(id)))
+        .with_member_epoch(member.map_or(-1, |(_, epoch)| epoch))
+        .with_topics(Some(
+            by_topic
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetFetchRequestTopics::default()
+                        .with_name(TopicName(StrBytes::from_string(t)))
+                        .with_partition_indexes(ps)
+                })
+                .collect(),
+        ));
+    OffsetFetchRequest::default()
+        .with_groups(vec![group])
+        .with_require_stable(true)
+}
+
+/// Reads an OffsetFetch answer for `group`; `check` maps a non-zero group or partition code to
+/// the error to return.
+fn fetch_answer(
+    r: &OffsetFetchResponse,
+    group: &str,
+    check: impl Fn(i16, Option<TopicPartition>) -> Result<(), CommitError>,
+) -> Result<Offsets, CommitError> {
+    let g = r
+        .groups
+        .iter()
+        .find(|g| g.group_id.as_str() == group)
+        .ok_or(CommitError::Rejected {
+            partition: None,
+            code: -1,
+        })?;
+    check(g.error_code, None)?;
+    let mut out = BTreeMap::new();
+    for t in &g.topics {
+        for p in &t.partitions {
+            let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
+            check(p.error_code, Some(tp.clone()))?;
+            out.insert(
+                tp,
+                CommittedOffset {
+                    offset: (p.committed_offset >= 0).then_some(p.committed_offset),
+                    metadata: p.metadata.as_ref().map(|m| m.to_string()),
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::offset_commit_response::{
+        OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+    };
+
+    fn answer(parts: &[(i32, i16)]) -> OffsetCommitResponse {
+        OffsetCommitResponse::default().with_topics(vec![
+            OffsetCommitResponseTopic::default()
+                .with_name(TopicName(name("t")))
+                .with_partitions(
+                    parts
+                        .iter()
+                        .map(|&(p, code)| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+        ])
+    }
+
+    #[test]
+    fn commit_answers_must_cover_every_partition() {
+        let sent = vec![TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
+        assert_eq!(commit_answer(&answer(&[(0, 0), (1, 0)]), &sent), Ok(()));
+        assert_eq!(
+            commit_answer(&answer(&[(0, 0), (1, 22)]), &sent),
+            Err((Some(TopicPartition::new("t", 1)), 22))
+        );
+        assert_eq!(
+            commit_answer(&answer(&[(0, 0)]), &sent),
+            Err((Some(TopicPartition::new("t", 1)), -1))
+        );
+    }
+
+    #[test]
+    fn commit_request_groups_by_topic_and_carries_fencing_fields() {
+        let offsets = vec![
+            CommitOffset {
+                partition: TopicPartition::new("b", 1),
+                offset: 5,
+                metadata: None,
+            },
+            CommitOffset {
+                partition: TopicPartition::new("a", 0),
+                offset: 7,
+                metadata: Some("m".into()),
+            },
+        ];
+        let (r, parts) = commit_request("g", 3, "m-1", Some("i"), offsets);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(
+            (
+                r.generation_id_or_member_epoch,
+                r.member_id.as_str(),
+                r.group_instance_id.as_deref()
+            ),
+            (3, "m-1", Some("i"))
+        );
+        assert_eq!(
+            r.topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
+        let f = fetch_request("g", Some(("m-1", 4)), vec![TopicPartition::new("a", 0)]);
+        assert_eq!(
+            (
+                f.groups[0].member_id.as_deref(),
+                f.groups[0].member_epoch,
+                f.require_stable
+            ),
+            (Some("m-1"), 4, true)
+        );
+        let f = fetch_request("g", None, vec![]);
+        assert_eq!(
+            (f.groups[0].member_id.as_deref(), f.groups[0].member_epoch),
+            (None, -1)
+        );
+    }
+}
