@@ -77,7 +77,6 @@ const LEAVE_VERSIONS: std::ops::RangeInclusive<i16> = 3..=5;
 const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 7..=9;
 /// OffsetFetch v8+ is batched by group; capped at v9 (names) like the Java classic client.
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 8..=9;
-/// Request ids of the coordinator lookup live in their own range.
 
 /// Misuse of the member's API by the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
