@@ -1,6 +1,7 @@
 //! Runs a sans-IO [`Machine`] over a [`Transport`] on tokio: sends what the machine asks for,
 //! feeds answers back with the current time, and sleeps until its next deadline.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,7 +16,8 @@ use crate::request::{Broker, Outbound, RequestId, Response};
 use crate::transport::Transport;
 
 /// Drives `machine` until `done` returns `Some`, and returns that value. Requests run
-/// concurrently; answers are handed back in the order they arrive.
+/// concurrently; answers are handed back in the order they arrive; the machine's events are
+/// dropped (`done` reads the machine's state).
 pub async fn run_until<M, T, R>(
     machine: &mut M,
     transport: &Arc<T>,
@@ -25,20 +27,107 @@ where
     M: Machine,
     T: Transport,
 {
+    struct Until<F>(F);
+    impl<M: Machine, R, F: FnMut(&mut M) -> Option<R>> Loop<M> for Until<F> {
+        type Command = std::convert::Infallible;
+        type Output = R;
+        fn sent(&mut self, out: &Outbound, _now: Instant) {
+            tracing::trace!(id = %out.id, target = %out.target, api = ?out.request.api_key(), "sending");
+        }
+        fn idle(&mut self, machine: &mut M) -> ControlFlow<R> {
+            match (self.0)(machine) {
+                Some(r) => ControlFlow::Break(r),
+                None => ControlFlow::Continue(()),
+            }
+        }
+    }
+    drive(machine, transport, &mut Until(&mut done), None).await
+}
+
+/// What a drive loop does around its machine: it sees every request and answer, takes every
+/// event, may end the loop whenever the machine is idle (its requests and events drained), and
+/// takes the application's commands.
+trait Loop<M: Machine> {
+    /// A command from the application.
+    type Command;
+    /// What the loop returns.
+    type Output;
+    /// `out` is about to be sent.
+    fn sent(&mut self, _out: &Outbound, _now: Instant) {}
+    /// The answer to request `id` arrived.
+    fn answered(
+        &mut self,
+        _id: RequestId,
+        _result: &Result<Response, TransportError>,
+        _now: Instant,
+    ) {
+    }
+    /// An event of the machine's.
+    fn event(&mut self, _machine: &mut M, _event: M::Event) {}
+    /// The machine's requests and events are drained: `Break` ends the loop.
+    fn idle(&mut self, _machine: &mut M) -> ControlFlow<Self::Output> {
+        ControlFlow::Continue(())
+    }
+    /// A command (`None`: every sender is gone; no command is asked for after that).
+    fn command(
+        &mut self,
+        _machine: &mut M,
+        _command: Option<Self::Command>,
+    ) -> ControlFlow<Self::Output> {
+        ControlFlow::Continue(())
+    }
+}
+
+/// The one drive loop: sends what `machine` asks for, hands its events to `l`, feeds answers,
+/// deadlines and `commands` back with the current time.
+async fn drive<M, T, L>(
+    machine: &mut M,
+    transport: &Arc<T>,
+    l: &mut L,
+    mut commands: Option<mpsc::UnboundedReceiver<L::Command>>,
+) -> L::Output
+where
+    M: Machine,
+    T: Transport,
+    L: Loop<M>,
+{
     let (tx, mut rx) = mpsc::unbounded_channel::<Answer>();
     loop {
         while let Some(out) = machine.poll_request() {
-            tracing::trace!(id = %out.id, target = %out.target, api = ?out.request.api_key(), "sending");
+            l.sent(&out, Instant::now());
             dispatch(transport.clone(), out, tx.clone()).await;
         }
-        if let Some(r) = done(machine) {
+        while let Some(event) = machine.poll_event() {
+            l.event(machine, event);
+        }
+        if let ControlFlow::Break(r) = l.idle(machine) {
             return r;
         }
-        let deadline = machine.poll_timeout();
+        let deadline = machine.poll_timeout().map(|(at, _)| at);
         tokio::select! {
-            Some((id, result)) = rx.recv() => machine.handle_response(id, *result, Instant::now()),
+            command = recv(&mut commands), if commands.is_some() => {
+                if command.is_none() {
+                    commands = None;
+                }
+                if let ControlFlow::Break(r) = l.command(machine, command) {
+                    return r;
+                }
+            }
+            Some((id, result)) = rx.recv() => {
+                let now = Instant::now();
+                l.answered(id, &result, now);
+                machine.handle_response(id, *result, now);
+            }
             _ = sleep_until(deadline) => machine.handle_timeout(Instant::now()),
         }
+    }
+}
+
+/// The next command, or `None` once every sender is gone (never called without a receiver).
+async fn recv<C>(commands: &mut Option<mpsc::UnboundedReceiver<C>>) -> Option<C> {
+    match commands {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -356,99 +445,137 @@ impl MemberHandle {
     }
 }
 
-async fn run_member<T: Transport>(
-    mut member: Member,
-    mut metrics: crate::metrics::MemberMetrics,
-    transport: Arc<T>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
+/// The tokio side of a [`GroupMember`]: routes commit and fetch outcomes to their callers,
+/// the other events to the application, commands to the member, and ends after `Closed`.
+struct MemberLoop {
+    metrics: crate::metrics::MemberMetrics,
     events: mpsc::UnboundedSender<Event>,
-) {
-    let (resp_tx, mut responses) = mpsc::unbounded_channel::<Answer>();
-    let mut commits: HashMap<CommitId, oneshot::Sender<Result<(), CommitError>>> = HashMap::new();
-    let mut fetches: HashMap<FetchId, oneshot::Sender<Result<Offsets, CommitError>>> =
-        HashMap::new();
-    let mut closing: Vec<oneshot::Sender<()>> = Vec::new();
-    let mut handles_gone = false;
-    loop {
-        while let Some(out) = member.poll_request() {
-            metrics.on_request(out.id, out.request.api_key(), Instant::now());
-            dispatch(transport.clone(), out, resp_tx.clone()).await;
+    commits: HashMap<CommitId, oneshot::Sender<Result<(), CommitError>>>,
+    fetches: HashMap<FetchId, oneshot::Sender<Result<Offsets, CommitError>>>,
+    closing: Vec<oneshot::Sender<()>>,
+    closed: bool,
+}
+
+impl Loop<Member> for MemberLoop {
+    type Command = Command;
+    type Output = ();
+
+    fn sent(&mut self, out: &Outbound, now: Instant) {
+        self.metrics.on_request(out.id, out.request.api_key(), now);
+    }
+
+    fn answered(&mut self, id: RequestId, result: &Result<Response, TransportError>, now: Instant) {
+        self.metrics.on_response(id, result, now);
+    }
+
+    fn event(&mut self, _member: &mut Member, event: Event) {
+        self.metrics.on_event(&event, Instant::now());
+        let event = match event {
+            Event::Committed { id, result } => match self.commits.remove(&id) {
+                Some(tx) => return drop(tx.send(result)),
+                None => Event::Committed { id, result },
+            },
+            Event::OffsetsFetched { id, result } => match self.fetches.remove(&id) {
+                Some(tx) => return drop(tx.send(result)),
+                None => Event::OffsetsFetched { id, result },
+            },
+            Event::Closed => {
+                self.closed = true;
+                Event::Closed
+            }
+            other => other,
+        };
+        let _ = self.events.send(event);
+    }
+
+    fn idle(&mut self, _member: &mut Member) -> ControlFlow<()> {
+        if !self.closed {
+            return ControlFlow::Continue(());
         }
-        let mut closed = false;
-        while let Some(event) = member.poll_event() {
-            metrics.on_event(&event, Instant::now());
-            match event {
-                Event::Committed { id, result } => match commits.remove(&id) {
-                    Some(tx) => drop(tx.send(result)),
-                    None => drop(events.send(Event::Committed { id, result })),
-                },
-                Event::OffsetsFetched { id, result } => match fetches.remove(&id) {
-                    Some(tx) => drop(tx.send(result)),
-                    None => drop(events.send(Event::OffsetsFetched { id, result })),
-                },
-                Event::Closed => {
-                    closed = true;
-                    let _ = events.send(Event::Closed);
-                }
-                other => drop(events.send(other)),
-            }
+        for tx in self.closing.drain(..) {
+            let _ = tx.send(());
         }
-        if closed {
-            for tx in closing.drain(..) {
-                let _ = tx.send(());
-            }
-            return;
-        }
-        let deadline = member.poll_timeout().map(|(at, _)| at);
-        tokio::select! {
-            command = commands.recv(), if !handles_gone => {
-                let now = Instant::now();
-                match command {
-                    Some(Command::Subscribe(topics, tx)) => drop(tx.send(member.subscribe(topics, now))),
-                    Some(Command::SubscribeRegex(pattern, tx)) => drop(tx.send(member.subscribe_regex(pattern, now))),
-                    Some(Command::Unsubscribe) => member.unsubscribe(now),
-                    Some(Command::Poll) => member.poll(now),
-                    Some(Command::CompleteRevocation(ticket, tx)) => drop(tx.send(member.complete_revocation(ticket, now))),
-                    Some(Command::Commit(offsets, tx)) => {
-                        commits.insert(member.commit(offsets, now), tx);
-                    }
-                    Some(Command::Fetch(partitions, tx)) => {
-                        fetches.insert(member.fetch_offsets(partitions, now), tx);
-                    }
-                    Some(Command::Snapshot(tx)) => drop(tx.send(Snapshot {
-                        member_id: member.member_id().to_owned(),
-                        generation: member.generation(),
-                        state: member.state(),
-                        assignment: member.assignment(),
-                        coordinator: member.coordinator().map(|b| b.node_id),
-                        leader: member.is_leader(),
-                        protocol: member.protocol(),
-                    })),
-                    Some(Command::Close(options, tx)) => {
-                        closing.push(tx);
-                        member.close(options, now);
-                        // A stopped member has nothing to leave; otherwise `Event::Closed` ends
-                        // the loop above once the LeaveGroup (if any) was answered.
-                        if member.state() == "Fatal" {
-                            return;
-                        }
-                    }
-                    // Every handle is gone: close with the default semantics.
-                    None => {
-                        handles_gone = true;
-                        member.close(CloseOptions::Default, now);
-                        if member.state() == "Fatal" {
-                            return;
-                        }
-                    }
-                }
-            }
-            Some((id, result)) = responses.recv() => {
-                let now = Instant::now();
-                metrics.on_response(id, &result, now);
-                member.handle_response(id, *result, now);
-            }
-            _ = sleep_until(deadline) => member.handle_timeout(Instant::now()),
+        ControlFlow::Break(())
+    }
+
+    fn command(&mut self, member: &mut Member, command: Option<Command>) -> ControlFlow<()> {
+        let now = Instant::now();
+        let options = match command {
+            // Every handle is gone: close with the default semantics.
+            None => CloseOptions::Default,
+            Some(command) => match self.apply(member, command, now) {
+                Some(options) => options,
+                None => return ControlFlow::Continue(()),
+            },
+        };
+        member.close(options, now);
+        // A stopped member has nothing to leave; otherwise `Event::Closed` ends the loop once the
+        // LeaveGroup (if any) was answered.
+        if member.state() == "Fatal" {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
     }
+}
+
+impl MemberLoop {
+    /// Carries out `command`; a close is left to the caller, with its options.
+    fn apply(
+        &mut self,
+        member: &mut Member,
+        command: Command,
+        now: Instant,
+    ) -> Option<CloseOptions> {
+        match command {
+            Command::Subscribe(topics, tx) => drop(tx.send(member.subscribe(topics, now))),
+            Command::SubscribeRegex(pattern, tx) => {
+                drop(tx.send(member.subscribe_regex(pattern, now)))
+            }
+            Command::Unsubscribe => member.unsubscribe(now),
+            Command::Poll => member.poll(now),
+            Command::CompleteRevocation(ticket, tx) => {
+                drop(tx.send(member.complete_revocation(ticket, now)))
+            }
+            Command::Commit(offsets, tx) => {
+                self.commits.insert(member.commit(offsets, now), tx);
+            }
+            Command::Fetch(partitions, tx) => {
+                self.fetches
+                    .insert(member.fetch_offsets(partitions, now), tx);
+            }
+            Command::Snapshot(tx) => drop(tx.send(Snapshot {
+                member_id: member.member_id().to_owned(),
+                generation: member.generation(),
+                state: member.state(),
+                assignment: member.assignment(),
+                coordinator: member.coordinator().map(|b| b.node_id),
+                leader: member.is_leader(),
+                protocol: member.protocol(),
+            })),
+            Command::Close(options, tx) => {
+                self.closing.push(tx);
+                return Some(options);
+            }
+        }
+        None
+    }
+}
+
+async fn run_member<T: Transport>(
+    mut member: Member,
+    metrics: crate::metrics::MemberMetrics,
+    transport: Arc<T>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let mut l = MemberLoop {
+        metrics,
+        events,
+        commits: HashMap::new(),
+        fetches: HashMap::new(),
+        closing: Vec::new(),
+        closed: false,
+    };
+    drive(&mut member, &transport, &mut l, Some(commands)).await
 }

@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use crate::error::TransportError;
 use crate::request::{Outbound, RequestId, Response};
+use timer::Timer;
 
 /// A partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -48,12 +49,24 @@ impl fmt::Display for TopicPartition {
     }
 }
 
-/// A sans-IO machine a driver can run over a transport.
+/// The drive contract every sans-IO machine of this crate follows: the coordinator lookup, both
+/// members and the protocol-choosing [`Member`](member::Member). A driver (the tokio driver, the
+/// simulation, the model checker) feeds it answers and time and, after every input, drains
+/// [`poll_request`](Machine::poll_request) and [`poll_event`](Machine::poll_event) until `None`,
+/// then sleeps until [`poll_timeout`](Machine::poll_timeout).
 pub trait Machine {
-    /// The next request to send, if any. Drain until `None` after every input.
+    /// What the machine tells its application.
+    type Event;
+    /// The next request to send, if any.
+    #[must_use]
     fn poll_request(&mut self) -> Option<Outbound>;
-    /// When the machine next wants [`handle_timeout`](Machine::handle_timeout) called.
-    fn poll_timeout(&self) -> Option<Instant>;
+    /// The next event for the application, if any.
+    #[must_use]
+    fn poll_event(&mut self) -> Option<Self::Event>;
+    /// When the machine next wants [`handle_timeout`](Machine::handle_timeout) called, and the
+    /// timer that is due then.
+    #[must_use]
+    fn poll_timeout(&self) -> Option<(Instant, Timer)>;
     /// Feeds the outcome of a request the machine emitted.
     fn handle_response(
         &mut self,
@@ -65,22 +78,36 @@ pub trait Machine {
     fn handle_timeout(&mut self, now: Instant);
 }
 
-impl Machine for coordinator::CoordinatorLookup {
-    fn poll_request(&mut self) -> Option<Outbound> {
-        coordinator::CoordinatorLookup::poll_request(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        coordinator::CoordinatorLookup::poll_timeout(self).map(|(at, _)| at)
-    }
-    fn handle_response(
-        &mut self,
-        id: RequestId,
-        result: Result<Response, TransportError>,
-        now: Instant,
-    ) {
-        coordinator::CoordinatorLookup::handle_response(self, id, result, now)
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        coordinator::CoordinatorLookup::handle_timeout(self, now)
-    }
+/// Implements [`Machine`] for a type whose inherent methods of the same names do the work.
+macro_rules! machine {
+    ($ty:ty, $event:ty) => {
+        impl Machine for $ty {
+            type Event = $event;
+            fn poll_request(&mut self) -> Option<Outbound> {
+                <$ty>::poll_request(self)
+            }
+            fn poll_event(&mut self) -> Option<$event> {
+                <$ty>::poll_event(self)
+            }
+            fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+                <$ty>::poll_timeout(self)
+            }
+            fn handle_response(
+                &mut self,
+                id: RequestId,
+                result: Result<Response, TransportError>,
+                now: Instant,
+            ) {
+                <$ty>::handle_response(self, id, result, now)
+            }
+            fn handle_timeout(&mut self, now: Instant) {
+                <$ty>::handle_timeout(self, now)
+            }
+        }
+    };
 }
+
+machine!(coordinator::CoordinatorLookup, coordinator::LookupEvent);
+machine!(classic::ClassicMember, events::Event);
+machine!(consumer::ConsumerMember, events::Event);
+machine!(member::Member, events::Event);

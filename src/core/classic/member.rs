@@ -1753,23 +1753,3 @@ fn invalid(api: ApiKey, reason: &str) -> GroupError {
         reason: reason.to_owned(),
     }
 }
-
-impl crate::core::Machine for ClassicMember {
-    fn poll_request(&mut self) -> Option<Outbound> {
-        ClassicMember::poll_request(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        ClassicMember::poll_timeout(self).map(|(at, _)| at)
-    }
-    fn handle_response(
-        &mut self,
-        id: RequestId,
-        result: Result<Response, TransportError>,
-        now: Instant,
-    ) {
-        ClassicMember::handle_response(self, id, result, now)
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        ClassicMember::handle_timeout(self, now)
-    }
-}
