@@ -30,6 +30,77 @@ pub(crate) const LOOKUP_IDS: u64 = 1 << 48;
 pub(crate) trait PhaseName {
     /// The phase's name.
     fn name(&self) -> &'static str;
+    /// Closed or stopped by a terminal error: the member only answers calls from now on.
+    fn stopped(&self) -> bool;
+    /// The phase of a member stopped by `error`.
+    fn fatal(error: GroupError) -> Self;
+}
+
+/// A member as the shared transitions see it: its shell, its phase, who it is, and what it owns.
+pub(crate) trait Skeleton {
+    /// The member's phases.
+    type Phase: PhaseName;
+    /// What the member records of a request in flight.
+    type Sent;
+    /// The shell, the phase, the member id and the generation (or epoch), at once.
+    fn parts(
+        &mut self,
+    ) -> (
+        &mut Shell<Self::Sent>,
+        &mut Self::Phase,
+        &dyn fmt::Display,
+        i32,
+    );
+    /// The shell.
+    fn shell(&mut self) -> &mut Shell<Self::Sent>;
+    /// The phase.
+    fn phase(&self) -> &Self::Phase;
+    /// Gives up every owned partition; returns them.
+    fn take_owned(&mut self) -> Vec<TopicPartition>;
+
+    /// Closed or stopped by a terminal error.
+    fn stopped(&self) -> bool {
+        self.phase().stopped()
+    }
+
+    /// The one funnel for state changes (see [`Shell::set_phase`]).
+    fn set_phase(&mut self, next: Self::Phase, reason: &'static str) {
+        let (shell, phase, member_id, generation) = self.parts();
+        shell.set_phase(phase, next, reason, member_id, generation);
+    }
+
+    /// Stops on `error`: partitions lost, queued commits and fetches failed, the fatal phase,
+    /// [`Event::Fatal`]. Once stopped, nothing more happens.
+    fn fail(&mut self, error: GroupError) {
+        if self.stopped() {
+            return;
+        }
+        self.lose_owned("fatal error");
+        tracing::error!(group = %self.shell().config.group_id, %error, "member stopped");
+        self.shell()
+            .fail_offsets(CommitError::Stopped(error.to_string()));
+        self.set_phase(Self::Phase::fatal(error.clone()), "fatal error");
+        self.shell().events.push_back(Event::Fatal(error));
+    }
+
+    /// The application gave its partitions up itself (close, unsubscribe): [`Event::Revoked`].
+    fn release_owned(&mut self) {
+        let partitions = self.take_owned();
+        if !partitions.is_empty() {
+            self.shell().events.push_back(Event::Revoked { partitions });
+        }
+    }
+
+    /// The member lost its partitions without a revocation (fenced, stopped, poll timeout):
+    /// [`Event::Lost`].
+    fn lose_owned(&mut self, reason: &'static str) {
+        let partitions = self.take_owned();
+        if !partitions.is_empty() {
+            self.shell()
+                .events
+                .push_back(Event::Lost { partitions, reason });
+        }
+    }
 }
 
 /// A request in flight: what it was sent with (`S`, the member's own record) and the
@@ -245,7 +316,7 @@ impl<S> Shell<S> {
         phase: &mut P,
         next: P,
         reason: &'static str,
-        member_id: &impl fmt::Display,
+        member_id: &dyn fmt::Display,
         generation: i32,
     ) {
         let from = phase.name();
@@ -261,32 +332,6 @@ impl<S> Shell<S> {
                 generation,
             });
         }
-    }
-
-    /// The application gave `partitions` up itself (close, unsubscribe).
-    pub(crate) fn released(&mut self, partitions: Vec<TopicPartition>) {
-        if !partitions.is_empty() {
-            self.events.push_back(Event::Revoked { partitions });
-        }
-    }
-
-    /// The member lost `partitions` without a revocation (fenced, stopped, poll timeout).
-    pub(crate) fn lost(&mut self, partitions: Vec<TopicPartition>, reason: &'static str) {
-        if !partitions.is_empty() {
-            self.events.push_back(Event::Lost { partitions, reason });
-        }
-    }
-
-    /// Logs the terminal `error` and fails every queued commit and fetch with it; the member
-    /// then moves to its fatal phase and reports [`Event::Fatal`] with [`fatal`](Self::fatal).
-    pub(crate) fn stopping(&mut self, error: &GroupError) {
-        tracing::error!(group = %self.config.group_id, %error, "member stopped");
-        self.fail_offsets(CommitError::Stopped(error.to_string()));
-    }
-
-    /// Reports the terminal `error` to the application.
-    pub(crate) fn fatal(&mut self, error: GroupError) {
-        self.events.push_back(Event::Fatal(error));
     }
 
     /// Fails every queued commit and fetch with `e`.

@@ -58,7 +58,7 @@ use crate::core::events::{
 };
 use crate::core::metadata::ClusterMetadata;
 use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::core::shell::{PhaseName, Shell, millis};
+use crate::core::shell::{PhaseName, Shell, Skeleton, millis};
 use crate::core::timer::Timer;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
 use crate::request::{Broker, Outbound, RequestId, Response};
@@ -99,7 +99,7 @@ pub enum ApiMisuse {
 
 /// Where the member stands. Each variant holds only its own data.
 #[derive(Debug, Clone)]
-enum Phase {
+pub(crate) enum Phase {
     /// No subscription; not trying to be in the group.
     Unsubscribed,
     /// Wants to join as soon as the coordinator is known and `not_before` passed.
@@ -151,13 +151,21 @@ impl PhaseName for Phase {
             Phase::Fatal(_) => "Fatal",
         }
     }
+
+    fn stopped(&self) -> bool {
+        matches!(self, Phase::Closed | Phase::Fatal(_))
+    }
+
+    fn fatal(error: GroupError) -> Self {
+        Phase::Fatal(error)
+    }
 }
 
 /// A close or unsubscribe issued while a revocation ticket was out: its LeaveGroup (or the
 /// decision not to send one) waits for the ticket, `max.poll.interval.ms` after the first such
 /// call, or an answer that voids the revocation, whichever comes first.
 #[derive(Debug, Clone, Copy)]
-struct DeferredLeave {
+pub(crate) struct DeferredLeave {
     options: CloseOptions,
     /// `close()` (then `Closed`) rather than `unsubscribe()` (then `Unsubscribed`).
     then_close: bool,
@@ -187,7 +195,7 @@ enum Why {
 
 /// What a request in flight was sent with: the gate compares it with the state on return.
 #[derive(Debug, Clone)]
-enum Sent {
+pub(crate) enum Sent {
     Join {
         member_id: String,
     },
@@ -377,10 +385,6 @@ impl ClassicMember {
         self.shell.config.instance_id.is_some()
     }
 
-    fn stopped(&self) -> bool {
-        matches!(self.phase, Phase::Closed | Phase::Fatal(_))
-    }
-
     /// In the group: heartbeats are due.
     fn heartbeating(&self) -> bool {
         self.generation >= 0
@@ -413,7 +417,7 @@ impl ClassicMember {
         topics: impl IntoIterator<Item = String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
-        self.advance(now);
+        self.shell.advance(now);
         if self.stopped() || self.close_requested {
             return Err(ApiMisuse::Stopped);
         }
@@ -455,7 +459,7 @@ impl ClassicMember {
     ///
     /// Does nothing once [`close`](Self::close) was called: the close goes on as asked.
     pub fn unsubscribe(&mut self, now: Instant) {
-        self.advance(now);
+        self.shell.advance(now);
         if self.stopped() || self.close_requested || matches!(self.phase, Phase::Unsubscribed) {
             return;
         }
@@ -503,7 +507,7 @@ impl ClassicMember {
     /// makes the member leave as the Java client does on poll timeout (a static member keeps its id
     /// and sends nothing); the next poll rejoins.
     pub fn poll(&mut self, now: Instant) {
-        self.advance(now);
+        self.shell.advance(now);
         if self.topics.is_empty() || self.stopped() || self.close_requested {
             return;
         }
@@ -528,7 +532,7 @@ impl ClassicMember {
         ticket: RevokeTicket,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
-        self.advance(now);
+        self.shell.advance(now);
         match self.phase {
             Phase::AwaitRevoke { ticket: t, .. } if t == ticket.id => {
                 if let Some(d) = self.take_deferred_leave() {
@@ -546,7 +550,7 @@ impl ClassicMember {
     /// arrives as [`Event::Committed`]; during a rebalance it is [`CommitError::RebalanceInProgress`]
     /// at once, outside the group [`CommitError::NotMember`].
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
-        self.advance(now);
+        self.shell.advance(now);
         let id = CommitId(self.shell.next_op());
         let refusal = self.commit_refusal();
         let shell = &mut self.shell;
@@ -576,7 +580,7 @@ impl ClassicMember {
     /// Fetches the committed offsets of `partitions` (RequireStable, so pending transactional
     /// offsets are waited for). The outcome arrives as [`Event::OffsetsFetched`].
     pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
-        self.advance(now);
+        self.shell.advance(now);
         let id = FetchId(self.shell.next_op());
         let refusal = self
             .stopped()
@@ -599,7 +603,7 @@ impl ClassicMember {
     /// goes on as asked. [`unsubscribe`](Self::unsubscribe) waits the same way; so does the
     /// consumer member.
     pub fn close(&mut self, options: CloseOptions, now: Instant) {
-        self.advance(now);
+        self.shell.advance(now);
         if self.stopped() {
             return;
         }
@@ -700,7 +704,7 @@ impl ClassicMember {
 
     /// Advances the clock to `now` and fires due timers. Early or repeated calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.advance(now);
+        self.shell.advance(now);
         self.shell.lookup.handle_timeout(self.shell.now);
         self.shell.timers.expire(Timer::Rejoin, self.shell.now);
         self.shell.timers.expire(Timer::Heartbeat, self.shell.now);
@@ -746,7 +750,7 @@ impl ClassicMember {
         result: Result<Response, TransportError>,
         now: Instant,
     ) {
-        self.advance(now);
+        self.shell.advance(now);
         let Some((sent, result)) = self.shell.route(id, result) else {
             return;
         };
@@ -768,28 +772,6 @@ impl ClassicMember {
     }
 
     // ------------------------------------------------------------------ transitions
-
-    fn advance(&mut self, now: Instant) {
-        self.shell.advance(now);
-    }
-
-    /// The one funnel for state changes: logs `from -> to (reason)` and tells the application.
-    fn set_phase(&mut self, next: Phase, reason: &'static str) {
-        let (member_id, generation) = (&self.member_id, self.generation);
-        self.shell
-            .set_phase(&mut self.phase, next, reason, member_id, generation);
-    }
-
-    fn fail(&mut self, error: GroupError) {
-        if self.stopped() {
-            return;
-        }
-        // A deferred close or unsubscribe goes with the AwaitRevoke phase.
-        self.lose_owned("fatal error");
-        self.shell.stopping(&error);
-        self.set_phase(Phase::Fatal(error.clone()), "fatal error");
-        self.shell.fatal(error);
-    }
 
     /// Asks for a (re)join. Eager: every owned partition is revoked first (with a ticket);
     /// cooperative: only partitions of topics no longer subscribed.
@@ -838,17 +820,6 @@ impl ClassicMember {
             },
             reason,
         );
-    }
-
-    /// The application released its partitions itself.
-    fn release_owned(&mut self) {
-        let partitions = std::mem::take(&mut self.owned).into_iter().collect();
-        self.shell.released(partitions);
-    }
-
-    fn lose_owned(&mut self, reason: &'static str) {
-        let partitions = std::mem::take(&mut self.owned).into_iter().collect();
-        self.shell.lost(partitions, reason);
     }
 
     /// Forgets the generation; keeps the member id.
@@ -1751,5 +1722,31 @@ fn invalid(api: ApiKey, reason: &str) -> GroupError {
     GroupError::InvalidResponse {
         api,
         reason: reason.to_owned(),
+    }
+}
+
+impl Skeleton for ClassicMember {
+    type Phase = Phase;
+    type Sent = Sent;
+
+    fn parts(&mut self) -> (&mut Shell<Sent>, &mut Phase, &dyn std::fmt::Display, i32) {
+        (
+            &mut self.shell,
+            &mut self.phase,
+            &self.member_id,
+            self.generation,
+        )
+    }
+
+    fn shell(&mut self) -> &mut Shell<Sent> {
+        &mut self.shell
+    }
+
+    fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    fn take_owned(&mut self) -> Vec<TopicPartition> {
+        std::mem::take(&mut self.owned).into_iter().collect()
     }
 }

@@ -48,7 +48,7 @@ use crate::core::events::{
 };
 use crate::core::metadata::ClusterMetadata;
 use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::core::shell::{PhaseName, Shell, millis};
+use crate::core::shell::{PhaseName, Shell, Skeleton, millis};
 use crate::core::timer::Timer;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
 use crate::member_id::MemberId;
@@ -70,7 +70,7 @@ const UNRELEASED_INSTANCE_ID: i16 = 111;
 const FENCED_INSTANCE_ID_CODE: i16 = 82;
 
 #[derive(Debug, Clone)]
-enum Phase {
+pub(crate) enum Phase {
     Unsubscribed,
     /// Sending epoch-0 heartbeats until the coordinator answers.
     Joining,
@@ -99,7 +99,7 @@ enum Phase {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AfterLeave {
+pub(crate) enum AfterLeave {
     Close,
     Unsubscribe,
     Stale,
@@ -122,12 +122,20 @@ impl PhaseName for Phase {
             Phase::Fatal(_) => "Fatal",
         }
     }
+
+    fn stopped(&self) -> bool {
+        matches!(self, Phase::Closed | Phase::Fatal(_))
+    }
+
+    fn fatal(error: GroupError) -> Self {
+        Phase::Fatal(error)
+    }
 }
 
 /// The fields a heartbeat carried; once answered they are what the broker knows, so later
 /// heartbeats leave unchanged fields out (protocol.md §6.3).
 #[derive(Debug, Clone, PartialEq, Default)]
-struct SentFields {
+pub(crate) struct SentFields {
     topics: Option<Vec<String>>,
     regex: Option<String>,
     rebalance_timeout: i32,
@@ -136,7 +144,7 @@ struct SentFields {
 }
 
 #[derive(Debug, Clone)]
-enum Sent {
+pub(crate) enum Sent {
     Heartbeat {
         epoch: i32,
         fields: SentFields,
@@ -333,10 +341,6 @@ impl ConsumerMember {
         self.shell.config.instance_id.is_some()
     }
 
-    fn stopped(&self) -> bool {
-        matches!(self.phase, Phase::Closed | Phase::Fatal(_))
-    }
-
     fn in_group(&self) -> bool {
         matches!(
             self.phase,
@@ -365,7 +369,7 @@ impl ConsumerMember {
         topics: impl IntoIterator<Item = String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
-        self.advance(now);
+        self.shell.advance(now);
         if self.stopped() || self.close_requested {
             return Err(ApiMisuse::Stopped);
         }
@@ -398,7 +402,7 @@ impl ConsumerMember {
         pattern: impl Into<String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
-        self.advance(now);
+        self.shell.advance(now);
         if self.stopped() || self.close_requested {
             return Err(ApiMisuse::Stopped);
         }
@@ -435,7 +439,7 @@ impl ConsumerMember {
     /// Does nothing once [`close`](Self::close) was called: the close goes on as asked (also a
     /// close waiting for a revocation ticket).
     pub fn unsubscribe(&mut self, now: Instant) {
-        self.advance(now);
+        self.shell.advance(now);
         if self.stopped() || self.close_requested {
             return;
         }
@@ -494,7 +498,7 @@ impl ConsumerMember {
 
     /// Records that the application is alive; after a poll timeout, rejoins.
     pub fn poll(&mut self, now: Instant) {
-        self.advance(now);
+        self.shell.advance(now);
         if self.stopped()
             || self.close_requested
             || (self.topics.is_empty() && self.regex.is_none())
@@ -517,7 +521,7 @@ impl ConsumerMember {
         ticket: RevokeTicket,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
-        self.advance(now);
+        self.shell.advance(now);
         match &self.phase {
             Phase::AwaitRevoke {
                 ticket: t,
@@ -542,7 +546,7 @@ impl ConsumerMember {
     /// Commits `offsets` with the member id and epoch (OffsetCommit v9). Outside the group:
     /// [`CommitError::NotMember`] at once.
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
-        self.advance(now);
+        self.shell.advance(now);
         let id = CommitId(self.shell.next_op());
         let refusal = if self.stopped() {
             Some(CommitError::Stopped(self.phase.name().into()))
@@ -562,7 +566,7 @@ impl ConsumerMember {
 
     /// Fetches committed offsets (OffsetFetch v9 with member id and epoch while in the group).
     pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
-        self.advance(now);
+        self.shell.advance(now);
         let id = FetchId(self.shell.next_op());
         let refusal = self
             .stopped()
@@ -579,7 +583,7 @@ impl ConsumerMember {
     /// nothing dynamic), then [`Event::Closed`]. A close before the first answer still sends the
     /// leave with the member id.
     pub fn close(&mut self, options: CloseOptions, now: Instant) {
-        self.advance(now);
+        self.shell.advance(now);
         if self.stopped() {
             return;
         }
@@ -695,7 +699,7 @@ impl ConsumerMember {
 
     /// Advances the clock and fires due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.advance(now);
+        self.shell.advance(now);
         self.shell.lookup.handle_timeout(self.shell.now);
         self.shell.timers.expire(Timer::Heartbeat, self.shell.now);
         self.shell.timers.expire(Timer::Rejoin, self.shell.now);
@@ -734,7 +738,7 @@ impl ConsumerMember {
         result: Result<Response, TransportError>,
         now: Instant,
     ) {
-        self.advance(now);
+        self.shell.advance(now);
         let Some((sent, result)) = self.shell.route(id, result) else {
             return;
         };
@@ -758,26 +762,6 @@ impl ConsumerMember {
 
     // ------------------------------------------------------------------ transitions
 
-    fn advance(&mut self, now: Instant) {
-        self.shell.advance(now);
-    }
-
-    fn set_phase(&mut self, next: Phase, reason: &'static str) {
-        let (member_id, epoch) = (&self.member_id, self.epoch);
-        self.shell
-            .set_phase(&mut self.phase, next, reason, member_id, epoch);
-    }
-
-    fn fail(&mut self, error: GroupError) {
-        if self.stopped() {
-            return;
-        }
-        self.lose_owned("fatal error");
-        self.shell.stopping(&error);
-        self.set_phase(Phase::Fatal(error.clone()), "fatal error");
-        self.shell.fatal(error);
-    }
-
     fn join(&mut self, reason: &'static str) {
         self.epoch = 0;
         self.known = None;
@@ -785,18 +769,6 @@ impl ConsumerMember {
         self.target = None;
         self.shell.timers.stop(Timer::Heartbeat);
         self.set_phase(Phase::Joining, reason);
-    }
-
-    fn release_owned(&mut self) {
-        let partitions = self.assignment();
-        self.owned.clear();
-        self.shell.released(partitions);
-    }
-
-    fn lose_owned(&mut self, reason: &'static str) {
-        let partitions = self.assignment();
-        self.owned.clear();
-        self.shell.lost(partitions, reason);
     }
 
     /// Fenced (FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID): partitions lost, rejoin at epoch 0 with
@@ -1461,5 +1433,33 @@ fn invalid(reason: &str) -> GroupError {
     GroupError::InvalidResponse {
         api: ApiKey::ConsumerGroupHeartbeat,
         reason: reason.to_owned(),
+    }
+}
+
+impl Skeleton for ConsumerMember {
+    type Phase = Phase;
+    type Sent = Sent;
+
+    fn parts(&mut self) -> (&mut Shell<Sent>, &mut Phase, &dyn std::fmt::Display, i32) {
+        (
+            &mut self.shell,
+            &mut self.phase,
+            &self.member_id,
+            self.epoch,
+        )
+    }
+
+    fn shell(&mut self) -> &mut Shell<Sent> {
+        &mut self.shell
+    }
+
+    fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    fn take_owned(&mut self) -> Vec<TopicPartition> {
+        let partitions = self.assignment();
+        self.owned.clear();
+        partitions
     }
 }
