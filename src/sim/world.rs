@@ -951,8 +951,7 @@ impl World {
                 coordinator::name(code)
             )
         });
-        self.coordinator
-            .fail_request(q.conn, corr, q.frame.version, &q.frame.body, code);
+        q.fail(&mut self.coordinator, code);
         self.route_replies();
         true
     }
@@ -1277,14 +1276,7 @@ impl World {
                 q.frame.version
             )
         });
-        self.coordinator.handle_request(
-            q.conn,
-            corr,
-            &q.frame.client_id,
-            q.frame.version,
-            q.frame.body,
-            now,
-        );
+        q.process(&mut self.coordinator, now);
         self.route_replies();
         if let Some((p, epoch)) = stale {
             self.note_stale_ack(p, epoch);
