@@ -5,42 +5,48 @@
 //! # What is explored
 //! The checked system is the crate's sans-IO members ([`ClassicMember`] and [`ConsumerMember`]
 //! through the [`Member`] facade) and the simulated coordinator ([`SimCoordinator`], the broker
-//! rules of `src/sim/coordinator.rs`), connected by a small broker-like network written here
-//! with the same rules as `src/sim/network.rs`:
-//! - a client keeps one bootstrap connection and one coordinator connection; a request that times
-//!   out closes its connection (every other request on it fails with `Disconnected`), and a
-//!   member that forgets its coordinator closes the coordinator connection (the Java client's
-//!   `markCoordinatorUnknown`; `SimConfig::close_on_coordinator_loss`);
+//! rules of `src/sim/coordinator/`), connected by the simulation's own network ([`Network`],
+//! `src/sim/network.rs`, the one `sim::world::World` runs on) with its rules:
 //! - the broker reads one request per connection and reads the next only after the answer went
 //!   out; group requests are processed in the order they were READ (one coordinator queue);
-//!   FindCoordinator / Metadata are answered when read;
+//!   FindCoordinator / Metadata are answered by the broker's own handlers;
 //! - requests a client already wrote on a connection it then closed are still read and
-//!   processed; their answers are dropped.
+//!   processed; their answers are dropped;
+//! - answers on one connection arrive in order.
 //!
-//! The nondeterministic choices (the model's actions) are: the coordinator processes the head of
-//! its queue; an answer in transit reaches its client; virtual time jumps to the next deadline
-//! (member timers, request timeouts, coordinator timers); and, within a fault budget, the
-//! coordinator runtime fails the head of its queue with COORDINATOR_NOT_AVAILABLE (scripted in
-//! `World::fail_queued_head`), the client resets its coordinator connection
-//! (`World::drop_connections`), an answer is lost, or an answer is overtaken by the next deadline
-//! (a slow answer); within an application budget, the application unsubscribes and subscribes
-//! again, commits its partitions, or closes. Requests reach the broker before time moves on (their
-//! latency is far below every timer, as in the simulation), but the coordinator may sit on its
-//! queue for any number of deadlines: that is a coordinator stall.
+//! The client side is kept here, with the transport rules of `World`: a client keeps one
+//! bootstrap connection and one coordinator connection; a request that times out closes its connection (every other request
+//! on it fails with `Disconnected`), and a member that forgets its coordinator closes the
+//! coordinator connection (the Java client's `markCoordinatorUnknown`;
+//! `SimConfig::close_on_coordinator_loss`).
+//!
+//! The network runs without delays, service time or random faults: requests reach the broker,
+//! and FindCoordinator / Metadata are answered, before the next choice (their latency is far
+//! below every timer, as in the simulation). The nondeterministic choices (the model's actions)
+//! are made through the network's own operations: the coordinator processes the head of its
+//! queue ([`Network::take_coordinator_work`]); an answer in transit on a connection reaches its
+//! client ([`Network::take_answer`]); virtual time jumps to the next deadline (member timers,
+//! request timeouts, coordinator timers); and, within a fault budget, the coordinator runtime
+//! fails the head of its queue with COORDINATOR_NOT_AVAILABLE ([`Network::take_coordinator_head`]
+//! and [`Queued::fail`], as `World::fail_queued_head`), the client resets its coordinator
+//! connection ([`Network::close`]), an answer is lost ([`Network::take_answer`], dropped), or an
+//! answer is overtaken by the next deadline (a slow answer); within an application budget, the
+//! application unsubscribes and subscribes again, commits its partitions, or closes. The
+//! coordinator may sit on its queue for any number of deadlines: that is a coordinator stall.
 //!
 //! # Why the states are replayed, and what the fingerprint keeps
-//! Neither the members nor the simulated coordinator nor `sim::world::World` implement `Clone`
-//! (and `World` holds `Box<dyn SimMember>` and scheduled closures, so it is not `Send` either),
-//! so a state cannot carry a copy of the system. A state here carries the path of choices from
-//! the initial state instead; `next_state` rebuilds the system by replaying that path from
-//! scratch (every piece is deterministic: seeded RNGs, no clock reads, no hash-map iteration) and
-//! applies one more choice. The cost is one replay per transition.
+//! Neither the members nor the simulated coordinator nor its network nor `sim::world::World`
+//! implement `Clone` (and `World` holds `Box<dyn SimMember>` and scheduled closures, so it is not
+//! `Send` either), so a state cannot carry a copy of the system. A state here carries the path of
+//! choices from the initial state instead; `next_state` rebuilds the system by replaying that
+//! path from scratch (every piece is deterministic: seeded RNGs, no clock reads, no hash-map
+//! iteration) and applies one more choice. The cost is one replay per transition.
 //!
 //! Hash and equality of a state are those of a canonical summary built from public accessors
 //! only: per member its state name, member id, generation, owned partitions, whether the
 //! coordinator is known, its terminal error and its next deadline relative to the virtual clock;
-//! per connection (relabelled in creation order) whether it is open, the requests on the wire,
-//! unread, and read, and the answers in transit; the coordinator's queue; the coordinator's group
+//! per connection (relabelled in creation order) whether it is open, the requests unread and
+//! read, and the answers in transit; the coordinator's queue; the coordinator's group
 //! state, generation, leader, members (id, instance id, parked join/sync, epoch, assignment) and
 //! next deadline relative to the clock; the budgets used; the property flags. Member ids are
 //! renamed by first appearance (the coordinator draws them from a seeded RNG, so equivalent paths
@@ -78,7 +84,7 @@
 //!
 //! `MODEL_DEPTH_EXTRA=n` deepens every bound by `n` (slower; for exploring by hand).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -99,9 +105,14 @@ use consumer_membership::sim::codes;
 use consumer_membership::sim::coordinator::{
     CoordinatorConfig, SimCoordinator, name as code_name, response_error,
 };
+use consumer_membership::sim::network::{
+    AnswerFate, ConnKind, ConnView, Frame, NetConfig, NetEvent, Network, Queued,
+};
 use consumer_membership::sim::world::{SimMember, broker_versions_4x};
 use consumer_membership::transport::wire::{self, BrokerVersions};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
 // ---------------------------------------------------------------------------------- setup
@@ -184,8 +195,8 @@ fn build_member(i: usize, spec: &MemberSpec, now: Instant) -> Member {
 
 // ---------------------------------------------------------------------------------- world
 
-/// One nondeterministic choice. Connection and member numbers are raw indexes of the world the
-/// state was replayed into.
+/// One nondeterministic choice. Connection numbers are the network's [`ConnId`]s, member numbers
+/// indexes of the slots, in the world the state was replayed into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Choice {
     /// The coordinator processes the head of its queue.
@@ -220,40 +231,15 @@ struct Pending {
 
 struct Slot {
     member: Member,
-    bootstrap: Option<usize>,
-    coordinator: Option<(i32, usize)>,
-    in_flight: BTreeMap<(usize, i32), Pending>,
+    bootstrap: Option<ConnId>,
+    coordinator: Option<(i32, ConnId)>,
+    in_flight: BTreeMap<(ConnId, i32), Pending>,
     next_correlation: i32,
     resubscribes: u8,
     commits: u8,
     closes: u8,
     /// A leave of this member was failed by the coordinator runtime (fire-once: no ghost check).
     leave_failed: bool,
-}
-
-struct Frame {
-    correlation: i32,
-    version: i16,
-    body: RequestKind,
-}
-
-struct Answer {
-    correlation: i32,
-    version: i16,
-    body: ResponseKind,
-}
-
-struct Conn {
-    slot: usize,
-    bootstrap: bool,
-    node: i32,
-    open: bool,
-    /// Delivered, not read (the connection is muted while a request is in flight).
-    inbox: VecDeque<Frame>,
-    /// Read, not answered yet.
-    reading: Option<i32>,
-    /// Answers on their way to the client.
-    down: VecDeque<Answer>,
 }
 
 /// What the properties look at; part of the fingerprint.
@@ -274,23 +260,33 @@ struct Flags {
     ghost: Option<String>,
 }
 
-/// The system: members, the simulated coordinator, the connections and the coordinator queue.
+/// The system: members, the simulated coordinator and the simulation's network
+/// (`src/sim/network.rs`: connections, the coordinator queue, answers in transit).
 struct ModelWorld {
     setup: Setup,
     now: Instant,
     start: Instant,
     versions: BrokerVersions,
     coordinator: SimCoordinator,
+    network: Network,
+    /// The network's RNG (no delays and no random faults here: the faults are choices).
+    rng: ChaCha8Rng,
     slots: Vec<Slot>,
-    conns: Vec<Conn>,
-    queue: VecDeque<(usize, Frame)>,
     faults: u8,
     flags: Flags,
     trace: Option<Vec<String>>,
 }
 
-fn conn_id(i: usize) -> ConnId {
-    ConnId(i as u64 + 1)
+/// The network of the model: no delays (requests reach the broker before time moves on, their
+/// latency being far below every timer, as in the simulation), no service time and no random
+/// faults; which answer arrives next, and whether it is lost, are choices.
+fn net_config() -> NetConfig {
+    NetConfig {
+        latency_min: Duration::ZERO,
+        latency_max: Duration::ZERO,
+        service_time: Duration::ZERO,
+        ..NetConfig::default()
+    }
 }
 
 impl ModelWorld {
@@ -323,9 +319,9 @@ impl ModelWorld {
             start,
             versions: broker_versions_4x(),
             coordinator,
+            network: Network::new(net_config()),
+            rng: ChaCha8Rng::seed_from_u64(0),
             slots,
-            conns: Vec::new(),
-            queue: VecDeque::new(),
             faults: 0,
             flags: Flags::default(),
             trace: trace.then(Vec::new),
@@ -336,6 +332,7 @@ impl ModelWorld {
             let _ = w.slots[s].member.subscribe(["t".to_owned()], now);
             w.drain(s);
         }
+        w.settle();
         if setup.warm {
             for _ in 0..200 {
                 if w.slots.iter().all(|s| s.member.state() == "Stable") {
@@ -425,24 +422,25 @@ impl ModelWorld {
             }
         };
         let conn = match &out.target {
-            Target::Bootstrap => match self.slots[s].bootstrap.filter(|c| self.conns[*c].open) {
+            Target::Bootstrap => match self.slots[s].bootstrap.filter(|c| self.network.is_open(*c))
+            {
                 Some(c) => c,
                 None => {
-                    let c = self.open(s, true, -1);
+                    let c = self.open(s, ConnKind::Bootstrap);
                     self.slots[s].bootstrap = Some(c);
                     c
                 }
             },
             Target::Coordinator(b) => match self.slots[s]
                 .coordinator
-                .filter(|(node, c)| *node == b.node_id && self.conns[*c].open)
+                .filter(|(node, c)| *node == b.node_id && self.network.is_open(*c))
             {
                 Some((_, c)) => c,
                 None => {
                     if let Some((_, old)) = self.slots[s].coordinator {
                         self.close_conn(s, old, "coordinator moved");
                     }
-                    let c = self.open(s, false, b.node_id);
+                    let c = self.open(s, ConnKind::Coordinator);
                     self.slots[s].coordinator = Some((b.node_id, c));
                     c
                 }
@@ -458,7 +456,7 @@ impl ModelWorld {
         };
         self.slots[s].next_correlation += 1;
         let correlation = self.slots[s].next_correlation;
-        self.log(|| format!("m{s} -> c{conn}#{correlation} {}", describe_req(&body)));
+        self.log(|| format!("m{s} -> {conn}#{correlation} {}", describe_req(&body)));
         self.slots[s].in_flight.insert(
             (conn, correlation),
             Pending {
@@ -468,56 +466,37 @@ impl ModelWorld {
                 timeout: out.timeout,
             },
         );
-        // Requests reach the broker before time moves on (their latency is far below every
-        // timer), in order per connection.
-        self.conns[conn].inbox.push_back(Frame {
+        let frame = Frame {
             correlation,
+            api,
             version,
+            client_id: "model".into(),
             body,
-        });
-        self.try_read(conn);
+        };
+        self.network.send(conn, frame, now, &mut self.rng);
     }
 
-    fn open(&mut self, s: usize, bootstrap: bool, node: i32) -> usize {
-        self.conns.push(Conn {
-            slot: s,
-            bootstrap,
-            node,
-            open: true,
-            inbox: VecDeque::new(),
-            reading: None,
-            down: VecDeque::new(),
-        });
-        let c = self.conns.len() - 1;
-        self.log(|| {
-            format!(
-                "m{s}: opens c{c} ({})",
-                if bootstrap {
-                    "bootstrap"
-                } else {
-                    "coordinator"
-                }
-            )
-        });
+    fn open(&mut self, s: usize, kind: ConnKind) -> ConnId {
+        let c = self.network.open(s, kind, self.now);
+        self.log(|| format!("m{s}: opens {c} ({kind:?})"));
         c
     }
 
-    /// The client closes `conn`: answers on it are dropped, its requests fail with
-    /// `Disconnected`; what it already wrote is still read and processed.
-    fn close_conn(&mut self, s: usize, conn: usize, reason: &str) {
-        if !self.conns[conn].open {
+    /// The client closes `conn`: the network drops the answers on it (what the client already
+    /// wrote is still read and processed), its requests fail with `Disconnected`.
+    fn close_conn(&mut self, s: usize, conn: ConnId, reason: &str) {
+        if !self.network.is_open(conn) {
             return;
         }
-        self.conns[conn].open = false;
-        self.conns[conn].down.clear();
+        self.network.close(conn);
         if self.slots[s].bootstrap == Some(conn) {
             self.slots[s].bootstrap = None;
         }
         if self.slots[s].coordinator.is_some_and(|(_, c)| c == conn) {
             self.slots[s].coordinator = None;
         }
-        self.log(|| format!("m{s}: closes c{conn} ({reason})"));
-        let keys: Vec<(usize, i32)> = self.slots[s]
+        self.log(|| format!("m{s}: closes {conn} ({reason})"));
+        let keys: Vec<(ConnId, i32)> = self.slots[s]
             .in_flight
             .keys()
             .filter(|(c, _)| *c == conn)
@@ -526,9 +505,9 @@ impl ModelWorld {
         let now = self.now;
         for k in keys {
             let p = self.slots[s].in_flight.remove(&k).expect("listed");
-            self.log(|| format!("m{s}: c{}#{} {:?} fails: disconnected", k.0, k.1, p.api));
+            self.log(|| format!("m{s}: {}#{} {:?} fails: disconnected", k.0, k.1, p.api));
             let e = TransportError::Disconnected {
-                addr: format!("c{conn}"),
+                addr: format!("{conn}"),
                 reason: reason.to_owned(),
             };
             self.slots[s].member.handle_response(p.id, Err(e), now);
@@ -537,74 +516,76 @@ impl ModelWorld {
 
     // ------------------------------------------------------------------ broker side
 
-    /// Reads the next request of `conn` unless one is in flight: group requests join the
-    /// coordinator queue, the others are answered at once.
-    fn try_read(&mut self, conn: usize) {
+    /// What the network does without a choice: requests on the wire reach the broker (and are
+    /// read unless their connection is muted), and the broker's own handlers answer
+    /// FindCoordinator / Metadata as they read them.
+    fn settle(&mut self) {
+        let now = self.now;
         loop {
-            if self.conns[conn].reading.is_some() {
-                return;
+            if self.network.deliver_up(now).is_some() {
+                self.net_events();
+                continue;
             }
-            let Some(f) = self.conns[conn].inbox.pop_front() else {
-                return;
-            };
-            self.conns[conn].reading = Some(f.correlation);
-            let api = consumer_membership::request::api_key_of(&f.body);
-            if SimCoordinator::is_group_api(api) {
-                let position = self.queue.len() + 1;
-                self.log(|| {
-                    format!(
-                        "    broker: reads c{conn}#{} (queue #{position})",
-                        f.correlation
-                    )
-                });
-                self.queue.push_back((conn, f));
-                return;
+            match self.network.take_broker_work(now) {
+                Some(q) => self.handle(q, "broker"),
+                None => return,
             }
-            let now = self.now;
-            self.coordinator.handle_request(
-                conn_id(conn),
-                f.correlation,
-                "model",
-                f.version,
-                f.body,
-                now,
-            );
-            self.route();
         }
     }
 
-    /// Sends the coordinator's answers: each unmutes its connection (whose next request is read)
-    /// and travels to the client unless the client closed the connection.
+    /// The coordinator (or the broker's handlers) processes a request read from the network.
+    fn handle(&mut self, q: Queued, who: &str) {
+        let (conn, corr) = (q.conn, q.frame.correlation);
+        self.log(|| {
+            format!(
+                "    {who}: processes {conn}#{corr} {}",
+                describe_req(&q.frame.body)
+            )
+        });
+        q.process(&mut self.coordinator, self.now);
+        self.route();
+    }
+
+    /// Sends the coordinator's answers through the network: each unmutes its connection (whose
+    /// next request is read) and travels to the client unless the client closed the connection.
     fn route(&mut self) {
         self.notes();
         while let Some(r) = self.coordinator.poll_response() {
-            let conn = (r.conn.0 - 1) as usize;
-            let open = self.conns[conn].open;
+            let (conn, corr) = (r.conn, r.correlation);
+            let summary = describe_resp(&r.body);
+            let now = self.now;
+            let fate = self
+                .network
+                .answer(conn, corr, r.version, r.body, now, &mut self.rng);
             self.log(|| {
-                format!(
-                    "    broker: answers c{conn}#{} {}{}",
-                    r.correlation,
-                    describe_resp(&r.body),
-                    if open {
-                        ""
-                    } else {
-                        " -> dropped: connection closed"
-                    }
-                )
+                let dropped = if fate == AnswerFate::ConnectionClosed {
+                    " -> dropped: connection closed"
+                } else {
+                    ""
+                };
+                format!("    broker: answers {conn}#{corr} {summary}{dropped}")
             });
-            let c = &mut self.conns[conn];
-            if c.reading == Some(r.correlation) {
-                c.reading = None;
-            }
-            if c.open {
-                c.down.push_back(Answer {
-                    correlation: r.correlation,
-                    version: r.version,
-                    body: r.body,
-                });
-            }
-            self.try_read(conn);
+            self.net_events();
         }
+    }
+
+    fn net_events(&mut self) {
+        for e in self.network.take_events() {
+            if let NetEvent::Read {
+                conn,
+                correlation,
+                position,
+            } = e
+                && position > 0
+            {
+                self.log(|| format!("    broker: reads {conn}#{correlation} (queue #{position})"));
+            }
+        }
+    }
+
+    /// The connections with answers on their way, each once.
+    fn in_transit(&self) -> BTreeSet<ConnId> {
+        self.network.in_transit().map(|d| d.conn).collect()
     }
 
     // ------------------------------------------------------------------ choices
@@ -618,39 +599,33 @@ impl ModelWorld {
             .slots
             .iter()
             .all(|s| matches!(s.member.state(), "Fatal" | "Closed"));
-        let quiet = self.queue.is_empty()
-            && self
-                .conns
-                .iter()
-                .all(|c| c.inbox.is_empty() && c.reading.is_none() && c.down.is_empty());
+        let transit = self.in_transit();
+        let quiet =
+            transit.is_empty() && (0..self.slots.len()).all(|s| !self.network.has_pending(s));
         if all_stopped && quiet {
             return v;
         }
         let fault = self.faults < self.setup.max_faults;
-        if !self.queue.is_empty() {
+        let queued = self.network.coordinator_queue().next().is_some();
+        if queued {
             v.push(Choice::Process);
         }
-        let in_transit = self.conns.iter().any(|c| !c.down.is_empty());
-        for (i, c) in self.conns.iter().enumerate() {
-            if !c.down.is_empty() {
-                v.push(Choice::Deliver(i as u16));
-            }
+        for c in &transit {
+            v.push(Choice::Deliver(c.0 as u16));
         }
         if self.next_deadline().is_some() {
-            if !in_transit {
+            if transit.is_empty() {
                 v.push(Choice::Tick);
             } else if fault && self.setup.slow_answer {
                 v.push(Choice::SlowTick);
             }
         }
-        if fault && self.setup.fail_head && !self.queue.is_empty() {
+        if fault && self.setup.fail_head && queued {
             v.push(Choice::FailHead);
         }
         if fault && self.setup.lose_answer {
-            for (i, c) in self.conns.iter().enumerate() {
-                if !c.down.is_empty() {
-                    v.push(Choice::Lose(i as u16));
-                }
+            for c in &transit {
+                v.push(Choice::Lose(c.0 as u16));
             }
         }
         for (i, s) in self.slots.iter().enumerate() {
@@ -693,56 +668,40 @@ impl ModelWorld {
         let now = self.now;
         match choice {
             Choice::Process => {
-                let (conn, f) = self.queue.pop_front().expect("enabled");
-                self.log(|| {
-                    format!(
-                        "    coordinator: processes c{conn}#{} {}",
-                        f.correlation,
-                        describe_req(&f.body)
-                    )
-                });
-                self.coordinator.handle_request(
-                    conn_id(conn),
-                    f.correlation,
-                    "model",
-                    f.version,
-                    f.body,
-                    now,
-                );
-                self.route();
+                let q = self.network.take_coordinator_work(now).expect("enabled");
+                self.handle(q, "coordinator");
             }
             Choice::FailHead => {
                 self.faults += 1;
-                let (conn, f) = self.queue.pop_front().expect("enabled");
+                let q = self.network.take_coordinator_head().expect("enabled");
                 self.log(|| {
                     format!(
-                        "!! coordinator fails c{conn}#{} {} with COORDINATOR_NOT_AVAILABLE",
-                        f.correlation,
-                        describe_req(&f.body)
+                        "!! coordinator fails {}#{} {} with COORDINATOR_NOT_AVAILABLE",
+                        q.conn,
+                        q.frame.correlation,
+                        describe_req(&q.frame.body)
                     )
                 });
-                if let RequestKind::ConsumerGroupHeartbeat(r) = &f.body
+                if let RequestKind::ConsumerGroupHeartbeat(r) = &q.frame.body
                     && r.member_epoch < 0
+                    && let Some(s) = self.network.client(q.conn)
                 {
-                    let s = self.conns[conn].slot;
                     self.slots[s].leave_failed = true;
                 }
-                self.coordinator.fail_request(
-                    conn_id(conn),
-                    f.correlation,
-                    f.version,
-                    &f.body,
-                    codes::COORDINATOR_NOT_AVAILABLE,
-                );
+                q.fail(&mut self.coordinator, codes::COORDINATOR_NOT_AVAILABLE);
                 self.route();
             }
-            Choice::Deliver(c) => self.deliver(c as usize),
+            Choice::Deliver(c) => self.deliver(ConnId(u64::from(c))),
             Choice::Lose(c) => {
                 self.faults += 1;
-                let a = self.conns[c as usize].down.pop_front().expect("enabled");
+                let a = self
+                    .network
+                    .take_answer(ConnId(u64::from(c)))
+                    .expect("enabled");
                 self.log(|| {
                     format!(
-                        "!! answer c{c}#{} {} lost",
+                        "!! answer {}#{} {} lost",
+                        a.conn,
                         a.correlation,
                         describe_resp(&a.body)
                     )
@@ -797,19 +756,20 @@ impl ModelWorld {
                 self.drain(s);
             }
         }
+        self.settle();
         self.observe();
     }
 
-    fn deliver(&mut self, conn: usize) {
-        let a = self.conns[conn].down.pop_front().expect("enabled");
-        let s = self.conns[conn].slot;
+    fn deliver(&mut self, conn: ConnId) {
+        let a = self.network.take_answer(conn).expect("enabled");
+        let s = a.client;
         let now = self.now;
         let Some(p) = self.slots[s].in_flight.remove(&(conn, a.correlation)) else {
             return;
         };
         self.log(|| {
             format!(
-                "m{s} <- c{conn}#{} {}",
+                "m{s} <- {conn}#{} {}",
                 a.correlation,
                 describe_resp(&a.body)
             )
@@ -852,7 +812,7 @@ impl ModelWorld {
                     .map(|(k, _)| *k);
                 let Some(k) = due else { break };
                 let p = self.slots[s].in_flight.remove(&k).expect("listed");
-                self.log(|| format!("m{s}: c{}#{} {:?} timed out", k.0, k.1, p.api));
+                self.log(|| format!("m{s}: {}#{} {:?} timed out", k.0, k.1, p.api));
                 self.slots[s].member.handle_response(
                     p.id,
                     Err(TransportError::Timeout {
@@ -926,13 +886,7 @@ impl ModelWorld {
             // A member that closed, once everything it sent was processed, is not registered
             // with a live epoch (a static member's -2 leave keeps it with epoch -2).
             for (i, s) in self.slots.iter().enumerate() {
-                let mine = |c: usize| self.conns[c].slot == i;
-                let quiet = !self.queue.iter().any(|(c, _)| mine(*c))
-                    && self
-                        .conns
-                        .iter()
-                        .enumerate()
-                        .all(|(c, x)| !mine(c) || (x.inbox.is_empty() && x.reading.is_none()));
+                let quiet = !self.network.has_pending(i);
                 if s.member.state() == "Closed"
                     && quiet
                     && !s.leave_failed
@@ -979,13 +933,15 @@ impl ModelWorld {
             }
         }
         // Connections worth listing, relabelled in creation order.
-        let listed: Vec<usize> = (0..self.conns.len())
-            .filter(|i| {
-                let c = &self.conns[*i];
-                c.open || !c.inbox.is_empty() || c.reading.is_some() || !c.down.is_empty()
+        let transit = self.in_transit();
+        let listed: Vec<ConnView> = self
+            .network
+            .connections()
+            .filter(|c| {
+                c.open || !c.unread.is_empty() || c.in_flight.is_some() || transit.contains(&c.id)
             })
             .collect();
-        let label = |i: usize| match listed.iter().position(|x| *x == i) {
+        let label = |id: ConnId| match listed.iter().position(|c| c.id == id) {
             Some(l) => format!("L{l}"),
             None => "L?".to_owned(),
         };
@@ -1025,28 +981,32 @@ impl ModelWorld {
                 if s.leave_failed { "!" } else { "" }
             );
         }
-        for &i in &listed {
-            let c = &self.conns[i];
+        for c in &listed {
             let _ = write!(
                 out,
-                "{}[m{} {} {} in[",
-                label(i),
-                c.slot,
-                if c.bootstrap { "B" } else { "C" },
+                "{}[m{} {:?} {} in[",
+                label(c.id),
+                c.client,
+                c.kind,
                 if c.open { "open" } else { "closed" },
             );
-            for f in &c.inbox {
+            for f in c.unread {
                 let _ = write!(out, "{},", canon_req(&f.body, &mut ids));
             }
-            let _ = write!(out, "] rd{} dn[", u8::from(c.reading.is_some()));
-            for a in &c.down {
-                let _ = write!(out, "{},", canon_resp(&a.body, &mut ids));
+            let _ = write!(out, "] rd{} dn[", u8::from(c.in_flight.is_some()));
+            for d in self.network.in_transit().filter(|d| d.conn == c.id) {
+                let _ = write!(out, "{},", canon_resp(&d.body, &mut ids));
             }
-            let _ = write!(out, "] node{}] ", c.node);
+            out.push_str("]] ");
         }
         out.push_str("q[");
-        for (c, f) in &self.queue {
-            let _ = write!(out, "{}:{},", label(*c), canon_req(&f.body, &mut ids));
+        for q in self.network.coordinator_queue() {
+            let _ = write!(
+                out,
+                "{}:{},",
+                label(q.conn),
+                canon_req(&q.frame.body, &mut ids)
+            );
         }
         let co = &self.coordinator;
         let _ = write!(

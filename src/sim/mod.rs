@@ -5,7 +5,8 @@
 //! - [`coordinator::SimCoordinator`]: a sans-IO group coordinator that takes decoded requests at
 //!   their version and answers them at once or later (parked JoinGroup / SyncGroup, writes that
 //!   wait for their append). Every rule names the broker method it models (apache/kafka
-//!   `GroupMetadataManager`, `ClassicGroup`, `GroupCoordinatorService`, `OffsetMetadataManager`).
+//!   `GroupMetadataManager`, `ClassicGroup`, `GroupCoordinatorService`, `OffsetMetadataManager`);
+//!   the rules are split by protocol (`coordinator/classic.rs`, `offsets.rs`, `consumer.rs`).
 //! - [`network::Network`]: client connections as a broker sees them: at most one request per
 //!   connection read and in flight, the next one read only after the answer went out; the
 //!   coordinator works through a queue ordered by read time; stalls; bytes a client already
@@ -16,6 +17,8 @@
 //!   [`Member`](crate::core::member::Member)), the coordinator, the network and a virtual clock that
 //!   jumps to the next deadline. One `step()` is one delivered frame, read, processed request,
 //!   answer or timer; the trace has one line per step and replays identically from the seed.
+//!   The invariants it checks after every step ([`world::World::violations`]) are in
+//!   `src/sim/invariants.rs`.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -32,6 +35,7 @@
 //! ```
 
 pub mod coordinator;
+mod invariants;
 pub mod network;
 pub mod world;
 

@@ -13,6 +13,14 @@
 //!   processed in turn; their answers go nowhere;
 //! - answers travel back in order, after a seeded delay; faults may drop an answer (the client
 //!   then times the request out) or deliver it twice.
+//!
+//! [`World`](super::world::World) lets time decide what happens next. A caller that explores
+//! every order instead (`tests/model_check.rs`) makes each choice through the same rules:
+//! [`Network::take_coordinator_work`] / [`Network::take_coordinator_head`] (the coordinator
+//! processes, or its runtime fails, the head of its queue), [`Network::take_answer`] (the next
+//! answer on a connection arrives, or is lost), [`Network::close`] (the client drops a
+//! connection); [`Network::connections`], [`Network::coordinator_queue`] and
+//! [`Network::in_transit`] show the state.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -22,6 +30,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::ConnId;
+use super::coordinator::SimCoordinator;
 
 /// Delays and fault rates of a [`Network`].
 #[derive(Debug, Clone)]
@@ -140,6 +149,51 @@ pub struct Queued {
     pub frame: Frame,
 }
 
+impl Queued {
+    /// The broker hands the request to its handler (the simulated coordinator answers the
+    /// broker-level APIs too) at `now`; the answers come out of
+    /// [`SimCoordinator::poll_response`].
+    pub fn process(self, coordinator: &mut SimCoordinator, now: Instant) {
+        coordinator.handle_request(
+            self.conn,
+            self.frame.correlation,
+            &self.frame.client_id,
+            self.frame.version,
+            self.frame.body,
+            now,
+        );
+    }
+
+    /// The coordinator runtime fails the request with `code` without processing it
+    /// ([`SimCoordinator::fail_request`]).
+    pub fn fail(&self, coordinator: &mut SimCoordinator, code: i16) {
+        coordinator.fail_request(
+            self.conn,
+            self.frame.correlation,
+            self.frame.version,
+            &self.frame.body,
+            code,
+        );
+    }
+}
+
+/// A connection as [`Network::connections`] shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnView<'a> {
+    /// The connection.
+    pub id: ConnId,
+    /// The client owning it.
+    pub client: usize,
+    /// What the client uses it for.
+    pub kind: ConnKind,
+    /// Whether the client still has it open.
+    pub open: bool,
+    /// Requests delivered but not read yet (the connection is muted while one is in flight).
+    pub unread: &'a VecDeque<Frame>,
+    /// The correlation id of the request read and not answered yet.
+    pub in_flight: Option<i32>,
+}
+
 /// Something that happened on the network (for the trace).
 #[derive(Debug, Clone, PartialEq)]
 pub enum NetEvent {
@@ -250,6 +304,11 @@ impl Network {
     /// Whether the client still has `conn` open.
     pub fn is_open(&self, conn: ConnId) -> bool {
         self.conns.get(&conn).is_some_and(|c| c.open)
+    }
+
+    /// The client owning `conn`.
+    pub fn client(&self, conn: ConnId) -> Option<usize> {
+        self.conns.get(&conn).map(|c| c.client)
     }
 
     /// The kind of `conn`.
@@ -363,7 +422,7 @@ impl Network {
         };
         c.in_flight = Some((frame.correlation, frame.api, frame.version));
         let correlation = frame.correlation;
-        let group = super::coordinator::SimCoordinator::is_group_api(frame.api);
+        let group = SimCoordinator::is_group_api(frame.api);
         let queued = Queued {
             read_at: now,
             conn,
@@ -521,6 +580,31 @@ impl Network {
         self.down.remove(&key)
     }
 
+    /// The answers on their way to their clients, in the order they arrive.
+    pub fn in_transit(&self) -> impl Iterator<Item = &Delivery> {
+        self.down.values()
+    }
+
+    /// Takes the first answer on its way on `conn`, whatever its arrival time: for a caller that
+    /// chooses which answer arrives next (it hands it to the client) or is lost (it drops it).
+    /// Answers on one connection still arrive in order.
+    pub fn take_answer(&mut self, conn: ConnId) -> Option<Delivery> {
+        let key = *self.down.iter().find(|(_, d)| d.conn == conn)?.0;
+        self.down.remove(&key)
+    }
+
+    /// Every connection, in the order they were opened (closed ones included).
+    pub fn connections(&self) -> impl Iterator<Item = ConnView<'_>> {
+        self.conns.iter().map(|(id, c)| ConnView {
+            id: *id,
+            client: c.client,
+            kind: c.kind,
+            open: c.open,
+            unread: &c.inbox,
+            in_flight: c.in_flight.map(|(correlation, _, _)| correlation),
+        })
+    }
+
     /// Whether anything is on the wire, unread, queued or in flight at the broker for `client`.
     pub fn has_pending(&self, client: usize) -> bool {
         self.conns
@@ -554,5 +638,83 @@ pub fn api_of(body: &ResponseKind) -> ApiKey {
         ResponseKind::Metadata(_) => ApiKey::Metadata,
         ResponseKind::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
         _ => ApiKey::ApiVersions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+    use rand::SeedableRng;
+
+    use super::*;
+
+    fn heartbeat(correlation: i32) -> Frame {
+        Frame {
+            correlation,
+            api: ApiKey::Heartbeat,
+            version: 4,
+            client_id: "t".into(),
+            body: RequestKind::Heartbeat(HeartbeatRequest::default()),
+        }
+    }
+
+    fn answer(n: &mut Network, conn: ConnId, correlation: i32, now: Instant, rng: &mut ChaCha8Rng) {
+        let body = ResponseKind::Heartbeat(HeartbeatResponse::default());
+        assert_eq!(
+            n.answer(conn, correlation, 4, body, now, rng),
+            AnswerFate::Sent { duplicate: false }
+        );
+    }
+
+    /// The explicit choices keep the network's rules: one request read per connection until it
+    /// is answered, answers taken per connection in order, a closed connection's answers gone.
+    #[test]
+    fn explicit_choices_keep_the_rules() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut n = Network::new(NetConfig {
+            latency_min: Duration::ZERO,
+            latency_max: Duration::ZERO,
+            service_time: Duration::ZERO,
+            ..NetConfig::default()
+        });
+        let now = Instant::now();
+        let a = n.open(0, ConnKind::Coordinator, now);
+        let b = n.open(1, ConnKind::Coordinator, now);
+        for (conn, correlation) in [(a, 1), (a, 2), (b, 1)] {
+            n.send(conn, heartbeat(correlation), now, &mut rng);
+        }
+        while n.deliver_up(now).is_some() {}
+        // a#2 stays unread behind a#1.
+        let queued: Vec<(ConnId, i32)> = n
+            .coordinator_queue()
+            .map(|q| (q.conn, q.frame.correlation))
+            .collect();
+        assert_eq!(queued, [(a, 1), (b, 1)]);
+        let view = n.connections().next().expect("a");
+        assert_eq!(
+            (view.id, view.in_flight, view.unread.len()),
+            (a, Some(1), 1)
+        );
+
+        let q = n.take_coordinator_work(now).expect("a#1");
+        answer(&mut n, q.conn, q.frame.correlation, now, &mut rng);
+        // The answer unmuted a: a#2 is read.
+        let q = n.take_coordinator_work(now).expect("b#1");
+        assert_eq!((q.conn, q.frame.correlation), (b, 1));
+        answer(&mut n, b, 1, now, &mut rng);
+        let q = n.take_coordinator_work(now).expect("a#2");
+        answer(&mut n, q.conn, q.frame.correlation, now, &mut rng);
+        assert_eq!(n.client(b), Some(1));
+
+        let transit: Vec<(ConnId, i32)> = n.in_transit().map(|d| (d.conn, d.correlation)).collect();
+        assert_eq!(transit, [(a, 1), (b, 1), (a, 2)]);
+        assert_eq!(n.take_answer(a).map(|d| d.correlation), Some(1));
+        n.close(a);
+        assert!(n.take_answer(a).is_none());
+        assert_eq!(
+            n.take_answer(b).map(|d| (d.client, d.correlation)),
+            Some((1, 1))
+        );
+        assert!(n.in_transit().next().is_none());
     }
 }

@@ -29,6 +29,7 @@ use super::ConnId;
 use super::coordinator::{
     self, CoordinatorConfig, SimCoordinator, describe_request, describe_response, response_error,
 };
+use super::invariants::Snapshot;
 use super::network::{AnswerFate, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network};
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
@@ -325,13 +326,13 @@ pub struct Seen {
     pub duplicate: bool,
 }
 
-struct Process {
-    name: String,
+pub(super) struct Process {
+    pub(super) name: String,
     slot: usize,
-    member: Option<Box<dyn SimMember>>,
-    instance_id: Option<String>,
-    started_at: Instant,
-    last_processed_at: Option<Instant>,
+    pub(super) member: Option<Box<dyn SimMember>>,
+    pub(super) instance_id: Option<String>,
+    pub(super) started_at: Instant,
+    pub(super) last_processed_at: Option<Instant>,
     bootstrap: Option<ConnId>,
     coordinators: VecMap<i32, ConnId>,
     in_flight: VecMap<(ConnId, i32), InFlight>,
@@ -341,26 +342,26 @@ struct Process {
     tickets: VecDeque<(Instant, RevokeTicket)>,
     /// Partitions of the revocation tickets the application still holds (it is still
     /// processing / committing them), by ticket id.
-    revoking: BTreeMap<u64, Vec<TopicPartition>>,
+    pub(super) revoking: BTreeMap<u64, Vec<TopicPartition>>,
     seen: Vec<Seen>,
     events: Vec<(Duration, String)>,
     polling: bool,
     timer_floor: Option<Instant>,
     /// Highest generation seen per member id (invariant: never goes backwards).
-    generations: BTreeMap<String, i32>,
+    pub(super) generations: BTreeMap<String, i32>,
     /// KIP-848: the highest member epoch the process held (invariant: a later epoch is 0 or at
     /// least this).
-    max_epoch: i32,
+    pub(super) max_epoch: i32,
     /// KIP-848: every member id the process sent in a ConsumerGroupHeartbeat.
-    member_ids: VecMap<String, ()>,
+    pub(super) member_ids: VecMap<String, ()>,
     /// KIP-848 instance-id conflicts answered to the process, by request: the code and the
     /// member id that held the instance id when the coordinator answered.
-    conflicts: BTreeMap<(ConnId, i32), (i16, Option<String>)>,
+    pub(super) conflicts: BTreeMap<(ConnId, i32), (i16, Option<String>)>,
     /// Whether the last UNRELEASED_INSTANCE_ID the process received was answered while another
     /// process's member id held the instance id.
-    unreleased_elsewhere: bool,
+    pub(super) unreleased_elsewhere: bool,
     /// The member as the invariants last saw it (`None` once dead).
-    snapshot: Option<Snapshot>,
+    pub(super) snapshot: Option<Snapshot>,
     /// The member's `poll_timeout`, re-read after every input that reached it.
     deadline: Option<Instant>,
     /// The process's entries in the world's action index (effective and original time) for
@@ -368,15 +369,15 @@ struct Process {
     queued: [Option<(Instant, Instant)>; 3],
     /// KIP-848: the partitions the process is registered as owning in the world's ownership
     /// index (nothing while it is a zombie, dead, or speaks the classic protocol).
-    claimed: Vec<TopicPartition>,
+    pub(super) claimed: Vec<TopicPartition>,
     /// Classic: the (partition, generation) pairs the process is registered as owning.
-    classic_claimed: Vec<(TopicPartition, i32)>,
+    pub(super) classic_claimed: Vec<(TopicPartition, i32)>,
     /// KIP-848: partitions the process owns that the coordinator released on a stale heartbeat
     /// of the process (see [`World::hazards`]), until the process no longer owns them.
-    stale_acked: BTreeSet<TopicPartition>,
+    pub(super) stale_acked: BTreeSet<TopicPartition>,
     /// KIP-848: the highest correlation id of the process's ConsumerGroupHeartbeats the
     /// coordinator processed (correlation ids grow across the process's connections).
-    heartbeat_processed: i32,
+    pub(super) heartbeat_processed: i32,
 }
 
 impl fmt::Debug for Process {
@@ -388,21 +389,9 @@ impl fmt::Debug for Process {
     }
 }
 
-/// What the invariants read from a live member, refreshed after the steps that touch it.
-#[derive(Debug, Clone, PartialEq)]
-struct Snapshot {
-    protocol: &'static str,
-    member_id: String,
-    generation: i32,
-    state: &'static str,
-    owned: Vec<TopicPartition>,
-    /// Partitions of revocation tickets the application still holds.
-    revoking: Vec<TopicPartition>,
-}
-
 /// Which processes the last step (or the commands since) may have changed.
 #[derive(Debug, Clone, Default)]
-struct Touched {
+pub(super) struct Touched {
     all: bool,
     procs: Vec<usize>,
 }
@@ -420,7 +409,7 @@ impl Touched {
     }
 
     /// The processes, in order, each once; empties the set.
-    fn take(&mut self, procs: usize) -> Vec<usize> {
+    pub(super) fn take(&mut self, procs: usize) -> Vec<usize> {
         let t = std::mem::take(self);
         if t.all {
             return (0..procs).collect();
@@ -435,7 +424,7 @@ impl Touched {
 type Script = Box<dyn FnOnce(&mut World)>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Action {
+pub(super) enum Action {
     Script,
     Up,
     Broker,
@@ -453,23 +442,23 @@ pub struct World {
     start: Instant,
     now: Instant,
     rng: ChaCha8Rng,
-    coordinator: SimCoordinator,
+    pub(super) coordinator: SimCoordinator,
     network: Network,
-    procs: Vec<Process>,
+    pub(super) procs: Vec<Process>,
     slots: Vec<usize>,
     scripts: BTreeMap<(Instant, u64), Script>,
     script_seq: u64,
     /// Which process opened each connection (kept after the connection closes).
     conn_owner: BTreeMap<ConnId, usize>,
     trace: Vec<String>,
-    violations: Vec<String>,
+    pub(super) violations: Vec<String>,
     anomalies: Vec<String>,
-    hazards: Vec<String>,
+    pub(super) hazards: Vec<String>,
     steps: u64,
     steps_at_now: u64,
     /// Answers delivered to the request they answer (duplicates left out), by API key.
     delivered: Vec<u64>,
-    touched: Touched,
+    pub(super) touched: Touched,
     /// Processes whose cached deadline may be stale.
     stale_deadlines: Touched,
     /// The processes' timed actions by (effective time, original time, action), and the same
@@ -479,20 +468,20 @@ pub struct World {
     by_orig: BTreeSet<(Instant, Action, Instant)>,
     /// KIP-848 ownership index: for each partition, the processes registered as owning it
     /// (see `Process::claimed`), in process order.
-    claims: BTreeMap<TopicPartition, Vec<usize>>,
+    pub(super) claims: BTreeMap<TopicPartition, Vec<usize>>,
     /// Classic ownership index: for each (partition, generation), its owners in process order.
-    classic_claims: BTreeMap<(TopicPartition, i32), Vec<usize>>,
+    pub(super) classic_claims: BTreeMap<(TopicPartition, i32), Vec<usize>>,
     /// Live processes by the member id of their last snapshot.
-    by_member_id: BTreeMap<String, Vec<usize>>,
+    pub(super) by_member_id: BTreeMap<String, Vec<usize>>,
     /// Processes whose KIP-848 ownership must be re-read at the next observation.
-    recheck: BTreeSet<usize>,
+    pub(super) recheck: BTreeSet<usize>,
     /// Processes with partitions in `stale_acked`.
-    stale_procs: BTreeSet<usize>,
+    pub(super) stale_procs: BTreeSet<usize>,
     /// Answers the network will deliver twice (a duplicate fault) whose duplicate has not
     /// arrived yet: only their request ids are kept in `Process::answered`.
     duplicates: BTreeSet<(ConnId, i32)>,
     /// Whether the last observation saw a KIP-848 group at the coordinator.
-    consumer_group_seen: bool,
+    pub(super) consumer_group_seen: bool,
 }
 
 impl fmt::Debug for World {
@@ -713,7 +702,7 @@ impl World {
         }
     }
 
-    fn log(&mut self, text: impl FnOnce() -> String) {
+    pub(super) fn log(&mut self, text: impl FnOnce() -> String) {
         if self.config.trace {
             let e = self.now - self.start;
             self.trace.push(format!(
@@ -962,8 +951,7 @@ impl World {
                 coordinator::name(code)
             )
         });
-        self.coordinator
-            .fail_request(q.conn, corr, q.frame.version, &q.frame.body, code);
+        q.fail(&mut self.coordinator, code);
         self.route_replies();
         true
     }
@@ -1269,7 +1257,7 @@ impl World {
         }
     }
 
-    fn proc_of_conn(&self, conn: ConnId) -> Option<usize> {
+    pub(super) fn proc_of_conn(&self, conn: ConnId) -> Option<usize> {
         self.conn_owner.get(&conn).copied()
     }
 
@@ -1288,68 +1276,11 @@ impl World {
                 q.frame.version
             )
         });
-        self.coordinator.handle_request(
-            q.conn,
-            corr,
-            &q.frame.client_id,
-            q.frame.version,
-            q.frame.body,
-            now,
-        );
+        q.process(&mut self.coordinator, now);
         self.route_replies();
         if let Some((p, epoch)) = stale {
             self.note_stale_ack(p, epoch);
         }
-    }
-
-    /// A ConsumerGroupHeartbeat (a leave too) of a live process, processed after one the process
-    /// sent later (it was still buffered on a connection the process had closed): the process
-    /// and the request's epoch. Notes the heartbeat as processed.
-    fn stale_heartbeat(&mut self, q: &super::network::Queued) -> Option<(usize, i32)> {
-        let RequestKind::ConsumerGroupHeartbeat(r) = &q.frame.body else {
-            return None;
-        };
-        let p = self.proc_of_conn(q.conn)?;
-        let corr = q.frame.correlation;
-        let latest = self.procs[p].heartbeat_processed;
-        self.procs[p].heartbeat_processed = latest.max(corr);
-        self.procs[p].member.as_ref()?;
-        (corr < latest).then_some((p, r.member_epoch))
-    }
-
-    /// After a stale heartbeat of process `p`: partitions it owns that the coordinator no longer
-    /// holds for it were released on the stale request's owned partitions (see [`Self::hazards`]).
-    fn note_stale_ack(&mut self, p: usize, epoch: i32) {
-        let Some(m) = self.procs[p].member.as_deref() else {
-            return;
-        };
-        let id = m.member_id();
-        let current = m.generation();
-        let mut owned: BTreeSet<TopicPartition> = m.assignment().into_iter().collect();
-        owned.extend(self.procs[p].revoking.values().flatten().cloned());
-        let released: Vec<TopicPartition> = owned
-            .into_iter()
-            .filter(|tp| {
-                self.coordinator
-                    .consumer_member_holds(&id, &tp.topic, tp.partition)
-                    == Some(false)
-            })
-            .collect();
-        if released.is_empty() {
-            return;
-        }
-        let msg = format!(
-            "{:?}: a heartbeat {} sent at epoch {epoch} was processed after a later one (the member is at epoch {current}); the coordinator took its stale owned partitions as the revocation of {} (throwIfConsumerGroupMemberEpochIsInvalid accepts the epoch, ownsRevokedPartitions the owned set), which {} still owns",
-            self.elapsed(),
-            self.procs[p].name,
-            fmt_partitions(&released),
-            self.procs[p].name
-        );
-        self.log(|| format!("!! HAZARD {msg}"));
-        self.hazards.push(msg);
-        self.procs[p].stale_acked.extend(released);
-        self.stale_procs.insert(p);
-        self.recheck.insert(p);
     }
 
     fn route_replies(&mut self) {
@@ -1398,55 +1329,6 @@ impl World {
                 format!("    broker: answers {conn}#{corr} {summary}{fate}")
             });
             self.net_events();
-        }
-    }
-
-    /// A KIP-848 instance-id conflict is answered at once, so the coordinator's instance map
-    /// now is the one the answer came from: remember who held the instance id.
-    fn note_instance_conflict(&mut self, r: &coordinator::Reply) {
-        let ResponseKind::ConsumerGroupHeartbeat(body) = &r.body else {
-            return;
-        };
-        if !matches!(
-            body.error_code,
-            super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
-        ) {
-            return;
-        }
-        let Some(p) = self.proc_of_conn(r.conn) else {
-            return;
-        };
-        let holder = self.procs[p]
-            .instance_id
-            .as_deref()
-            .and_then(|i| self.coordinator.static_member(i))
-            .map(str::to_owned);
-        self.procs[p]
-            .conflicts
-            .insert((r.conn, r.correlation), (body.error_code, holder));
-    }
-
-    /// A KIP-848 FENCED_INSTANCE_ID / UNRELEASED_INSTANCE_ID reached process `p`: legitimate when
-    /// the instance id was held by a member id this process never used (another process's);
-    /// held by one of its own ids, FENCED_INSTANCE_ID is self-fencing.
-    fn check_instance_conflict(&mut self, p: usize, key: (ConnId, i32), code: i16) {
-        let Some((_, holder)) = self.procs[p].conflicts.remove(&key) else {
-            return;
-        };
-        let own = holder
-            .as_ref()
-            .is_some_and(|h| self.procs[p].member_ids.contains_key(h));
-        if code == super::codes::UNRELEASED_INSTANCE_ID {
-            self.procs[p].unreleased_elsewhere = !own;
-        } else if own {
-            let msg = format!(
-                "{:?}: FENCED_INSTANCE_ID reached {} while its instance id was held by its own member id {} (self-fencing)",
-                self.elapsed(),
-                self.procs[p].name,
-                holder.unwrap_or_default()
-            );
-            self.log(|| format!("!! VIOLATION {msg}"));
-            self.violations.push(msg);
         }
     }
 
@@ -1526,34 +1408,6 @@ impl World {
             now,
         );
         self.drain(p);
-    }
-
-    /// FENCED_INSTANCE_ID reached process `p`: legitimate only if another process with the same
-    /// instance id is alive, or had a request processed after `p` started.
-    fn check_fence(&mut self, p: usize) {
-        let me = &self.procs[p];
-        let Some(instance) = me.instance_id.clone() else {
-            self.violations.push(format!(
-                "{:?}: FENCED_INSTANCE_ID reached dynamic member {}",
-                self.elapsed(),
-                me.name
-            ));
-            return;
-        };
-        let legit = self.procs.iter().enumerate().any(|(i, q)| {
-            i != p
-                && q.instance_id.as_deref() == Some(&instance)
-                && (q.member.is_some() || q.last_processed_at.is_some_and(|t| t >= me.started_at))
-        });
-        if !legit {
-            let msg = format!(
-                "{:?}: FENCED_INSTANCE_ID reached {} although no other process holds instance id {instance:?} (self-fencing)",
-                self.elapsed(),
-                me.name
-            );
-            self.log(|| format!("!! VIOLATION {msg}"));
-            self.violations.push(msg);
-        }
     }
 
     fn request_timeout(&mut self, p: usize) {
@@ -1832,302 +1686,6 @@ impl World {
         self.network.send(conn, frame, now, &mut self.rng);
     }
 
-    /// Checks the invariants that hold after every step (see [`World::violations`]), after the
-    /// steps that can break them: a member changes only when it gets an input (an answer, a
-    /// timer, a command), the coordinator only when it processes something.
-    ///
-    /// The ownership invariants are kept incrementally: an index of who owns what is updated
-    /// for the processes whose member changed (or whose KIP-848 member the coordinator changed)
-    /// and only their partitions are checked, so a step costs what it changed, not the number of
-    /// members. A breach is reported at the step that causes it, as a full check after every
-    /// step would; one that persists is not reported again at every later step.
-    fn observe(&mut self, action: Action) {
-        let coordinator_changed = matches!(
-            action,
-            Action::Coordinator | Action::CoordinatorTimer | Action::Script
-        );
-        let procs = self.touched.take(self.procs.len());
-        let mut changed_procs = Vec::new();
-        for i in procs {
-            let snapshot = self.procs[i].member.as_deref().map(|m| Snapshot {
-                protocol: m.protocol(),
-                member_id: m.member_id(),
-                generation: m.generation(),
-                state: m.state(),
-                owned: m.assignment(),
-                revoking: self.procs[i].revoking.values().flatten().cloned().collect(),
-            });
-            if snapshot == self.procs[i].snapshot {
-                continue;
-            }
-            changed_procs.push(i);
-            let old = std::mem::replace(&mut self.procs[i].snapshot, snapshot);
-            let new_id = self.procs[i].snapshot.as_ref().map(|s| &s.member_id);
-            if old.as_ref().map(|s| &s.member_id) != new_id {
-                if let Some(old) = old
-                    && let Some(ps) = self.by_member_id.get_mut(&old.member_id)
-                {
-                    ps.retain(|p| *p != i);
-                    if ps.is_empty() {
-                        self.by_member_id.remove(&old.member_id);
-                    }
-                }
-                if let Some(id) = new_id.cloned() {
-                    self.by_member_id.entry(id).or_default().push(i);
-                }
-            }
-            match self.procs[i].snapshot.as_ref().map(|s| s.protocol) {
-                Some("consumer") => self.observe_epoch(i),
-                Some(_) => self.observe_generation(i),
-                None => {}
-            }
-        }
-        // KIP-848 members the coordinator changed, and processes whose released partitions
-        // changed (`note_stale_ack`), are re-read too.
-        let members_changed = self.coordinator.take_changed_consumer_members();
-        let mut recheck = std::mem::take(&mut self.recheck);
-        recheck.extend(changed_procs.iter().copied());
-        for id in &members_changed {
-            if let Some(ps) = self.by_member_id.get(id) {
-                recheck.extend(ps.iter().copied());
-            }
-        }
-        if !coordinator_changed && changed_procs.is_empty() && recheck.is_empty() {
-            return;
-        }
-        self.observe_classic_ownership(&changed_procs);
-        let group = self.coordinator.consumer_epochs().is_some();
-        if group && !self.consumer_group_seen {
-            // A KIP-848 group (again): every process is re-read.
-            recheck.extend(0..self.procs.len());
-        }
-        self.consumer_group_seen = group;
-        self.observe_consumer_ownership(&recheck, group, coordinator_changed, &members_changed);
-    }
-
-    /// Classic: a member's generation never goes backwards while its member id is unchanged
-    /// (a new member id starts over).
-    fn observe_generation(&mut self, i: usize) {
-        let Some(m) = self.procs[i].snapshot.as_ref() else {
-            return;
-        };
-        let (id, generation) = (m.member_id.clone(), m.generation);
-        if id.is_empty() || generation < 0 {
-            return;
-        }
-        let prev = self.procs[i].generations.get(&id).copied();
-        if let Some(prev) = prev
-            && generation < prev
-        {
-            let msg = format!(
-                "{:?}: {} went from generation {prev} back to {generation} with member id {id}",
-                self.elapsed(),
-                self.procs[i].name
-            );
-            self.violations.push(msg);
-        }
-        if prev.is_none_or(|p| generation > p) {
-            self.procs[i].generations.insert(id, generation);
-        }
-    }
-
-    /// KIP-848: the member epoch never decreases, except to 0 when the member (re)joins or
-    /// leaves. KIP-1082 keeps the member id through fencing, UNKNOWN_MEMBER_ID and leaves, and
-    /// the epoch the member gets back afterwards (the same member reused, KAFKA-19233; a static
-    /// replacement; or a new member) is never below one it held: the broker's member epochs
-    /// never exceed the group epoch, which only grows.
-    fn observe_epoch(&mut self, i: usize) {
-        let Some(m) = self.procs[i].snapshot.as_ref() else {
-            return;
-        };
-        let epoch = m.generation;
-        let max = self.procs[i].max_epoch;
-        if epoch > 0 && epoch < max {
-            let msg = format!(
-                "{:?}: {} went from member epoch {max} back to {epoch} with member id {} (only a drop to 0, on a rejoin, is allowed)",
-                self.elapsed(),
-                self.procs[i].name,
-                m.member_id
-            );
-            if !self.violations.contains(&msg) {
-                self.violations.push(msg);
-            }
-        }
-        if epoch > max {
-            self.procs[i].max_epoch = epoch;
-        }
-    }
-
-    /// Classic: no partition owned by two live members of the same generation. `changed`: the
-    /// processes whose snapshot changed (the only ones whose claims can have).
-    fn observe_classic_ownership(&mut self, changed: &[usize]) {
-        for &i in changed {
-            let next: Vec<(TopicPartition, i32)> = match self.procs[i].snapshot.as_ref() {
-                Some(m) if m.protocol != "consumer" => m
-                    .owned
-                    .iter()
-                    .map(|tp| (tp.clone(), m.generation))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            if next == self.procs[i].classic_claimed {
-                continue;
-            }
-            let old = std::mem::replace(&mut self.procs[i].classic_claimed, next.clone());
-            for key in old {
-                unclaim(&mut self.classic_claims, &key, i);
-            }
-            for key in next {
-                claim(&mut self.classic_claims, key, i);
-            }
-        }
-        let mut found = Vec::new();
-        for &i in changed {
-            for key in &self.procs[i].classic_claimed {
-                let owners = &self.classic_claims[key];
-                for pair in owners.windows(2) {
-                    found.push(format!(
-                        "{:?}: {} owned by {} and {} in generation {}",
-                        self.elapsed(),
-                        key.0,
-                        self.procs[pair[0]].name,
-                        self.procs[pair[1]].name,
-                        key.1
-                    ));
-                }
-            }
-        }
-        for f in found {
-            if !self.violations.contains(&f) {
-                self.violations.push(f);
-            }
-        }
-    }
-
-    /// What process `i` is registered as owning in the KIP-848 ownership index: its assignment
-    /// and the partitions of the revocation tickets its application holds, less those the
-    /// coordinator released on a stale heartbeat; nothing for a zombie (a member the
-    /// coordinator removed that still believes it is in the group, until its next heartbeat
-    /// answers UNKNOWN_MEMBER_ID), a dead process or a classic member.
-    fn consumer_claims(&self, i: usize) -> Vec<TopicPartition> {
-        let p = &self.procs[i];
-        let Some(m) = p.snapshot.as_ref() else {
-            return Vec::new();
-        };
-        if m.protocol != "consumer" {
-            return Vec::new();
-        }
-        let held = self
-            .coordinator
-            .consumer_member_holds(&m.member_id, "", -1)
-            .is_some();
-        let in_group = matches!(
-            m.state,
-            "Joining" | "Reconciling" | "AwaitRevoke" | "Acknowledging" | "Stable"
-        );
-        if !held && in_group {
-            return Vec::new();
-        }
-        let owned: BTreeSet<&TopicPartition> = m
-            .owned
-            .iter()
-            .chain(&m.revoking)
-            .filter(|tp| !p.stale_acked.contains(*tp))
-            .collect();
-        owned.into_iter().cloned().collect()
-    }
-
-    /// KIP-848: ownership moves only through a revocation the old owner acknowledged, so at
-    /// every instant
-    /// - no partition is owned by two live members, except by a zombie (see
-    ///   [`Self::consumer_claims`]; like a classic member after its session expired);
-    /// - a member the coordinator holds owns only partitions the coordinator assigned to it or
-    ///   still waits for it to revoke;
-    /// - the coordinator's own state is consistent ([`SimCoordinator::check_invariants`]).
-    ///
-    /// What a member owns is what the application holds: its assignment plus the partitions of
-    /// revocation tickets the application has not handed back yet (it is still committing and
-    /// processing them), until the member declares them lost ([`Event::Lost`], a fatal error)
-    /// or the process dies. An [`Event::Revoked`] (close, unsubscribe) does not end a pending
-    /// revocation: as in the Java client, the leave must wait for the application.
-    ///
-    /// `recheck`: the processes whose claims may have changed (their member, its state at the
-    /// coordinator, or its released partitions); `group`: whether the coordinator has a
-    /// KIP-848 group (nothing is reported without one); `members_changed`: the KIP-848 members
-    /// the coordinator changed since the last observation.
-    fn observe_consumer_ownership(
-        &mut self,
-        recheck: &BTreeSet<usize>,
-        group: bool,
-        coordinator_changed: bool,
-        members_changed: &BTreeSet<String>,
-    ) {
-        for &i in recheck {
-            let next = self.consumer_claims(i);
-            if next == self.procs[i].claimed {
-                continue;
-            }
-            let old = std::mem::replace(&mut self.procs[i].claimed, next.clone());
-            for tp in old {
-                unclaim(&mut self.claims, &tp, i);
-            }
-            for tp in next {
-                claim(&mut self.claims, tp, i);
-            }
-        }
-        if !group {
-            return;
-        }
-        let mut found = Vec::new();
-        for &i in recheck {
-            let p = &self.procs[i];
-            let Some(m) = p.snapshot.as_ref() else {
-                continue;
-            };
-            let id = &m.member_id;
-            for tp in &p.claimed {
-                if self
-                    .coordinator
-                    .consumer_member_holds(id, &tp.topic, tp.partition)
-                    == Some(false)
-                {
-                    found.push(format!(
-                        "{:?}: {} (member {id}) owns {tp}, which the coordinator neither assigned to it nor awaits its revocation of",
-                        self.elapsed(),
-                        p.name
-                    ));
-                }
-                for pair in self.claims[tp].windows(2) {
-                    found.push(format!(
-                        "{:?}: {tp} owned by {} and {} at the same time (both members of the group)",
-                        self.elapsed(),
-                        self.procs[pair[0]].name,
-                        self.procs[pair[1]].name
-                    ));
-                }
-            }
-        }
-        if coordinator_changed || !members_changed.is_empty() {
-            found.extend(self.coordinator.check_invariants_of(members_changed));
-        }
-        let stale: Vec<usize> = self.stale_procs.iter().copied().collect();
-        for i in stale {
-            let p = &mut self.procs[i];
-            let owned = p.snapshot.as_ref().map(|m| (&m.owned, &m.revoking));
-            p.stale_acked
-                .retain(|tp| owned.is_some_and(|(o, r)| o.contains(tp) || r.contains(tp)));
-            if p.stale_acked.is_empty() {
-                self.stale_procs.remove(&i);
-            }
-        }
-        for f in found {
-            if !self.violations.contains(&f) {
-                self.log(|| format!("!! VIOLATION {f}"));
-                self.violations.push(f);
-            }
-        }
-    }
-
     /// Whether every live member subscribed or not is `Stable`, and the coordinator's group
     /// holds exactly them.
     pub fn all_stable(&self) -> bool {
@@ -2167,7 +1725,7 @@ impl World {
 /// A small map kept as a vector sorted by key: what a process holds a few of (requests in
 /// flight, coordinator connections), without a B-tree node per process.
 #[derive(Debug, Clone)]
-struct VecMap<K, V>(Vec<(K, V)>);
+pub(super) struct VecMap<K, V>(Vec<(K, V)>);
 
 impl<K: Ord, V> VecMap<K, V> {
     fn new() -> Self {
@@ -2210,7 +1768,7 @@ impl<K: Ord, V> VecMap<K, V> {
         self.find(key).ok().map(|i| &self.0[i].1)
     }
 
-    fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
+    pub(super) fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
     where
         K: std::borrow::Borrow<Q>,
     {
@@ -2241,26 +1799,7 @@ impl<K: Ord, V> VecMap<K, V> {
     }
 }
 
-/// Adds `owner` to the owners of `key` (kept in process order; a process may appear twice).
-fn claim<K: Ord>(index: &mut BTreeMap<K, Vec<usize>>, key: K, owner: usize) {
-    let owners = index.entry(key).or_default();
-    let at = owners.partition_point(|o| *o <= owner);
-    owners.insert(at, owner);
-}
-
-/// Removes one `owner` from the owners of `key`.
-fn unclaim<K: Ord>(index: &mut BTreeMap<K, Vec<usize>>, key: &K, owner: usize) {
-    if let Some(owners) = index.get_mut(key) {
-        if let Some(at) = owners.iter().position(|o| *o == owner) {
-            owners.remove(at);
-        }
-        if owners.is_empty() {
-            index.remove(key);
-        }
-    }
-}
-
-fn fmt_partitions(ps: &[TopicPartition]) -> String {
+pub(super) fn fmt_partitions(ps: &[TopicPartition]) -> String {
     let v: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
     format!("[{}]", v.join(","))
 }

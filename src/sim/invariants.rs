@@ -1,0 +1,487 @@
+//! The invariants the world checks after every step (see [`World::violations`] and
+//! [`World::hazards`]), and the bookkeeping they read:
+//! - no FENCED_INSTANCE_ID reaches a process unless another process holds its instance id
+//!   (classic: alive or processed after it started; KIP-848: the instance id was held by a
+//!   member id the process never used);
+//! - classic: a member's generation never goes backwards under one member id, and no partition
+//!   is owned by two live members of one generation;
+//! - KIP-848: the member epoch only drops to 0, no partition is owned by two live members (a
+//!   zombie aside), a member owns only what the coordinator assigned to it or awaits it to
+//!   revoke, and the coordinator's own state is consistent;
+//! - hazards: a stale heartbeat, processed after a later one, that released partitions the
+//!   member still owns.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::messages::{RequestKind, ResponseKind};
+
+use super::ConnId;
+use super::coordinator;
+#[cfg(doc)]
+use super::coordinator::SimCoordinator;
+use super::network::Queued;
+use super::world::{Action, World, fmt_partitions};
+use crate::core::TopicPartition;
+#[cfg(doc)]
+use crate::core::events::Event;
+
+/// What the invariants read from a live member, refreshed after the steps that touch it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Snapshot {
+    protocol: &'static str,
+    member_id: String,
+    generation: i32,
+    state: &'static str,
+    owned: Vec<TopicPartition>,
+    /// Partitions of revocation tickets the application still holds.
+    revoking: Vec<TopicPartition>,
+}
+
+impl World {
+    /// A ConsumerGroupHeartbeat (a leave too) of a live process, processed after one the process
+    /// sent later (it was still buffered on a connection the process had closed): the process
+    /// and the request's epoch. Notes the heartbeat as processed.
+    pub(super) fn stale_heartbeat(&mut self, q: &Queued) -> Option<(usize, i32)> {
+        let RequestKind::ConsumerGroupHeartbeat(r) = &q.frame.body else {
+            return None;
+        };
+        let p = self.proc_of_conn(q.conn)?;
+        let corr = q.frame.correlation;
+        let latest = self.procs[p].heartbeat_processed;
+        self.procs[p].heartbeat_processed = latest.max(corr);
+        self.procs[p].member.as_ref()?;
+        (corr < latest).then_some((p, r.member_epoch))
+    }
+
+    /// After a stale heartbeat of process `p`: partitions it owns that the coordinator no longer
+    /// holds for it were released on the stale request's owned partitions (see [`Self::hazards`]).
+    pub(super) fn note_stale_ack(&mut self, p: usize, epoch: i32) {
+        let Some(m) = self.procs[p].member.as_deref() else {
+            return;
+        };
+        let id = m.member_id();
+        let current = m.generation();
+        let mut owned: BTreeSet<TopicPartition> = m.assignment().into_iter().collect();
+        owned.extend(self.procs[p].revoking.values().flatten().cloned());
+        let released: Vec<TopicPartition> = owned
+            .into_iter()
+            .filter(|tp| {
+                self.coordinator
+                    .consumer_member_holds(&id, &tp.topic, tp.partition)
+                    == Some(false)
+            })
+            .collect();
+        if released.is_empty() {
+            return;
+        }
+        let msg = format!(
+            "{:?}: a heartbeat {} sent at epoch {epoch} was processed after a later one (the member is at epoch {current}); the coordinator took its stale owned partitions as the revocation of {} (throwIfConsumerGroupMemberEpochIsInvalid accepts the epoch, ownsRevokedPartitions the owned set), which {} still owns",
+            self.elapsed(),
+            self.procs[p].name,
+            fmt_partitions(&released),
+            self.procs[p].name
+        );
+        self.log(|| format!("!! HAZARD {msg}"));
+        self.hazards.push(msg);
+        self.procs[p].stale_acked.extend(released);
+        self.stale_procs.insert(p);
+        self.recheck.insert(p);
+    }
+
+    /// A KIP-848 instance-id conflict is answered at once, so the coordinator's instance map
+    /// now is the one the answer came from: remember who held the instance id.
+    pub(super) fn note_instance_conflict(&mut self, r: &coordinator::Reply) {
+        let ResponseKind::ConsumerGroupHeartbeat(body) = &r.body else {
+            return;
+        };
+        if !matches!(
+            body.error_code,
+            super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
+        ) {
+            return;
+        }
+        let Some(p) = self.proc_of_conn(r.conn) else {
+            return;
+        };
+        let holder = self.procs[p]
+            .instance_id
+            .as_deref()
+            .and_then(|i| self.coordinator.static_member(i))
+            .map(str::to_owned);
+        self.procs[p]
+            .conflicts
+            .insert((r.conn, r.correlation), (body.error_code, holder));
+    }
+
+    /// A KIP-848 FENCED_INSTANCE_ID / UNRELEASED_INSTANCE_ID reached process `p`: legitimate when
+    /// the instance id was held by a member id this process never used (another process's);
+    /// held by one of its own ids, FENCED_INSTANCE_ID is self-fencing.
+    pub(super) fn check_instance_conflict(&mut self, p: usize, key: (ConnId, i32), code: i16) {
+        let Some((_, holder)) = self.procs[p].conflicts.remove(&key) else {
+            return;
+        };
+        let own = holder
+            .as_ref()
+            .is_some_and(|h| self.procs[p].member_ids.contains_key(h));
+        if code == super::codes::UNRELEASED_INSTANCE_ID {
+            self.procs[p].unreleased_elsewhere = !own;
+        } else if own {
+            let msg = format!(
+                "{:?}: FENCED_INSTANCE_ID reached {} while its instance id was held by its own member id {} (self-fencing)",
+                self.elapsed(),
+                self.procs[p].name,
+                holder.unwrap_or_default()
+            );
+            self.log(|| format!("!! VIOLATION {msg}"));
+            self.violations.push(msg);
+        }
+    }
+
+    /// FENCED_INSTANCE_ID reached process `p`: legitimate only if another process with the same
+    /// instance id is alive, or had a request processed after `p` started.
+    pub(super) fn check_fence(&mut self, p: usize) {
+        let me = &self.procs[p];
+        let Some(instance) = me.instance_id.clone() else {
+            self.violations.push(format!(
+                "{:?}: FENCED_INSTANCE_ID reached dynamic member {}",
+                self.elapsed(),
+                me.name
+            ));
+            return;
+        };
+        let legit = self.procs.iter().enumerate().any(|(i, q)| {
+            i != p
+                && q.instance_id.as_deref() == Some(&instance)
+                && (q.member.is_some() || q.last_processed_at.is_some_and(|t| t >= me.started_at))
+        });
+        if !legit {
+            let msg = format!(
+                "{:?}: FENCED_INSTANCE_ID reached {} although no other process holds instance id {instance:?} (self-fencing)",
+                self.elapsed(),
+                me.name
+            );
+            self.log(|| format!("!! VIOLATION {msg}"));
+            self.violations.push(msg);
+        }
+    }
+
+    /// Checks the invariants that hold after every step (see [`World::violations`]), after the
+    /// steps that can break them: a member changes only when it gets an input (an answer, a
+    /// timer, a command), the coordinator only when it processes something.
+    ///
+    /// The ownership invariants are kept incrementally: an index of who owns what is updated
+    /// for the processes whose member changed (or whose KIP-848 member the coordinator changed)
+    /// and only their partitions are checked, so a step costs what it changed, not the number of
+    /// members. A breach is reported at the step that causes it, as a full check after every
+    /// step would; one that persists is not reported again at every later step.
+    pub(super) fn observe(&mut self, action: Action) {
+        let coordinator_changed = matches!(
+            action,
+            Action::Coordinator | Action::CoordinatorTimer | Action::Script
+        );
+        let procs = self.touched.take(self.procs.len());
+        let mut changed_procs = Vec::new();
+        for i in procs {
+            let snapshot = self.procs[i].member.as_deref().map(|m| Snapshot {
+                protocol: m.protocol(),
+                member_id: m.member_id(),
+                generation: m.generation(),
+                state: m.state(),
+                owned: m.assignment(),
+                revoking: self.procs[i].revoking.values().flatten().cloned().collect(),
+            });
+            if snapshot == self.procs[i].snapshot {
+                continue;
+            }
+            changed_procs.push(i);
+            let old = std::mem::replace(&mut self.procs[i].snapshot, snapshot);
+            let new_id = self.procs[i].snapshot.as_ref().map(|s| &s.member_id);
+            if old.as_ref().map(|s| &s.member_id) != new_id {
+                if let Some(old) = old
+                    && let Some(ps) = self.by_member_id.get_mut(&old.member_id)
+                {
+                    ps.retain(|p| *p != i);
+                    if ps.is_empty() {
+                        self.by_member_id.remove(&old.member_id);
+                    }
+                }
+                if let Some(id) = new_id.cloned() {
+                    self.by_member_id.entry(id).or_default().push(i);
+                }
+            }
+            match self.procs[i].snapshot.as_ref().map(|s| s.protocol) {
+                Some("consumer") => self.observe_epoch(i),
+                Some(_) => self.observe_generation(i),
+                None => {}
+            }
+        }
+        // KIP-848 members the coordinator changed, and processes whose released partitions
+        // changed (`note_stale_ack`), are re-read too.
+        let members_changed = self.coordinator.take_changed_consumer_members();
+        let mut recheck = std::mem::take(&mut self.recheck);
+        recheck.extend(changed_procs.iter().copied());
+        for id in &members_changed {
+            if let Some(ps) = self.by_member_id.get(id) {
+                recheck.extend(ps.iter().copied());
+            }
+        }
+        if !coordinator_changed && changed_procs.is_empty() && recheck.is_empty() {
+            return;
+        }
+        self.observe_classic_ownership(&changed_procs);
+        let group = self.coordinator.consumer_epochs().is_some();
+        if group && !self.consumer_group_seen {
+            // A KIP-848 group (again): every process is re-read.
+            recheck.extend(0..self.procs.len());
+        }
+        self.consumer_group_seen = group;
+        self.observe_consumer_ownership(&recheck, group, coordinator_changed, &members_changed);
+    }
+
+    /// Classic: a member's generation never goes backwards while its member id is unchanged
+    /// (a new member id starts over).
+    fn observe_generation(&mut self, i: usize) {
+        let Some(m) = self.procs[i].snapshot.as_ref() else {
+            return;
+        };
+        let (id, generation) = (m.member_id.clone(), m.generation);
+        if id.is_empty() || generation < 0 {
+            return;
+        }
+        let prev = self.procs[i].generations.get(&id).copied();
+        if let Some(prev) = prev
+            && generation < prev
+        {
+            let msg = format!(
+                "{:?}: {} went from generation {prev} back to {generation} with member id {id}",
+                self.elapsed(),
+                self.procs[i].name
+            );
+            self.violations.push(msg);
+        }
+        if prev.is_none_or(|p| generation > p) {
+            self.procs[i].generations.insert(id, generation);
+        }
+    }
+
+    /// KIP-848: the member epoch never decreases, except to 0 when the member (re)joins or
+    /// leaves. KIP-1082 keeps the member id through fencing, UNKNOWN_MEMBER_ID and leaves, and
+    /// the epoch the member gets back afterwards (the same member reused, KAFKA-19233; a static
+    /// replacement; or a new member) is never below one it held: the broker's member epochs
+    /// never exceed the group epoch, which only grows.
+    fn observe_epoch(&mut self, i: usize) {
+        let Some(m) = self.procs[i].snapshot.as_ref() else {
+            return;
+        };
+        let epoch = m.generation;
+        let max = self.procs[i].max_epoch;
+        if epoch > 0 && epoch < max {
+            let msg = format!(
+                "{:?}: {} went from member epoch {max} back to {epoch} with member id {} (only a drop to 0, on a rejoin, is allowed)",
+                self.elapsed(),
+                self.procs[i].name,
+                m.member_id
+            );
+            if !self.violations.contains(&msg) {
+                self.violations.push(msg);
+            }
+        }
+        if epoch > max {
+            self.procs[i].max_epoch = epoch;
+        }
+    }
+
+    /// Classic: no partition owned by two live members of the same generation. `changed`: the
+    /// processes whose snapshot changed (the only ones whose claims can have).
+    fn observe_classic_ownership(&mut self, changed: &[usize]) {
+        for &i in changed {
+            let next: Vec<(TopicPartition, i32)> = match self.procs[i].snapshot.as_ref() {
+                Some(m) if m.protocol != "consumer" => m
+                    .owned
+                    .iter()
+                    .map(|tp| (tp.clone(), m.generation))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if next == self.procs[i].classic_claimed {
+                continue;
+            }
+            let old = std::mem::replace(&mut self.procs[i].classic_claimed, next.clone());
+            move_claims(&mut self.classic_claims, old, next, i);
+        }
+        let mut found = Vec::new();
+        for &i in changed {
+            for key in &self.procs[i].classic_claimed {
+                let owners = &self.classic_claims[key];
+                for pair in owners.windows(2) {
+                    found.push(format!(
+                        "{:?}: {} owned by {} and {} in generation {}",
+                        self.elapsed(),
+                        key.0,
+                        self.procs[pair[0]].name,
+                        self.procs[pair[1]].name,
+                        key.1
+                    ));
+                }
+            }
+        }
+        for f in found {
+            if !self.violations.contains(&f) {
+                self.violations.push(f);
+            }
+        }
+    }
+
+    /// What process `i` is registered as owning in the KIP-848 ownership index: its assignment
+    /// and the partitions of the revocation tickets its application holds, less those the
+    /// coordinator released on a stale heartbeat; nothing for a zombie (a member the
+    /// coordinator removed that still believes it is in the group, until its next heartbeat
+    /// answers UNKNOWN_MEMBER_ID), a dead process or a classic member.
+    fn consumer_claims(&self, i: usize) -> Vec<TopicPartition> {
+        let p = &self.procs[i];
+        let Some(m) = p.snapshot.as_ref() else {
+            return Vec::new();
+        };
+        if m.protocol != "consumer" {
+            return Vec::new();
+        }
+        let held = self
+            .coordinator
+            .consumer_member_holds(&m.member_id, "", -1)
+            .is_some();
+        let in_group = matches!(
+            m.state,
+            "Joining" | "Reconciling" | "AwaitRevoke" | "Acknowledging" | "Stable"
+        );
+        if !held && in_group {
+            return Vec::new();
+        }
+        let owned: BTreeSet<&TopicPartition> = m
+            .owned
+            .iter()
+            .chain(&m.revoking)
+            .filter(|tp| !p.stale_acked.contains(*tp))
+            .collect();
+        owned.into_iter().cloned().collect()
+    }
+
+    /// KIP-848: ownership moves only through a revocation the old owner acknowledged, so at
+    /// every instant
+    /// - no partition is owned by two live members, except by a zombie (see
+    ///   [`Self::consumer_claims`]; like a classic member after its session expired);
+    /// - a member the coordinator holds owns only partitions the coordinator assigned to it or
+    ///   still waits for it to revoke;
+    /// - the coordinator's own state is consistent ([`SimCoordinator::check_invariants`]).
+    ///
+    /// What a member owns is what the application holds: its assignment plus the partitions of
+    /// revocation tickets the application has not handed back yet (it is still committing and
+    /// processing them), until the member declares them lost ([`Event::Lost`], a fatal error)
+    /// or the process dies. An [`Event::Revoked`] (close, unsubscribe) does not end a pending
+    /// revocation: as in the Java client, the leave must wait for the application.
+    ///
+    /// `recheck`: the processes whose claims may have changed (their member, its state at the
+    /// coordinator, or its released partitions); `group`: whether the coordinator has a
+    /// KIP-848 group (nothing is reported without one); `members_changed`: the KIP-848 members
+    /// the coordinator changed since the last observation.
+    fn observe_consumer_ownership(
+        &mut self,
+        recheck: &BTreeSet<usize>,
+        group: bool,
+        coordinator_changed: bool,
+        members_changed: &BTreeSet<String>,
+    ) {
+        for &i in recheck {
+            let next = self.consumer_claims(i);
+            if next == self.procs[i].claimed {
+                continue;
+            }
+            let old = std::mem::replace(&mut self.procs[i].claimed, next.clone());
+            move_claims(&mut self.claims, old, next, i);
+        }
+        if !group {
+            return;
+        }
+        let mut found = Vec::new();
+        for &i in recheck {
+            let p = &self.procs[i];
+            let Some(m) = p.snapshot.as_ref() else {
+                continue;
+            };
+            let id = &m.member_id;
+            for tp in &p.claimed {
+                if self
+                    .coordinator
+                    .consumer_member_holds(id, &tp.topic, tp.partition)
+                    == Some(false)
+                {
+                    found.push(format!(
+                        "{:?}: {} (member {id}) owns {tp}, which the coordinator neither assigned to it nor awaits its revocation of",
+                        self.elapsed(),
+                        p.name
+                    ));
+                }
+                for pair in self.claims[tp].windows(2) {
+                    found.push(format!(
+                        "{:?}: {tp} owned by {} and {} at the same time (both members of the group)",
+                        self.elapsed(),
+                        self.procs[pair[0]].name,
+                        self.procs[pair[1]].name
+                    ));
+                }
+            }
+        }
+        if coordinator_changed || !members_changed.is_empty() {
+            found.extend(self.coordinator.check_invariants_of(members_changed));
+        }
+        let stale: Vec<usize> = self.stale_procs.iter().copied().collect();
+        for i in stale {
+            let p = &mut self.procs[i];
+            let owned = p.snapshot.as_ref().map(|m| (&m.owned, &m.revoking));
+            p.stale_acked
+                .retain(|tp| owned.is_some_and(|(o, r)| o.contains(tp) || r.contains(tp)));
+            if p.stale_acked.is_empty() {
+                self.stale_procs.remove(&i);
+            }
+        }
+        for f in found {
+            if !self.violations.contains(&f) {
+                self.log(|| format!("!! VIOLATION {f}"));
+                self.violations.push(f);
+            }
+        }
+    }
+}
+
+/// Moves `owner`'s claims in `index` from `old` to `next`.
+fn move_claims<K: Ord>(
+    index: &mut BTreeMap<K, Vec<usize>>,
+    old: Vec<K>,
+    next: Vec<K>,
+    owner: usize,
+) {
+    for key in old {
+        unclaim(index, &key, owner);
+    }
+    for key in next {
+        claim(index, key, owner);
+    }
+}
+
+/// Adds `owner` to the owners of `key` (kept in process order; a process may appear twice).
+fn claim<K: Ord>(index: &mut BTreeMap<K, Vec<usize>>, key: K, owner: usize) {
+    let owners = index.entry(key).or_default();
+    let at = owners.partition_point(|o| *o <= owner);
+    owners.insert(at, owner);
+}
+
+/// Removes one `owner` from the owners of `key`.
+fn unclaim<K: Ord>(index: &mut BTreeMap<K, Vec<usize>>, key: &K, owner: usize) {
+    if let Some(owners) = index.get_mut(key) {
+        if let Some(at) = owners.iter().position(|o| *o == owner) {
+            owners.remove(at);
+        }
+        if owners.is_empty() {
+            index.remove(key);
+        }
+    }
+}
