@@ -98,6 +98,8 @@ use kafka_protocol::messages::{
     ResponseKind, SyncGroupResponse, TopicName, consumer_protocol_assignment,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use uuid::Uuid;
 
 // ---------------------------------------------------------------------------------- the ops
@@ -355,21 +357,15 @@ impl BrokerModel {
     }
 }
 
-/// xorshift over an answer's seed, for the choices one answer makes.
-struct Dice(u64);
+/// A ChaCha stream seeded with an answer's seed, for the choices one answer makes.
+struct Dice(ChaCha8Rng);
 
 impl Dice {
     fn new(seed: u32) -> Self {
-        Self(u64::from(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        Self(ChaCha8Rng::seed_from_u64(u64::from(seed)))
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.random_range(0..n.max(1))
     }
     fn chance(&mut self, one_in: u64) -> bool {
         self.below(one_in) == 0
