@@ -206,6 +206,21 @@ mod tests {
         c.reconnect_backoff = Duration::from_secs(2);
         assert_eq!(c.validate().unwrap_err().key, "reconnect.backoff.ms");
     }
+
+    #[test]
+    fn debug_output_of_a_config_shows_no_password() {
+        let password = Secret::new("s3cr3t-value");
+        assert_eq!(format!("{password:?}"), "Secret(***)");
+        assert_eq!(password.expose(), "s3cr3t-value");
+        let mut c = ClientConfig::new("h:1").unwrap();
+        c.security.protocol = SecurityProtocol::SaslSsl;
+        c.security.sasl_mechanism = Some(SaslMechanism::Plain);
+        c.security.sasl_username = Some("alice".into());
+        c.security.sasl_password = Some(password);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cr3t-value"), "{shown}");
+        assert!(shown.contains("alice"), "{shown}");
+    }
 }
 
 /// `group.protocol`.

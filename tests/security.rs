@@ -235,18 +235,3 @@ async fn an_untrusted_broker_certificate_is_a_typed_tls_error() {
             .expect("no host name check");
     }
 }
-
-#[test]
-fn debug_output_of_a_config_shows_no_password() {
-    let c = secured(
-        "h:1",
-        SecurityProtocol::SaslSsl,
-        SaslMechanism::Plain,
-        "alice",
-        "s3cr3t-value",
-        None,
-    );
-    let shown = format!("{c:?}");
-    assert!(!shown.contains("s3cr3t-value"), "{shown}");
-    assert!(shown.contains("alice"));
-}

@@ -107,16 +107,19 @@ fn broker() -> MemoryTransport {
     })
 }
 
-fn config(java_policy: bool) -> GroupConfig {
-    let mut c = GroupConfig::new("g")
-        .with_instance_id(INSTANCE)
-        .with_java_reset_policy(java_policy);
+/// The member's configuration; the reset policy as `GroupConfig::new` leaves it.
+fn default_config() -> GroupConfig {
+    let mut c = GroupConfig::new("g").with_instance_id(INSTANCE);
     c.protocol = GroupProtocol::Classic;
     c.session_timeout = Duration::from_secs(10);
     c.heartbeat_interval = Duration::from_millis(200);
     c.request_timeout = Duration::from_secs(5);
     c.seed = Some(20985);
     c
+}
+
+fn config(java_policy: bool) -> GroupConfig {
+    default_config().with_java_reset_policy(java_policy)
 }
 
 /// The member ids the recorded JoinGroup requests carried, in order.
@@ -155,9 +158,9 @@ async fn assigned(m: &mut GroupMember) {
 
 /// A static member joins, leaves its subscription (no LeaveGroup), subscribes again; returns the
 /// member ids of its JoinGroups and its final member id.
-async fn unsubscribe_and_rejoin(java_policy: bool) -> (Vec<String>, String, usize) {
+async fn unsubscribe_and_rejoin(config: GroupConfig) -> (Vec<String>, String, usize) {
     let t = Arc::new(broker());
-    let mut m = GroupMember::start(t.clone(), config(java_policy)).expect("valid config");
+    let mut m = GroupMember::start(t.clone(), config).expect("valid config");
     m.subscribe(["t".to_string()]).await.expect("subscribed");
     assigned(&mut m).await;
     m.unsubscribe();
@@ -172,7 +175,7 @@ async fn unsubscribe_and_rejoin(java_policy: bool) -> (Vec<String>, String, usiz
 
 #[tokio::test]
 async fn java_reset_policy_reaches_the_driver_member_unsubscribe() {
-    let (joins, member_id, leaves) = unsubscribe_and_rejoin(true).await;
+    let (joins, member_id, leaves) = unsubscribe_and_rejoin(config(true)).await;
     assert_eq!(
         joins,
         ["", ""],
@@ -182,9 +185,9 @@ async fn java_reset_policy_reaches_the_driver_member_unsubscribe() {
     assert_eq!(leaves, 0, "a static member sends no LeaveGroup");
 }
 
-#[tokio::test]
-async fn crate_policy_through_the_driver_keeps_the_member_id_unsubscribe() {
-    let (joins, member_id, leaves) = unsubscribe_and_rejoin(false).await;
+/// This crate's policy: the rejoin after the suppressed leave carries the kept member id.
+async fn unsubscribe_and_rejoin_keeps_the_member_id(config: GroupConfig) {
+    let (joins, member_id, leaves) = unsubscribe_and_rejoin(config).await;
     assert_eq!(
         joins,
         ["", "i1-1"],
@@ -192,6 +195,11 @@ async fn crate_policy_through_the_driver_keeps_the_member_id_unsubscribe() {
     );
     assert_eq!(member_id, "i1-1");
     assert_eq!(leaves, 0, "a static member sends no LeaveGroup");
+}
+
+#[tokio::test]
+async fn crate_policy_through_the_driver_keeps_the_member_id_unsubscribe() {
+    unsubscribe_and_rejoin_keeps_the_member_id(config(false)).await;
 }
 
 /// The same through the driver's clock: the application misses `max.poll.interval.ms` (the
@@ -223,12 +231,8 @@ async fn crate_policy_through_the_driver_keeps_the_member_id_poll_timeout() {
     assert_eq!(poll_timeout_and_rejoin(false).await, ["", "i1-1"]);
 }
 
-#[test]
-fn the_policy_is_off_unless_asked_for() {
-    assert!(!GroupConfig::new("g").java_reset_policy);
-    assert!(
-        GroupConfig::new("g")
-            .with_java_reset_policy(true)
-            .java_reset_policy
-    );
+/// A `GroupConfig` that never had `with_java_reset_policy` called runs this crate's policy.
+#[tokio::test]
+async fn the_policy_is_off_unless_asked_for() {
+    unsubscribe_and_rejoin_keeps_the_member_id(default_config()).await;
 }

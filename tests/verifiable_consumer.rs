@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{bootstrap, create_topic, transport, unique};
 use consumer_membership::core::TopicPartition;
-use json::Json;
+use serde_json::Value;
 
 const PARTITIONS: i32 = 3;
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
@@ -322,7 +322,7 @@ async fn share_with_java(protocol: &str) {
         assert!(
             r.events("offsets_committed")
                 .iter()
-                .all(|e| e.get("success") == Some(&Json::Bool(true))),
+                .all(|e| e.get("success") == Some(&Value::Bool(true))),
             "{}",
             r.report("every commit successful")
         );
@@ -552,7 +552,7 @@ fn build_example(name: &str) -> PathBuf {
             let stdout = String::from_utf8_lossy(&out.stdout);
             stdout
                 .lines()
-                .filter_map(json::parse)
+                .filter_map(parse)
                 .filter(|m| m.str("reason") == Some("compiler-artifact"))
                 .filter(|m| {
                     m.get("target")
@@ -569,7 +569,7 @@ fn build_example(name: &str) -> PathBuf {
 #[derive(Debug, Clone)]
 struct Line {
     text: String,
-    json: Option<Json>,
+    json: Option<Value>,
 }
 
 impl Line {
@@ -653,7 +653,7 @@ fn run_blocking(
         std::thread::spawn(move || {
             for text in BufReader::new(stdout).lines() {
                 let Ok(text) = text else { break };
-                let json = json::parse(&text);
+                let json = parse(&text);
                 lines.lock().unwrap().push(Line { text, json });
             }
         })
@@ -724,7 +724,7 @@ impl Run {
             .collect()
     }
 
-    fn events(&self, name: &str) -> Vec<&Json> {
+    fn events(&self, name: &str) -> Vec<&Value> {
         self.lines
             .iter()
             .filter(|l| l.name() == Some(name))
@@ -859,7 +859,7 @@ impl Run {
         for e in self.events("offsets_committed") {
             assert_eq!(
                 (e.get("success"), e.get("error")),
-                (Some(&Json::Bool(true)), None),
+                (Some(&Value::Bool(true)), None),
                 "{}",
                 self.report("every commit successful")
             );
@@ -873,192 +873,32 @@ impl Run {
     }
 }
 
-/// Just enough JSON for the example's lines and Cargo's messages.
-mod json {
-    #[derive(Debug, Clone, PartialEq)]
-    pub enum Json {
-        Null,
-        Bool(bool),
-        Num(f64),
-        Str(String),
-        Arr(Vec<Json>),
-        Obj(Vec<(String, Json)>),
+/// Field access on the JSON lines of the example, of VerifiableConsumer and of Cargo.
+trait Fields {
+    fn str(&self, key: &str) -> Option<&str>;
+    /// An integer field.
+    fn num(&self, key: &str) -> Option<i64>;
+    /// An array field (empty when missing).
+    fn arr(&self, key: &str) -> &[Value];
+}
+
+impl Fields for Value {
+    fn str(&self, key: &str) -> Option<&str> {
+        self.get(key)?.as_str()
     }
 
-    impl Json {
-        pub fn get(&self, key: &str) -> Option<&Json> {
-            match self {
-                Json::Obj(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-                _ => None,
-            }
-        }
-
-        pub fn str(&self, key: &str) -> Option<&str> {
-            match self.get(key)? {
-                Json::Str(s) => Some(s),
-                _ => None,
-            }
-        }
-
-        /// An integer field.
-        pub fn num(&self, key: &str) -> Option<i64> {
-            match self.get(key)? {
-                Json::Num(n) if n.fract() == 0.0 => Some(*n as i64),
-                _ => None,
-            }
-        }
-
-        /// An array field (empty when missing).
-        pub fn arr(&self, key: &str) -> &[Json] {
-            match self.get(key) {
-                Some(Json::Arr(items)) => items,
-                _ => &[],
-            }
-        }
+    fn num(&self, key: &str) -> Option<i64> {
+        self.get(key)?.as_i64()
     }
 
-    /// The value that is all of `s`, or None.
-    pub fn parse(s: &str) -> Option<Json> {
-        let mut p = Parser {
-            s: s.as_bytes(),
-            i: 0,
-        };
-        let v = p.value(0)?;
-        p.ws();
-        (p.i == p.s.len()).then_some(v)
+    fn arr(&self, key: &str) -> &[Value] {
+        self.get(key)
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice)
     }
+}
 
-    struct Parser<'a> {
-        s: &'a [u8],
-        i: usize,
-    }
-
-    impl Parser<'_> {
-        fn ws(&mut self) {
-            while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
-                self.i += 1;
-            }
-        }
-
-        fn eat(&mut self, c: u8) -> bool {
-            self.ws();
-            let hit = self.s.get(self.i) == Some(&c);
-            self.i += usize::from(hit);
-            hit
-        }
-
-        fn value(&mut self, depth: u32) -> Option<Json> {
-            if depth > 32 {
-                return None;
-            }
-            self.ws();
-            let rest = &self.s[self.i..];
-            for (word, v) in [
-                ("null", Json::Null),
-                ("true", Json::Bool(true)),
-                ("false", Json::Bool(false)),
-            ] {
-                if rest.starts_with(word.as_bytes()) {
-                    self.i += word.len();
-                    return Some(v);
-                }
-            }
-            match *rest.first()? {
-                b'{' => {
-                    self.i += 1;
-                    let mut fields = Vec::new();
-                    if self.eat(b'}') {
-                        return Some(Json::Obj(fields));
-                    }
-                    loop {
-                        self.ws();
-                        let k = self.string()?;
-                        if !self.eat(b':') {
-                            return None;
-                        }
-                        fields.push((k, self.value(depth + 1)?));
-                        if self.eat(b'}') {
-                            return Some(Json::Obj(fields));
-                        }
-                        if !self.eat(b',') {
-                            return None;
-                        }
-                    }
-                }
-                b'[' => {
-                    self.i += 1;
-                    let mut items = Vec::new();
-                    if self.eat(b']') {
-                        return Some(Json::Arr(items));
-                    }
-                    loop {
-                        items.push(self.value(depth + 1)?);
-                        if self.eat(b']') {
-                            return Some(Json::Arr(items));
-                        }
-                        if !self.eat(b',') {
-                            return None;
-                        }
-                    }
-                }
-                b'"' => self.string().map(Json::Str),
-                _ => {
-                    let start = self.i;
-                    while self.s.get(self.i).is_some_and(|c| {
-                        matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                    }) {
-                        self.i += 1;
-                    }
-                    std::str::from_utf8(&self.s[start..self.i])
-                        .ok()?
-                        .parse()
-                        .ok()
-                        .map(Json::Num)
-                }
-            }
-        }
-
-        fn string(&mut self) -> Option<String> {
-            if self.s.get(self.i) != Some(&b'"') {
-                return None;
-            }
-            self.i += 1;
-            let mut out = String::new();
-            loop {
-                let start = self.i;
-                while !matches!(self.s.get(self.i), Some(b'"' | b'\\') | None) {
-                    self.i += 1;
-                }
-                out.push_str(std::str::from_utf8(&self.s[start..self.i]).ok()?);
-                match *self.s.get(self.i)? {
-                    b'"' => {
-                        self.i += 1;
-                        return Some(out);
-                    }
-                    _ => {
-                        let e = *self.s.get(self.i + 1)?;
-                        self.i += 2;
-                        out.push(match e {
-                            b'"' => '"',
-                            b'\\' => '\\',
-                            b'/' => '/',
-                            b'b' => '\u{8}',
-                            b'f' => '\u{c}',
-                            b'n' => '\n',
-                            b'r' => '\r',
-                            b't' => '\t',
-                            b'u' => {
-                                let hex = self.s.get(self.i..self.i + 4)?;
-                                self.i += 4;
-                                let code =
-                                    u32::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-                                char::from_u32(code).unwrap_or('\u{fffd}')
-                            }
-                            _ => return None,
-                        });
-                    }
-                }
-            }
-        }
-    }
+/// The JSON value that is all of `line`, or None.
+fn parse(line: &str) -> Option<Value> {
+    serde_json::from_str(line).ok()
 }

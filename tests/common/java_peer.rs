@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use json::Json;
+use serde_json::Value;
 
 /// A (topic, partition) as VerifiableConsumer reports it.
 pub type Tp = (String, i32);
@@ -769,207 +769,21 @@ fn read_events(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
 /// of one stdout line. None if the line is not a JSON object with a string name (or its
 /// partitions are malformed).
 fn parse_event(line: &str) -> Option<(String, Vec<Tp>, Option<bool>)> {
-    let Json::Obj(fields) = json::parse(line)? else {
-        return None;
-    };
-    let field = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v);
-    let Some(Json::Str(name)) = field("name") else {
-        return None;
-    };
+    let event: Value = serde_json::from_str(line).ok()?;
+    let name = event.get("name")?.as_str()?;
     let mut partitions = Vec::new();
     if name == "partitions_assigned" || name == "partitions_revoked" {
-        let Some(Json::Arr(items)) = field("partitions") else {
-            return None;
-        };
-        for item in items {
-            let Json::Obj(tp) = item else { return None };
-            let get = |k: &str| tp.iter().find(|(n, _)| n == k).map(|(_, v)| v);
-            let (Some(Json::Str(topic)), Some(Json::Num(p))) = (get("topic"), get("partition"))
-            else {
-                return None;
-            };
-            partitions.push((topic.clone(), p.parse::<i32>().ok()?));
+        for tp in event.get("partitions")?.as_array()? {
+            let topic = tp.get("topic")?.as_str()?;
+            let partition = i32::try_from(tp.get("partition")?.as_i64()?).ok()?;
+            partitions.push((topic.to_owned(), partition));
         }
     }
-    let success = match field("success") {
-        Some(Json::Bool(b)) if name == "offsets_committed" => Some(*b),
+    let success = match event.get("success") {
+        Some(Value::Bool(b)) if name == "offsets_committed" => Some(*b),
         _ => None,
     };
-    Some((name.clone(), partitions, success))
-}
-
-/// Just enough JSON: a full RFC 8259 value parser (numbers kept as text) for one line.
-mod json {
-    #[derive(Debug, PartialEq)]
-    pub enum Json {
-        Null,
-        Bool(bool),
-        Num(String),
-        Str(String),
-        Arr(Vec<Json>),
-        Obj(Vec<(String, Json)>),
-    }
-
-    /// The value that is all of `s` (surrounding whitespace allowed).
-    pub fn parse(s: &str) -> Option<Json> {
-        let mut p = Parser {
-            b: s.as_bytes(),
-            i: 0,
-        };
-        let v = p.value(0)?;
-        p.ws();
-        (p.i == p.b.len()).then_some(v)
-    }
-
-    struct Parser<'a> {
-        b: &'a [u8],
-        i: usize,
-    }
-
-    impl Parser<'_> {
-        fn ws(&mut self) {
-            while matches!(self.b.get(self.i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-                self.i += 1;
-            }
-        }
-
-        fn eat(&mut self, c: u8) -> bool {
-            self.ws();
-            if self.b.get(self.i) == Some(&c) {
-                self.i += 1;
-                true
-            } else {
-                false
-            }
-        }
-
-        fn lit(&mut self, word: &str, v: Json) -> Option<Json> {
-            if self.b[self.i..].starts_with(word.as_bytes()) {
-                self.i += word.len();
-                Some(v)
-            } else {
-                None
-            }
-        }
-
-        fn value(&mut self, depth: usize) -> Option<Json> {
-            if depth > 64 {
-                return None;
-            }
-            self.ws();
-            match *self.b.get(self.i)? {
-                b'{' => {
-                    self.i += 1;
-                    let mut fields = Vec::new();
-                    if self.eat(b'}') {
-                        return Some(Json::Obj(fields));
-                    }
-                    loop {
-                        self.ws();
-                        let k = self.string()?;
-                        if !self.eat(b':') {
-                            return None;
-                        }
-                        fields.push((k, self.value(depth + 1)?));
-                        if self.eat(b'}') {
-                            return Some(Json::Obj(fields));
-                        }
-                        if !self.eat(b',') {
-                            return None;
-                        }
-                    }
-                }
-                b'[' => {
-                    self.i += 1;
-                    let mut items = Vec::new();
-                    if self.eat(b']') {
-                        return Some(Json::Arr(items));
-                    }
-                    loop {
-                        items.push(self.value(depth + 1)?);
-                        if self.eat(b']') {
-                            return Some(Json::Arr(items));
-                        }
-                        if !self.eat(b',') {
-                            return None;
-                        }
-                    }
-                }
-                b'"' => self.string().map(Json::Str),
-                b't' => self.lit("true", Json::Bool(true)),
-                b'f' => self.lit("false", Json::Bool(false)),
-                b'n' => self.lit("null", Json::Null),
-                b'-' | b'0'..=b'9' => {
-                    let start = self.i;
-                    while matches!(
-                        self.b.get(self.i),
-                        Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                    ) {
-                        self.i += 1;
-                    }
-                    let text = std::str::from_utf8(&self.b[start..self.i]).ok()?;
-                    text.parse::<f64>().ok()?;
-                    Some(Json::Num(text.to_owned()))
-                }
-                _ => None,
-            }
-        }
-
-        fn string(&mut self) -> Option<String> {
-            if self.b.get(self.i) != Some(&b'"') {
-                return None;
-            }
-            self.i += 1;
-            let mut out: Vec<u8> = Vec::new();
-            loop {
-                let c = *self.b.get(self.i)?;
-                self.i += 1;
-                match c {
-                    b'"' => return String::from_utf8(out).ok(),
-                    b'\\' => {
-                        let e = *self.b.get(self.i)?;
-                        self.i += 1;
-                        let ch = match e {
-                            b'"' => '"',
-                            b'\\' => '\\',
-                            b'/' => '/',
-                            b'b' => '\u{8}',
-                            b'f' => '\u{c}',
-                            b'n' => '\n',
-                            b'r' => '\r',
-                            b't' => '\t',
-                            b'u' => {
-                                let hi = self.hex4()?;
-                                if (0xd800..0xdc00).contains(&hi)
-                                    && self.b[self.i..].starts_with(b"\\u")
-                                {
-                                    self.i += 2;
-                                    let lo = self.hex4()?;
-                                    let cp = 0x10000
-                                        + ((hi - 0xd800) << 10)
-                                        + (lo.wrapping_sub(0xdc00) & 0x3ff);
-                                    char::from_u32(cp).unwrap_or('\u{fffd}')
-                                } else {
-                                    char::from_u32(hi).unwrap_or('\u{fffd}')
-                                }
-                            }
-                            _ => return None,
-                        };
-                        let mut buf = [0u8; 4];
-                        out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-                    }
-                    c if c < 0x20 => return None,
-                    c => out.push(c),
-                }
-            }
-        }
-
-        fn hex4(&mut self) -> Option<u32> {
-            let h = self.b.get(self.i..self.i + 4)?;
-            self.i += 4;
-            u32::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()
-        }
-    }
+    Some((name.to_owned(), partitions, success))
 }
 
 /// The command line that starts Kafka's own VerifiableConsumer, up to its flags: the `java`

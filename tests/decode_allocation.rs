@@ -1,0 +1,419 @@
+//! Hostile sizes in the bytes this crate decodes (array counts, string and byte lengths, tagged
+//! field counts and sizes) never make it allocate more than a small multiple of the bytes it was
+//! given: every response the crate decodes, at every version kafka-protocol knows, and the
+//! classic subscription and assignment bytes, with forged sizes written at every offset. A
+//! counting global allocator (this test binary's own) records the largest single allocation of
+//! the decoding thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use consumer_membership::core::TopicPartition;
+use consumer_membership::core::classic::subscription::{Assignment, Subscription};
+use consumer_membership::transport::wire;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, SupportedFeatureKey};
+use kafka_protocol::messages::consumer_group_heartbeat_response as cgh;
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, ConsumerGroupHeartbeatResponse, FindCoordinatorResponse,
+    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, MetadataResponse,
+    OffsetCommitResponse, OffsetFetchResponse, ResponseKind, SaslAuthenticateResponse,
+    SaslHandshakeResponse, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_owned())
+}
+
+fn tp(t: &str, p: i32) -> TopicPartition {
+    TopicPartition::new(t, p)
+}
+
+/// Classic assignment bytes: the SyncGroup answer's sample, and the base of the forged ones.
+fn assignment() -> Bytes {
+    Assignment {
+        partitions: vec![tp("a", 0), tp("a", 1), tp("b", 0)],
+        user_data: Some(Bytes::from_static(b"ud")),
+    }
+    .encode()
+}
+
+struct Counting;
+
+thread_local! {
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; `note` only updates a thread-local
+// counter and does not allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: the caller's contract for `alloc` is passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The largest single allocation `f` makes on this thread.
+fn largest_allocation<T>(f: impl FnOnce() -> T) -> (usize, T) {
+    LARGEST.with(|l| l.set(0));
+    let out = f();
+    (LARGEST.with(Cell::get), out)
+}
+
+/// Allowed for decoding `n` bytes: each element of a decoded array takes at least one byte
+/// of input, and no element type of these messages is near 1 KiB.
+fn bound(n: usize) -> usize {
+    64 * 1024 + 1024 * n
+}
+
+/// Forged sizes: INT32 and INT16 counts and lengths (huge, negative, -1), and unsigned
+/// varints (compact counts and lengths, tagged field counts and sizes) near 2^32.
+const FORGED: &[&[u8]] = &[
+    &[0x7f, 0xff, 0xff, 0xff],
+    &[0xff, 0xff, 0xff, 0xff],
+    &[0x80, 0x00, 0x00, 0x00],
+    &[0x00, 0xff, 0xff, 0xff],
+    &[0xff, 0xff, 0xff, 0xff, 0x0f],
+    &[0xfe, 0xff, 0xff, 0xff, 0x07],
+    &[0x80, 0x80, 0x80, 0x80, 0x08],
+    &[0x7f, 0xff],
+    &[0xff, 0xfe],
+];
+
+/// Every way to write a forged size into `bytes`, at every offset.
+fn forgeries(bytes: &[u8]) -> impl Iterator<Item = Vec<u8>> + '_ {
+    (0..bytes.len()).flat_map(move |at| {
+        FORGED.iter().map(move |f| {
+            let mut b = bytes.to_vec();
+            for (i, x) in f.iter().enumerate() {
+                if let Some(slot) = b.get_mut(at + i) {
+                    *slot = *x;
+                }
+            }
+            b
+        })
+    })
+}
+
+fn tagged() -> BTreeMap<i32, Bytes> {
+    BTreeMap::from([(100, Bytes::from_static(b"xy")), (101, Bytes::new())])
+}
+
+/// Bodies with two elements in every array (and unknown tagged fields first, for flexible
+/// versions), richest first: each version uses the first that encodes there.
+fn samples(api: ApiKey) -> Vec<ResponseKind> {
+    let two = |x: i32| vec![BrokerId(x), BrokerId(x + 1)];
+    match api {
+        ApiKey::ApiVersions => {
+            let keys = vec![
+                ApiVersion::default().with_api_key(18).with_max_version(4),
+                ApiVersion::default().with_api_key(11).with_max_version(9),
+            ];
+            let features = vec![
+                SupportedFeatureKey::default().with_name(s("a")),
+                SupportedFeatureKey::default().with_name(s("b")),
+            ];
+            let plain = ApiVersionsResponse::default().with_api_keys(keys);
+            vec![
+                ResponseKind::ApiVersions(
+                    plain
+                        .clone()
+                        .with_supported_features(features)
+                        .with_unknown_tagged_fields(tagged()),
+                ),
+                ResponseKind::ApiVersions(plain),
+            ]
+        }
+        ApiKey::FindCoordinator => {
+            let c = |k: &str| {
+                Coordinator::default()
+                    .with_key(s(k))
+                    .with_host(s("h"))
+                    .with_unknown_tagged_fields(tagged())
+            };
+            vec![
+                ResponseKind::FindCoordinator(
+                    FindCoordinatorResponse::default().with_coordinators(vec![c("a"), c("b")]),
+                ),
+                ResponseKind::FindCoordinator(
+                    FindCoordinatorResponse::default()
+                        .with_host(s("host"))
+                        .with_unknown_tagged_fields(tagged()),
+                ),
+                ResponseKind::FindCoordinator(
+                    FindCoordinatorResponse::default().with_host(s("host")),
+                ),
+            ]
+        }
+        ApiKey::Metadata => {
+            let partition = |p: i32| {
+                MetadataResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_replica_nodes(two(1))
+                    .with_isr_nodes(two(1))
+                    .with_offline_replicas(two(3))
+            };
+            let topic = |n: &str| {
+                MetadataResponseTopic::default()
+                    .with_name(Some(TopicName(s(n))))
+                    .with_partitions(vec![partition(0), partition(1)])
+            };
+            let broker = |id: i32| {
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(s("h"))
+            };
+            let r = MetadataResponse::default()
+                .with_brokers(vec![broker(1), broker(2)])
+                .with_topics(vec![topic("a"), topic("b")]);
+            vec![
+                ResponseKind::Metadata(r.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::Metadata(r),
+            ]
+        }
+        ApiKey::JoinGroup => {
+            let m = |id: &str| {
+                JoinGroupResponseMember::default()
+                    .with_member_id(s(id))
+                    .with_metadata(Bytes::from_static(b"\x00\x03\x00\x00\x00\x01\x00\x01t"))
+            };
+            let r = JoinGroupResponse::default()
+                .with_member_id(s("m"))
+                .with_leader(s("m"))
+                .with_members(vec![m("m"), m("n")]);
+            vec![
+                ResponseKind::JoinGroup(r.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::JoinGroup(r),
+            ]
+        }
+        ApiKey::SyncGroup => {
+            let r = SyncGroupResponse::default().with_assignment(assignment());
+            vec![
+                ResponseKind::SyncGroup(r.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::SyncGroup(r),
+            ]
+        }
+        ApiKey::Heartbeat => vec![
+            ResponseKind::Heartbeat(
+                HeartbeatResponse::default().with_unknown_tagged_fields(tagged()),
+            ),
+            ResponseKind::Heartbeat(HeartbeatResponse::default()),
+        ],
+        ApiKey::LeaveGroup => {
+            let m = |id: &str| MemberResponse::default().with_member_id(s(id));
+            let r = LeaveGroupResponse::default().with_members(vec![m("a"), m("b")]);
+            vec![
+                ResponseKind::LeaveGroup(r.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::LeaveGroup(r),
+                ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+            ]
+        }
+        ApiKey::OffsetCommit => {
+            let t = |n: &str| {
+                OffsetCommitResponseTopic::default()
+                    .with_name(TopicName(s(n)))
+                    .with_partitions(vec![
+                        OffsetCommitResponsePartition::default(),
+                        OffsetCommitResponsePartition::default().with_partition_index(1),
+                    ])
+            };
+            let r = OffsetCommitResponse::default().with_topics(vec![t("a"), t("b")]);
+            vec![
+                ResponseKind::OffsetCommit(r.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::OffsetCommit(r),
+            ]
+        }
+        ApiKey::OffsetFetch => {
+            let old = |n: &str| {
+                OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(s(n)))
+                    .with_partitions(vec![
+                        OffsetFetchResponsePartition::default().with_metadata(Some(s("m"))),
+                        OffsetFetchResponsePartition::default().with_partition_index(1),
+                    ])
+            };
+            let new = |n: &str| {
+                OffsetFetchResponseTopics::default()
+                    .with_name(TopicName(s(n)))
+                    .with_partitions(vec![
+                        OffsetFetchResponsePartitions::default().with_metadata(Some(s("m"))),
+                        OffsetFetchResponsePartitions::default().with_partition_index(1),
+                    ])
+            };
+            let g = |id: &str| {
+                OffsetFetchResponseGroup::default()
+                    .with_group_id(kafka_protocol::messages::GroupId(s(id)))
+                    .with_topics(vec![new("a"), new("b")])
+            };
+            let by_group = OffsetFetchResponse::default().with_groups(vec![g("g"), g("h")]);
+            let by_topic = OffsetFetchResponse::default().with_topics(vec![old("a"), old("b")]);
+            vec![
+                ResponseKind::OffsetFetch(by_group.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::OffsetFetch(by_group),
+                ResponseKind::OffsetFetch(by_topic.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::OffsetFetch(by_topic),
+            ]
+        }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let t = |i: u128| {
+                cgh::TopicPartitions::default()
+                    .with_topic_id(Uuid::from_u128(i))
+                    .with_partitions(vec![0, 1])
+            };
+            vec![ResponseKind::ConsumerGroupHeartbeat(
+                ConsumerGroupHeartbeatResponse::default()
+                    .with_member_id(Some(s("m")))
+                    .with_assignment(Some(
+                        cgh::Assignment::default().with_topic_partitions(vec![t(1), t(2)]),
+                    ))
+                    .with_unknown_tagged_fields(tagged()),
+            )]
+        }
+        ApiKey::SaslHandshake => vec![ResponseKind::SaslHandshake(
+            SaslHandshakeResponse::default().with_mechanisms(vec![s("PLAIN"), s("SCRAM")]),
+        )],
+        ApiKey::SaslAuthenticate => {
+            let r = SaslAuthenticateResponse::default()
+                .with_error_message(Some(s("e")))
+                .with_auth_bytes(Bytes::from_static(b"abc"));
+            vec![
+                ResponseKind::SaslAuthenticate(r.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::SaslAuthenticate(r),
+            ]
+        }
+        other => panic!("no sample for {other:?}"),
+    }
+}
+
+/// Every response this crate's transport and members decode.
+const DECODED: [ApiKey; 12] = [
+    ApiKey::ApiVersions,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
+    ApiKey::FindCoordinator,
+    ApiKey::Metadata,
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+    ApiKey::OffsetCommit,
+    ApiKey::OffsetFetch,
+    ApiKey::ConsumerGroupHeartbeat,
+];
+
+#[test]
+fn the_allocation_counter_sees_large_allocations() {
+    let (largest, v) = largest_allocation(|| Vec::<u8>::with_capacity(1 << 20));
+    assert!(largest >= 1 << 20, "{largest}");
+    drop(v);
+}
+
+#[test]
+fn forged_sizes_in_responses_allocate_in_proportion_to_the_bytes() {
+    let mut decodes = 0usize;
+    let mut worst = (0usize, 0usize, ApiKey::Heartbeat, 0i16);
+    for api in DECODED {
+        let samples = samples(api);
+        let range = api.valid_versions();
+        for v in range.min..=range.max {
+            let Some(frame) = samples
+                .iter()
+                .find_map(|b| wire::encode_response(b, api, v, 7).ok())
+            else {
+                panic!("no sample of {api:?} encodes at v{v}");
+            };
+            let frame = frame.freeze();
+            assert!(
+                wire::decode_response(frame.slice(4..), api, v).is_ok(),
+                "{api:?} v{v}"
+            );
+            for bytes in forgeries(&frame[4..]) {
+                let input = Bytes::from(bytes);
+                let n = input.len();
+                let (largest, _) = largest_allocation(move || wire::decode_response(input, api, v));
+                decodes += 1;
+                assert!(
+                    largest <= bound(n),
+                    "{api:?} v{v}: decoding {n} bytes allocated {largest} bytes at once"
+                );
+                if largest * worst.1.max(1) > worst.0 * n.max(1) {
+                    worst = (largest, n, api, v);
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{decodes} forged responses decoded; largest allocation per input byte: {} bytes for {} bytes ({:?} v{})",
+        worst.0, worst.1, worst.2, worst.3
+    );
+}
+
+#[test]
+fn forged_sizes_in_subscription_and_assignment_bytes_are_bounded() {
+    let subscription = Subscription {
+        topics: vec!["a".into(), "b".into()],
+        user_data: Some(Bytes::from_static(b"ud")),
+        owned_partitions: vec![tp("a", 0), tp("a", 1), tp("b", 0)],
+        generation_id: 3,
+        rack_id: Some("r".into()),
+    }
+    .encode();
+    let assignment = assignment();
+    for version in [0i16, 1, 2, 3, 4] {
+        for base in [&subscription, &assignment] {
+            let mut b = base.to_vec();
+            b[..2].copy_from_slice(&version.to_be_bytes());
+            for bytes in forgeries(&b) {
+                let n = bytes.len();
+                let (largest, _) = largest_allocation(|| {
+                    (
+                        Subscription::decode(&bytes).is_ok(),
+                        Assignment::decode(&bytes).is_ok(),
+                    )
+                });
+                assert!(
+                    largest <= bound(n),
+                    "v{version}: decoding {n} bytes allocated {largest} bytes at once"
+                );
+            }
+        }
+    }
+}
