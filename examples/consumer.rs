@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::{Parser, ValueEnum};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::core::TopicPartition;
 use consumer_membership::core::events::{CloseOptions, CommitOffset, Event};
@@ -28,12 +29,56 @@ use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, driver};
 use kafka_protocol::messages::ApiKey;
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: consumer [--bootstrap HOST:PORT[,...]] [--group GROUP] [--topic TOPIC] [--instance-id ID]\n\
-         \x20               [--protocol classic|consumer|auto] [--produce N] [--seconds N] [--max-records N]"
-    );
-    std::process::exit(2)
+/// Joins a consumer group, prints the records of its partitions and commits them.
+#[derive(Debug, Parser)]
+#[command(name = "consumer", args_override_self = true)]
+struct Args {
+    /// Bootstrap brokers [default: $KAFKA_BOOTSTRAP, else the broker tests/kafka/broker.sh started]
+    #[arg(long, value_name = "HOST:PORT[,...]")]
+    bootstrap: Option<String>,
+    /// Consumer group to join (group.id)
+    #[arg(
+        long,
+        value_name = "GROUP",
+        default_value = "consumer-membership-example"
+    )]
+    group: String,
+    /// Topic to subscribe to; without it the example stops once it has found the coordinator
+    #[arg(long, value_name = "TOPIC")]
+    topic: Option<String>,
+    /// Join as a static member with this group.instance.id
+    #[arg(long, value_name = "ID")]
+    instance_id: Option<String>,
+    /// Group protocol (group.protocol); auto falls back to classic on brokers without KIP-848
+    #[arg(long, value_enum, default_value_t = Protocol::Classic)]
+    protocol: Protocol,
+    /// Write N records ("record-0", ...) to the topic before joining
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    produce: usize,
+    /// Commit and close after N seconds [default: on Ctrl-C]
+    #[arg(long, value_name = "N")]
+    seconds: Option<u64>,
+    /// Commit and close once N records have been consumed
+    #[arg(long, value_name = "N")]
+    max_records: Option<usize>,
+}
+
+/// `--protocol`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Protocol {
+    Classic,
+    Consumer,
+    Auto,
+}
+
+impl From<Protocol> for GroupProtocol {
+    fn from(p: Protocol) -> Self {
+        match p {
+            Protocol::Classic => GroupProtocol::Classic,
+            Protocol::Consumer => GroupProtocol::Consumer,
+            Protocol::Auto => GroupProtocol::Auto,
+        }
+    }
 }
 
 fn local_bootstrap() -> Option<String> {
@@ -51,52 +96,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
-    let mut bootstrap = None;
-    let mut group = "consumer-membership-example".to_owned();
-    let mut topic: Option<String> = None;
-    let mut instance_id: Option<String> = None;
-    let mut seconds: Option<u64> = None;
-    let mut protocol = GroupProtocol::Classic;
-    let mut produce: usize = 0;
-    let mut max_records: Option<usize> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--bootstrap" => bootstrap = Some(args.next().unwrap_or_else(|| usage())),
-            "--group" => group = args.next().unwrap_or_else(|| usage()),
-            "--topic" => topic = Some(args.next().unwrap_or_else(|| usage())),
-            "--instance-id" => instance_id = Some(args.next().unwrap_or_else(|| usage())),
-            "--seconds" => {
-                seconds = Some(
-                    args.next()
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or_else(|| usage()),
-                )
-            }
-            "--produce" => {
-                produce = args
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or_else(|| usage())
-            }
-            "--max-records" => {
-                max_records = Some(
-                    args.next()
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or_else(|| usage()),
-                )
-            }
-            "--protocol" => {
-                protocol = match args.next().as_deref() {
-                    Some("classic") => GroupProtocol::Classic,
-                    Some("consumer") => GroupProtocol::Consumer,
-                    Some("auto") => GroupProtocol::Auto,
-                    _ => usage(),
-                }
-            }
-            _ => usage(),
-        }
-    }
+    let Args {
+        bootstrap,
+        group,
+        topic,
+        instance_id,
+        protocol,
+        produce,
+        seconds,
+        max_records,
+    } = Args::parse();
     let Some(bootstrap) = bootstrap.or_else(local_bootstrap) else {
         eprintln!(
             "no broker: pass --bootstrap, set KAFKA_BOOTSTRAP, or run through tests/kafka/with-broker.sh"
@@ -167,7 +176,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut group_config = GroupConfig::new(&group);
     group_config.instance_id = instance_id;
-    group_config.protocol = protocol;
+    group_config.protocol = protocol.into();
     // A transport of its own: the member's JoinGroup may be parked by the broker for a while.
     let member_transport = Arc::new(TcpTransport::new(config.clone()));
     let mut member = GroupMember::start(member_transport, group_config)?;

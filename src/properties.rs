@@ -301,41 +301,93 @@ pub fn from_properties_file(path: &Path) -> Result<(ClientConfig, GroupConfig), 
     from_properties(&props)
 }
 
-/// Parses Java `.properties` text: `key=value`, `key: value` or `key value` lines, `#` and `!`
-/// comment lines, a trailing `\` continuing a line, and the escapes `\t`, `\n`, `\r`, `\f`,
-/// `\uXXXX` and `\x` (for `x` itself, so `\=` or `\ ` keep a separator or a space). Keys and values
-/// are trimmed (an escaped space survives); a key given twice keeps its last value, as in Java.
+/// Parses Java `.properties` text as `java.util.Properties.load` does (through the
+/// `java-properties` crate): `key=value`, `key: value` or `key value` lines, `#` and `!` comment
+/// lines, a trailing `\` continuing a line (at `\n`, `\r\n` or `\r`), and the escapes `\t`, `\n`,
+/// `\r`, `\f`, `\uXXXX` and `\x` (for `x` itself, so `\=` or `\ ` keep a separator or a space).
+/// Blanks before a key and around the separator are skipped; blanks at the end of a value are
+/// kept, as in Java ([`from_properties`] trims values). A key given twice keeps its last value.
+/// A UTF-8 byte order mark at the start is skipped.
 pub fn parse_properties(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let text = java_compatible(text);
     let mut props = BTreeMap::new();
-    let mut lines = text
-        .split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .enumerate();
-    while let Some((index, first)) = lines.next() {
-        let line = first.trim_start_matches(is_blank);
-        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-            continue;
-        }
-        let mut logical = line.to_owned();
-        while ends_with_odd_backslashes(&logical) {
-            logical.pop();
-            match lines.next() {
-                Some((_, next)) => logical.push_str(next.trim_start_matches(is_blank)),
-                None => break,
+    java_properties::PropertiesIter::new_with_encoding(text.as_bytes(), encoding_rs::UTF_8)
+        .read_into(|key, value| {
+            props.insert(key, value);
+        })
+        .map_err(|e| {
+            // Display appends " (line_number = N)"; after "line N:" the description is enough.
+            #[allow(deprecated)]
+            let what = std::error::Error::description(&e).to_owned();
+            match e.line_number() {
+                Some(line) => err(PROPERTIES_FILE, format!("line {line}: {what}")),
+                None => err(PROPERTIES_FILE, what),
             }
-        }
-        let (key, value) = split_entry(&logical).map_err(|rule| {
-            err(
-                PROPERTIES_FILE,
-                format!("line {}: {rule}", index.saturating_add(1)),
-            )
         })?;
-        props.insert(key, value);
-    }
     Ok(props)
 }
 
-// -------------------------------------------------------------------------------- the parser
+// ------------------------------------------------------------ where java-properties differs
+
+/// `text` with what `java-properties` 2.0 reads differently from Java's `Properties.load` put
+/// right before it parses (the tests check each):
+/// - comment lines are emptied: the crate unescapes comments, so `# C:\users` would fail on `\us`,
+///   while Java never reads them;
+/// - a `\uXXXX` surrogate pair becomes the character it encodes (Java's escapes are UTF-16 code
+///   units; the crate refuses each half) and a lone surrogate U+FFFD (no Rust string holds one);
+/// - a continuation line keeps a leading whitespace character that is not one of Java's blanks
+///   (space, tab, form feed), such as a no-break space, which the crate would skip;
+/// - the text ends with a line terminator: the crate drops a last line continued by a `\` at the
+///   very end of the text, which Java keeps.
+///
+/// Line terminators stay, so the line numbers of errors are those of the text.
+fn java_compatible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().saturating_add(1));
+    let mut continued = false;
+    for line in physical_lines(text) {
+        let content = line.trim_end_matches(['\n', '\r']);
+        let comment = !continued && content.trim_start_matches(is_blank).starts_with(['#', '!']);
+        if !comment {
+            let mut rest = content;
+            if continued {
+                // Java skips only its blanks at the start of a continuation line, the crate
+                // any whitespace: an escape keeps a no-break space or a vertical tab.
+                let skipped = content.trim_start_matches(is_blank);
+                out.push_str(&content[..content.len() - skipped.len()]);
+                rest = skipped;
+                if let Some(c) = rest.chars().next().filter(|c| c.is_whitespace()) {
+                    out.push_str(&format!("\\u{:04X}", u32::from(c)));
+                    rest = &rest[c.len_utf8()..];
+                }
+            }
+            continued = ends_with_odd_backslashes(content);
+            decode_surrogates(rest, &mut out);
+        }
+        out.push_str(&line[content.len()..]);
+    }
+    if !out.ends_with(['\n', '\r']) {
+        out.push('\n');
+    }
+    out
+}
+
+/// The lines of `text`, each with its terminator: `\n`, `\r\n` or `\r`, as Java's `LineReader`
+/// (and the crate) end them.
+fn physical_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = rest.find(['\n', '\r']).map_or(rest.len(), |i| {
+            let terminator = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
+            i.saturating_add(terminator)
+        });
+        let (line, tail) = rest.split_at(end);
+        rest = tail;
+        Some(line)
+    })
+}
 
 /// Java's whitespace in `.properties` files: space, tab, form feed.
 fn is_blank(c: char) -> bool {
@@ -343,70 +395,48 @@ fn is_blank(c: char) -> bool {
 }
 
 fn ends_with_odd_backslashes(s: &str) -> bool {
-    s.chars().rev().take_while(|c| *c == '\\').count() % 2 == 1
+    s.bytes().rev().take_while(|b| *b == b'\\').count() % 2 == 1
 }
 
-/// A character of a key or value, and whether it came from an escape (so it is never a separator
-/// and never trimmed).
-type Unescaped = (char, bool);
-
-fn unescape(line: &str) -> Result<Vec<Unescaped>, String> {
-    let mut out = Vec::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push((c, false));
+/// Appends `line` to `out` with each `\uXXXX` escape of a UTF-16 surrogate decoded: a pair into
+/// its character, a lone one into U+FFFD. An escaped backslash (`\\uD83D`) starts no escape.
+fn decode_surrogates(line: &str, out: &mut String) {
+    let surrogate = |at: &str| {
+        let hex = at.strip_prefix("\\u")?.get(..4)?;
+        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let unit = u16::from_str_radix(hex, 16).ok()?;
+        (0xD800..=0xDFFF).contains(&unit).then_some(unit)
+    };
+    let (mut copied, mut i) = (0, 0);
+    while i < line.len() {
+        if line.as_bytes()[i] != b'\\' {
+            i += 1;
             continue;
         }
-        let Some(e) = chars.next() else { break };
-        let c = match e {
-            't' => '\t',
-            'n' => '\n',
-            'r' => '\r',
-            'f' => '\x0c',
-            'u' => {
-                let hex: String = chars.by_ref().take(4).collect();
-                let code = (hex.len() == 4)
-                    .then(|| u32::from_str_radix(&hex, 16).ok())
-                    .flatten()
-                    .ok_or_else(|| format!("malformed \\uXXXX escape \"\\u{hex}\""))?;
-                // A lone surrogate (half of a \uD83D\uDE00 pair) is replaced, not rejected.
-                char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER)
-            }
-            other => other,
+        let Some(first) = surrogate(&line[i..]) else {
+            // The backslash and the byte it escapes (a `\` escaped here starts nothing).
+            i += 2;
+            continue;
         };
-        out.push((c, true));
+        out.push_str(&line[copied..i]);
+        // `surrogate` matched six ASCII bytes at `i`.
+        let pair = surrogate(&line[i + 6..])
+            .and_then(|second| char::decode_utf16([first, second]).next()?.ok());
+        match pair {
+            Some(c) => {
+                out.push(c);
+                i += 12;
+            }
+            None => {
+                out.push(char::REPLACEMENT_CHARACTER);
+                i += 6;
+            }
+        }
+        copied = i;
     }
-    Ok(out)
-}
-
-fn split_entry(line: &str) -> Result<(String, String), String> {
-    let chars = unescape(line)?;
-    let separator = |(c, escaped): &Unescaped| !escaped && (*c == '=' || *c == ':' || is_blank(*c));
-    let key_end = chars.iter().position(separator).unwrap_or(chars.len());
-    let mut rest = &chars[key_end..];
-    // Blanks, then at most one `=` or `:`, then blanks.
-    while let Some(((c, false), tail)) = rest.split_first()
-        && is_blank(*c)
-    {
-        rest = tail;
-    }
-    if let Some(((c, false), tail)) = rest.split_first()
-        && (*c == '=' || *c == ':')
-    {
-        rest = tail;
-    }
-    Ok((trimmed(&chars[..key_end]), trimmed(rest)))
-}
-
-fn trimmed(chars: &[Unescaped]) -> String {
-    let blank = |(c, escaped): &Unescaped| !escaped && c.is_whitespace();
-    let start = chars.iter().position(|c| !blank(c)).unwrap_or(chars.len());
-    let end = chars
-        .iter()
-        .rposition(|c| !blank(c))
-        .map_or(start, |i| i + 1);
-    chars[start..end].iter().map(|(c, _)| c).collect()
+    out.push_str(&line[copied..]);
 }
 
 // -------------------------------------------------------------------------------- values
@@ -421,7 +451,7 @@ fn err(key: &'static str, rule: impl Into<String>) -> ConfigError {
 fn unknown_key(key: &str) -> ConfigError {
     let nearest = KEYS
         .iter()
-        .map(|k| (edit_distance(key, k), *k))
+        .map(|k| (strsim::levenshtein(key, k), *k))
         .min()
         .filter(|(d, _)| *d <= 3);
     let hint = match nearest {
@@ -432,22 +462,6 @@ fn unknown_key(key: &str) -> ConfigError {
         UNKNOWN_KEY,
         format!("{key:?} is not a config this client knows{hint}"),
     )
-}
-
-/// Levenshtein distance, for the "did you mean" hint.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
 }
 
 /// A comma-separated list, trimmed, without empty entries.
@@ -1113,7 +1127,8 @@ mod tests {
         let get = |k: &str| p.get(k).map(String::as_str);
         assert_eq!(get("bootstrap.servers"), Some("a:1,b:2"));
         assert_eq!(get("group.id"), Some("last-wins"));
-        assert_eq!(get("client.id"), Some("my app"));
+        // Java keeps the blanks at the end of a value (from_properties trims it).
+        assert_eq!(get("client.id"), Some("my app  "));
         assert_eq!(get("client.rack"), Some("  rack1 "));
         assert_eq!(get("sasl.password"), Some("p=ss:word\\"));
         assert_eq!(get("weird key=x"), Some("v"));
@@ -1189,10 +1204,183 @@ mod tests {
     }
 
     #[test]
-    fn edit_distance_works() {
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("group.id", "group.id"), 0);
-        assert_eq!(edit_distance("groupid", "group.id"), 1);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    fn suggestions_are_keys_within_three_edits() {
+        let hint = |key: &str| {
+            let rule = unknown_key(key).rule;
+            rule.split_once("did you mean ").map(|(_, k)| k.to_owned())
+        };
+        assert_eq!(hint("groupid").as_deref(), Some("\"group.id\"?"));
+        assert_eq!(hint("client.racks").as_deref(), Some("\"client.rack\"?"));
+        assert_eq!(
+            hint("sesion.timeot.m").as_deref(),
+            Some("\"session.timeout.ms\"?")
+        );
+        assert_eq!(hint("fetch.min.bytes"), None);
+        assert_eq!(hint(""), None);
+    }
+
+    #[test]
+    fn separators_and_blanks() {
+        let p = parse_properties(
+            "a=1\n\
+             b:2\n\
+             c 3\n\
+             d\t\x0c 4\n\
+             e \t= \x0c5\n\
+             f : = 6\n\
+             g:=7\n\
+             h  8=9 \t\n\
+             \t i\\:j\\ k = 10\n\
+             l=\n\
+             m\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            props(&[
+                ("a", "1"),
+                ("b", "2"),
+                ("c", "3"),
+                ("d", "4"),
+                ("e", "5"),
+                ("f", "= 6"),
+                ("g", "=7"),
+                // Only blanks after the key: what follows is the value, `=` included; the value
+                // keeps its trailing blanks, as in Java.
+                ("h", "8=9 \t"),
+                ("i:j k", "10"),
+                ("l", ""),
+                ("m", ""),
+            ])
+        );
+    }
+
+    #[test]
+    fn comments() {
+        let p = parse_properties(
+            "#a=1\n\
+             !b=2\n\
+             \x20 \t# c=3\n\
+             # a comment ending in a backslash does not continue \\\n\
+             d=4\n\
+             # C:\\users\\me: a comment is never unescaped\n\
+             ! \\uZZZZ \\u12\n\
+             e=5\\\n\
+             # continues the value, not a comment\n\
+             f=#6\n\
+             \\#g=7\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            props(&[
+                ("d", "4"),
+                ("e", "5# continues the value, not a comment"),
+                ("f", "#6"),
+                ("#g", "7"),
+            ])
+        );
+    }
+
+    #[test]
+    fn line_continuations() {
+        let p = parse_properties(
+            "a=1,\\\n\
+             \x20 \t\x0c 2,\\\r\n\
+             \x20   3\r\
+             b=x\\\\\n\
+             c=not continued\n\
+             long.\\\n\
+             \x20 key = v\\\n\
+             \n\
+             d = after an empty continuation\r\
+             e = 1\\\n\
+             \x20   \\\n\
+             \x20 2",
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            props(&[
+                ("a", "1,2,3"),
+                // An even number of backslashes: escaped backslashes, no continuation.
+                ("b", "x\\"),
+                ("c", "not continued"),
+                ("long.key", "v"),
+                ("d", "after an empty continuation"),
+                ("e", "12"),
+            ])
+        );
+        // Only Java's blanks are skipped at the start of a continuation line.
+        let p = parse_properties("a=1,\\\n \u{A0}2,\\\n\t\u{B}3,\\\n\u{2003}4").unwrap();
+        assert_eq!(p["a"], "1,\u{A0}2,\u{B}3,\u{2003}4");
+        // A continuation at the very end of the text ends the entry (Java's LineReader).
+        for text in ["a=1\\", "a=1\\\n", "a=1\\\r\n", "a=\\\n1\\"] {
+            assert_eq!(
+                parse_properties(text).unwrap(),
+                props(&[("a", "1")]),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn escapes() {
+        let p = parse_properties(
+            "tab=a\\tb\n\
+             lines=\\r\\n\\f\n\
+             plain=\\q\\b\\\"\\'\n\
+             caf\\u00E9=caf\\u00e9 \\u0041\\u00410\n\
+             smile=\\uD83D\\uDE00!\n\
+             \\uD83D\\uDE00=key\n\
+             lone=\\uD83Dx\\uDE00\\uDE00\\uD83D\n\
+             reversed=\\uDE00\\uD83D\n\
+             not.an.escape=\\\\uD83D\n\
+             doubled=\\\\\\uD83D\\uDE00\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            props(&[
+                ("tab", "a\tb"),
+                ("lines", "\r\n\x0c"),
+                // Any other escaped character is itself (Java has no \b).
+                ("plain", "qb\"'"),
+                ("café", "café AA0"),
+                ("smile", "\u{1F600}!"),
+                ("\u{1F600}", "key"),
+                ("lone", "\u{FFFD}x\u{FFFD}\u{FFFD}\u{FFFD}"),
+                ("reversed", "\u{FFFD}\u{FFFD}"),
+                ("not.an.escape", "\\uD83D"),
+                ("doubled", "\\\u{1F600}"),
+            ])
+        );
+
+        // Malformed \uXXXX: an error naming the line where the entry starts.
+        for (text, line) in [
+            ("a=\\u12", 1),
+            ("a=\\uZZZZ", 1),
+            ("a=\\u12é4", 1),
+            ("# c\n\na=1\nb=x\\\n\\u00", 4),
+            ("a=1\r\nb=\\u\r\n", 2),
+            ("a=1\rb=\\u", 2),
+            ("\\u00G0=v", 1),
+        ] {
+            let e = parse_properties(text).unwrap_err();
+            assert_eq!(e.key, PROPERTIES_FILE);
+            assert!(
+                e.rule.starts_with(&format!("line {line}: ")),
+                "{text:?}: {e}"
+            );
+            assert!(e.rule.contains("\\uxxxx"), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn byte_order_mark_and_empty_text() {
+        let p = parse_properties("\u{FEFF}group.id=g\n").unwrap();
+        assert_eq!(p, props(&[("group.id", "g")]));
+        assert!(parse_properties("").unwrap().is_empty());
+        assert!(parse_properties(" \n\t\r\n\x0c").unwrap().is_empty());
     }
 }
