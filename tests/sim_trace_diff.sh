@@ -38,7 +38,12 @@ echo "building $base ..." >&2
 before=$(binary "$tree")
 cp "$before" "$out/sim_random.before"
 echo "building the working tree ..." >&2
+# Both trees build into one target directory, and cargo judges a path crate fresh by file times:
+# a working tree whose files are older than the base build could reuse the base binary. Its
+# sources are touched so that it never does.
+find "$repo/src" "$repo/tests" "$repo/Cargo.toml" -type f -exec touch {} +
 after=$(binary "$repo")
+cmp -s "$before" "$after" && echo "warning: the two binaries are identical" >&2
 cp "$after" "$out/sim_random.after"
 
 trace() {

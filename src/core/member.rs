@@ -59,6 +59,16 @@ impl Member {
         }
     }
 
+    /// The configuration.
+    pub fn config(&self) -> &GroupConfig {
+        delegate!(self, m => m.config())
+    }
+
+    /// The terminal error, once the member stopped on one.
+    pub fn fatal_error(&self) -> Option<&GroupError> {
+        delegate!(self, m => m.fatal_error())
+    }
+
     /// The member id.
     pub fn member_id(&self) -> &str {
         delegate!(self, m => m.member_id())

@@ -32,32 +32,17 @@ use super::coordinator::{
 use super::invariants::Snapshot;
 use super::network::{AnswerFate, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network};
 use crate::config::GroupConfig;
-use crate::core::TopicPartition;
 use crate::core::classic::{ApiMisuse, ClassicMember};
 use crate::core::events::{CloseOptions, CommitId, CommitOffset, Event, RevokeTicket};
 use crate::core::member::Member;
+use crate::core::{Machine, TopicPartition};
 use crate::error::{ConfigError, GroupError, TransportError};
 use crate::request::{Broker, Outbound, RequestId, Response, Target};
 use crate::transport::wire::{self, BrokerVersions};
 
-/// What the world needs from a member: the sans-IO drive contract plus the commands a schedule
-/// uses and the accessors invariants read.
-pub trait SimMember: fmt::Debug {
-    /// The next request to send.
-    fn poll_request(&mut self) -> Option<Outbound>;
-    /// Feeds the outcome of a request.
-    fn handle_response(
-        &mut self,
-        id: RequestId,
-        result: Result<Response, TransportError>,
-        now: Instant,
-    );
-    /// The next event.
-    fn poll_event(&mut self) -> Option<Event>;
-    /// The earliest deadline.
-    fn poll_timeout(&self) -> Option<Instant>;
-    /// Advances the member's clock.
-    fn handle_timeout(&mut self, now: Instant);
+/// What the world needs from a member: the sans-IO drive contract ([`Machine`]) plus the
+/// commands a schedule uses and the accessors invariants read.
+pub trait SimMember: Machine<Event = Event> + fmt::Debug {
     /// The application's poll loop ran.
     fn poll(&mut self, now: Instant);
     /// Subscribes to topics.
@@ -86,143 +71,66 @@ pub trait SimMember: fmt::Debug {
     fn fatal_error(&self) -> Option<GroupError>;
     /// The group protocol the member speaks: "classic" or "consumer" (KIP-848). The world
     /// checks each protocol's invariants (see [`World::violations`]).
-    fn protocol(&self) -> &'static str {
-        "classic"
-    }
+    fn protocol(&self) -> &'static str;
 }
 
-impl SimMember for ClassicMember {
-    fn poll_request(&mut self) -> Option<Outbound> {
-        ClassicMember::poll_request(self)
-    }
-    fn handle_response(
-        &mut self,
-        id: RequestId,
-        result: Result<Response, TransportError>,
-        now: Instant,
-    ) {
-        ClassicMember::handle_response(self, id, result, now)
-    }
-    fn poll_event(&mut self) -> Option<Event> {
-        ClassicMember::poll_event(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        ClassicMember::poll_timeout(self).map(|(at, _)| at)
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        ClassicMember::handle_timeout(self, now)
-    }
-    fn poll(&mut self, now: Instant) {
-        ClassicMember::poll(self, now)
-    }
-    fn subscribe(&mut self, topics: Vec<String>, now: Instant) -> Result<(), ApiMisuse> {
-        ClassicMember::subscribe(self, topics, now)
-    }
-    fn unsubscribe(&mut self, now: Instant) {
-        ClassicMember::unsubscribe(self, now)
-    }
-    fn close(&mut self, options: CloseOptions, now: Instant) {
-        ClassicMember::close(self, options, now)
-    }
-    fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
-        ClassicMember::commit(self, offsets, now)
-    }
-    fn complete_revocation(&mut self, ticket: RevokeTicket, now: Instant) -> Result<(), ApiMisuse> {
-        ClassicMember::complete_revocation(self, ticket, now)
-    }
-    fn member_id(&self) -> String {
-        ClassicMember::member_id(self).to_owned()
-    }
-    fn generation(&self) -> i32 {
-        ClassicMember::generation(self)
-    }
-    fn state(&self) -> &'static str {
-        ClassicMember::state(self)
-    }
-    fn assignment(&self) -> Vec<TopicPartition> {
-        ClassicMember::assignment(self)
-    }
-    fn coordinator(&self) -> Option<Broker> {
-        ClassicMember::coordinator(self).cloned()
-    }
-    fn instance_id(&self) -> Option<String> {
-        self.config().instance_id.clone()
-    }
-    fn fatal_error(&self) -> Option<GroupError> {
-        ClassicMember::fatal_error(self).cloned()
-    }
+/// Implements [`SimMember`] for a member type whose inherent methods of the same names do the
+/// work.
+macro_rules! sim_member {
+    ($ty:ident) => {
+        impl SimMember for $ty {
+            fn poll(&mut self, now: Instant) {
+                $ty::poll(self, now)
+            }
+            fn subscribe(&mut self, topics: Vec<String>, now: Instant) -> Result<(), ApiMisuse> {
+                $ty::subscribe(self, topics, now)
+            }
+            fn unsubscribe(&mut self, now: Instant) {
+                $ty::unsubscribe(self, now)
+            }
+            fn close(&mut self, options: CloseOptions, now: Instant) {
+                $ty::close(self, options, now)
+            }
+            fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+                $ty::commit(self, offsets, now)
+            }
+            fn complete_revocation(
+                &mut self,
+                ticket: RevokeTicket,
+                now: Instant,
+            ) -> Result<(), ApiMisuse> {
+                $ty::complete_revocation(self, ticket, now)
+            }
+            fn member_id(&self) -> String {
+                $ty::member_id(self).to_owned()
+            }
+            fn generation(&self) -> i32 {
+                $ty::generation(self)
+            }
+            fn state(&self) -> &'static str {
+                $ty::state(self)
+            }
+            fn assignment(&self) -> Vec<TopicPartition> {
+                $ty::assignment(self)
+            }
+            fn coordinator(&self) -> Option<Broker> {
+                $ty::coordinator(self).cloned()
+            }
+            fn instance_id(&self) -> Option<String> {
+                self.config().instance_id.clone()
+            }
+            fn fatal_error(&self) -> Option<GroupError> {
+                $ty::fatal_error(self).cloned()
+            }
+            fn protocol(&self) -> &'static str {
+                $ty::protocol(self)
+            }
+        }
+    };
 }
 
-impl SimMember for Member {
-    fn poll_request(&mut self) -> Option<Outbound> {
-        Member::poll_request(self)
-    }
-    fn handle_response(
-        &mut self,
-        id: RequestId,
-        result: Result<Response, TransportError>,
-        now: Instant,
-    ) {
-        Member::handle_response(self, id, result, now)
-    }
-    fn poll_event(&mut self) -> Option<Event> {
-        Member::poll_event(self)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        Member::poll_timeout(self).map(|(at, _)| at)
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        Member::handle_timeout(self, now)
-    }
-    fn poll(&mut self, now: Instant) {
-        Member::poll(self, now)
-    }
-    fn subscribe(&mut self, topics: Vec<String>, now: Instant) -> Result<(), ApiMisuse> {
-        Member::subscribe(self, topics, now)
-    }
-    fn unsubscribe(&mut self, now: Instant) {
-        Member::unsubscribe(self, now)
-    }
-    fn close(&mut self, options: CloseOptions, now: Instant) {
-        Member::close(self, options, now)
-    }
-    fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
-        Member::commit(self, offsets, now)
-    }
-    fn complete_revocation(&mut self, ticket: RevokeTicket, now: Instant) -> Result<(), ApiMisuse> {
-        Member::complete_revocation(self, ticket, now)
-    }
-    fn member_id(&self) -> String {
-        Member::member_id(self).to_owned()
-    }
-    fn generation(&self) -> i32 {
-        Member::generation(self)
-    }
-    fn state(&self) -> &'static str {
-        Member::state(self)
-    }
-    fn assignment(&self) -> Vec<TopicPartition> {
-        Member::assignment(self)
-    }
-    fn coordinator(&self) -> Option<Broker> {
-        Member::coordinator(self).cloned()
-    }
-    fn instance_id(&self) -> Option<String> {
-        match self {
-            Member::Classic(m) => m.config().instance_id.clone(),
-            Member::Consumer(m) => m.config().instance_id.clone(),
-        }
-    }
-    fn fatal_error(&self) -> Option<GroupError> {
-        match self {
-            Member::Classic(m) => m.fatal_error().cloned(),
-            Member::Consumer(m) => m.fatal_error().cloned(),
-        }
-    }
-    fn protocol(&self) -> &'static str {
-        Member::protocol(self)
-    }
-}
+sim_member!(ClassicMember);
+sim_member!(Member);
 
 /// Settings of a [`World`].
 #[derive(Debug, Clone)]
@@ -1004,7 +912,7 @@ impl World {
             self.procs[i].deadline = self.procs[i]
                 .member
                 .as_deref()
-                .and_then(|m| m.poll_timeout());
+                .and_then(|m| m.poll_timeout().map(|(at, _)| at));
             self.requeue(i);
         }
     }
@@ -1188,7 +1096,7 @@ impl World {
                     .member
                     .as_deref()
                     .and_then(|m| m.poll_timeout())
-                    .is_some_and(|t| t <= now);
+                    .is_some_and(|(t, _)| t <= now);
                 if still {
                     let state = self.procs[p]
                         .member

@@ -343,6 +343,11 @@ impl ClassicMember {
         }
     }
 
+    /// The protocol: "classic".
+    pub fn protocol(&self) -> &'static str {
+        "classic"
+    }
+
     /// The configuration.
     pub fn config(&self) -> &GroupConfig {
         &self.shell.config
