@@ -11,6 +11,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use crate::error::TransportError;
+
 /// Identifies one request the core emitted; the driver hands it back with the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub(crate) u64);
@@ -250,6 +252,9 @@ pub struct Response {
     /// The decoded body.
     pub body: ResponseKind,
 }
+
+/// What a request came to: the response, or the transport's error.
+pub type Reply = Result<Response, TransportError>;
 
 /// A request the core asks the driver to send.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@
 //! A member embeds one [`Shell`] and keeps only its protocol: its phases, what it sends and how
 //! it reads the answers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
@@ -14,14 +14,15 @@ use kafka_protocol::messages::{GroupId, RequestKind};
 use kafka_protocol::protocol::StrBytes;
 
 use super::TopicPartition;
+use super::classic::ApiMisuse;
 use super::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
-use super::events::{CommitError, Event};
+use super::events::{CommitError, CommitId, CommitOffset, Event, FetchId};
 use super::offsets::OffsetQueue;
 use super::timer::{Timer, TimerTable};
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::GroupConfig;
-use crate::error::{GroupError, TransportError};
-use crate::request::{Broker, Outbound, Request, RequestId, RequestIds, Response, Target};
+use crate::error::GroupError;
+use crate::request::{Broker, Outbound, Reply, Request, RequestId, RequestIds, Target};
 
 /// Where a member's coordinator lookup numbers its requests: far above the member's own ids.
 pub(crate) const LOOKUP_IDS: u64 = 1 << 48;
@@ -35,6 +36,70 @@ pub(crate) trait PhaseName {
     /// The phase of a member stopped by `error`.
     fn fatal(error: GroupError) -> Self;
 }
+
+/// Implements [`PhaseName`] for a member's `Phase` from its variants (each with the pattern
+/// of its fields); `Closed` and `Fatal(GroupError)` are the stopped ones.
+macro_rules! phases {
+    ($($variant:ident $({ $($named:tt)* })? $(( $($unnamed:tt)* ))?),* $(,)?) => {
+        impl $crate::core::shell::PhaseName for Phase {
+            fn name(&self) -> &'static str {
+                match self {
+                    $(Phase::$variant $({ $($named)* })? $(( $($unnamed)* ))? => stringify!($variant),)*
+                }
+            }
+
+            fn stopped(&self) -> bool {
+                matches!(self, Phase::Closed | Phase::Fatal(_))
+            }
+
+            fn fatal(error: $crate::error::GroupError) -> Self {
+                Phase::Fatal(error)
+            }
+        }
+    };
+}
+pub(crate) use phases;
+
+/// Implements [`Skeleton`] for a member with fields `shell`, `phase`, `member_id` and the named
+/// generation (or epoch) field, whose partitions `take_owned` gives up.
+macro_rules! skeleton {
+    ($ty:ty, $generation:ident, |$m:ident| $take_owned:expr) => {
+        impl $crate::core::shell::Skeleton for $ty {
+            type Phase = Phase;
+            type Sent = Sent;
+
+            fn parts(
+                &mut self,
+            ) -> (
+                &mut $crate::core::shell::Shell<Sent>,
+                &mut Phase,
+                &dyn std::fmt::Display,
+                i32,
+            ) {
+                (
+                    &mut self.shell,
+                    &mut self.phase,
+                    &self.member_id,
+                    self.$generation,
+                )
+            }
+
+            fn phase(&self) -> &Phase {
+                &self.phase
+            }
+
+            fn shell_ref(&self) -> &$crate::core::shell::Shell<Sent> {
+                &self.shell
+            }
+
+            fn take_owned(&mut self) -> Vec<$crate::core::TopicPartition> {
+                let $m = self;
+                $take_owned
+            }
+        }
+    };
+}
+pub(crate) use skeleton;
 
 /// A member as the shared transitions see it: its shell, its phase, who it is, and what it owns.
 pub(crate) trait Skeleton {
@@ -52,15 +117,66 @@ pub(crate) trait Skeleton {
         i32,
     );
     /// The shell.
-    fn shell(&mut self) -> &mut Shell<Self::Sent>;
+    fn shell(&mut self) -> &mut Shell<Self::Sent> {
+        self.parts().0
+    }
     /// The phase.
     fn phase(&self) -> &Self::Phase;
+    /// The shell, to read.
+    fn shell_ref(&self) -> &Shell<Self::Sent>;
     /// Gives up every owned partition; returns them.
     fn take_owned(&mut self) -> Vec<TopicPartition>;
 
     /// Closed or stopped by a terminal error.
     fn stopped(&self) -> bool {
         self.phase().stopped()
+    }
+
+    /// Stopped, or `close()` was called: the member only moves towards `Closed`.
+    fn closing(&self) -> bool {
+        self.stopped() || self.shell_ref().close_requested
+    }
+
+    /// `close()` at `now`: `false` when already stopped (nothing to do); otherwise the member
+    /// only moves towards `Closed` from now on.
+    fn begin_close(&mut self, now: Instant) -> bool {
+        self.shell().advance(now);
+        if self.stopped() {
+            return false;
+        }
+        self.shell().close_requested = true;
+        true
+    }
+
+    /// The topics of a `subscribe` at `now`, or why it is refused: the member is closing or
+    /// stopped, or no topic is named.
+    fn subscription(
+        &mut self,
+        topics: impl IntoIterator<Item = String>,
+        now: Instant,
+    ) -> Result<BTreeSet<String>, ApiMisuse> {
+        self.shell().advance(now);
+        if self.closing() {
+            return Err(ApiMisuse::Stopped);
+        }
+        let topics: BTreeSet<String> = topics.into_iter().collect();
+        if topics.is_empty() {
+            return Err(ApiMisuse::EmptySubscription);
+        }
+        Ok(topics)
+    }
+
+    /// The application's poll loop ran at `now`: while `subscribed` and not closing, the
+    /// `max.poll.interval.ms` deadline moves on and `true` says the member is polled.
+    fn polled(&mut self, now: Instant, subscribed: bool) -> bool {
+        self.shell().advance(now);
+        if !subscribed || self.closing() {
+            return false;
+        }
+        let shell = self.shell();
+        let deadline = now + shell.config.max_poll_interval;
+        shell.timers.set(Timer::PollInterval, deadline);
+        true
     }
 
     /// The one funnel for state changes (see [`Shell::set_phase`]).
@@ -81,6 +197,46 @@ pub(crate) trait Skeleton {
             .fail_offsets(CommitError::Stopped(error.to_string()));
         self.set_phase(Self::Phase::fatal(error.clone()), "fatal error");
         self.shell().events.push_back(Event::Fatal(error));
+    }
+
+    /// Queues a fetch of the committed offsets of `partitions` (refused once stopped).
+    fn queue_fetch(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
+        self.shell().advance(now);
+        let refusal = self
+            .stopped()
+            .then(|| CommitError::Stopped(self.phase().name().into()));
+        let shell = self.shell();
+        let id = FetchId(shell.next_op());
+        shell
+            .offsets
+            .fetch(id, partitions, refusal, &mut shell.events);
+        id
+    }
+
+    /// Queues a commit of `offsets`, or refuses it at once with what `refusal` says now.
+    fn queue_commit(
+        &mut self,
+        offsets: Vec<CommitOffset>,
+        now: Instant,
+        refusal: impl FnOnce(&Self) -> Option<CommitError>,
+    ) -> CommitId {
+        self.shell().advance(now);
+        let refusal = refusal(self);
+        let shell = self.shell();
+        let id = CommitId(shell.next_op());
+        shell
+            .offsets
+            .commit(id, offsets, refusal, &mut shell.events);
+        id
+    }
+
+    /// The next event for the application; a terminal failure of the coordinator lookup stops
+    /// the member first.
+    fn next_event(&mut self) -> Option<Event> {
+        while let Some(error) = self.shell().lookup_failure() {
+            self.fail(error);
+        }
+        self.shell().events.pop_front()
     }
 
     /// The application gave its partitions up itself (close, unsubscribe): [`Event::Revoked`].
@@ -129,6 +285,8 @@ pub(crate) struct Shell<S> {
     pub(crate) events: VecDeque<Event>,
     pub(crate) outbound: VecDeque<Outbound>,
     pub(crate) offsets: OffsetQueue,
+    /// `close()` was called: the member only moves towards `Closed` from now on.
+    pub(crate) close_requested: bool,
     next_ticket: u64,
     next_op: u64,
 }
@@ -160,6 +318,7 @@ impl<S> Shell<S> {
             events: VecDeque::new(),
             outbound: VecDeque::new(),
             offsets: OffsetQueue::default(),
+            close_requested: false,
             next_ticket: 0,
             next_op: 0,
         }
@@ -179,6 +338,21 @@ impl<S> Shell<S> {
         if now > self.now {
             self.now = now;
         }
+    }
+
+    /// A timer input at `now`: the clock moves, the lookup's timers fire, and the heartbeat and
+    /// rejoin timers that are due are cleared (the member's `poll_request` sends what they
+    /// held back).
+    pub(crate) fn tick(&mut self, now: Instant) {
+        self.advance(now);
+        self.lookup.handle_timeout(self.now);
+        self.timers.expire(Timer::Heartbeat, self.now);
+        self.timers.expire(Timer::Rejoin, self.now);
+    }
+
+    /// Whether `timer` was due at the current time (it is cleared then).
+    pub(crate) fn expired(&mut self, timer: Timer) -> bool {
+        self.timers.expire(timer, self.now)
     }
 
     /// The group's coordinator, when known.
@@ -264,14 +438,16 @@ impl<S> Shell<S> {
         self.send(Target::Bootstrap, request, sent)
     }
 
-    /// Routes an answer: the lookup's own go to the lookup (`None`), as do answers to nothing in
+    /// Moves the clock to `now` and routes an answer: the lookup's own go to the lookup (`None`), as do answers to nothing in
     /// flight; otherwise what the request was sent with, and `answered_by` names the coordinator
     /// it went to.
     pub(crate) fn route(
         &mut self,
         id: RequestId,
-        result: Result<Response, TransportError>,
-    ) -> Option<(S, Result<Response, TransportError>)> {
+        result: Reply,
+        now: Instant,
+    ) -> Option<(S, Reply)> {
+        self.advance(now);
         if self.lookup.is_waiting_for(id) {
             self.lookup.handle_response(id, result, self.now);
             return None;

@@ -44,8 +44,8 @@ use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    RequestKind, ResponseKind, SyncGroupRequest,
+    ApiKey, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, RequestKind,
+    ResponseKind, SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -58,10 +58,10 @@ use crate::core::events::{
 };
 use crate::core::metadata::ClusterMetadata;
 use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::core::shell::{PhaseName, Shell, Skeleton, millis};
+use crate::core::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
 use crate::core::timer::Timer;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
-use crate::request::{Broker, Outbound, RequestId, Response};
+use crate::request::{Broker, Outbound, Reply, RequestId, Response};
 
 /// `ConsumerProtocol.PROTOCOL_TYPE`.
 const PROTOCOL_TYPE: &str = "consumer";
@@ -135,31 +135,19 @@ pub(crate) enum Phase {
     Fatal(GroupError),
 }
 
-impl PhaseName for Phase {
-    fn name(&self) -> &'static str {
-        match self {
-            Phase::Unsubscribed => "Unsubscribed",
-            Phase::Rejoin { .. } => "Rejoin",
-            Phase::AwaitRevoke { .. } => "AwaitRevoke",
-            Phase::Joining { .. } => "Joining",
-            Phase::Assigning { .. } => "Assigning",
-            Phase::Syncing { .. } => "Syncing",
-            Phase::Stable => "Stable",
-            Phase::PollExpired => "PollExpired",
-            Phase::Leaving { .. } => "Leaving",
-            Phase::Closed => "Closed",
-            Phase::Fatal(_) => "Fatal",
-        }
-    }
-
-    fn stopped(&self) -> bool {
-        matches!(self, Phase::Closed | Phase::Fatal(_))
-    }
-
-    fn fatal(error: GroupError) -> Self {
-        Phase::Fatal(error)
-    }
-}
+phases!(
+    Unsubscribed,
+    Rejoin { .. },
+    AwaitRevoke { .. },
+    Joining { .. },
+    Assigning { .. },
+    Syncing { .. },
+    Stable,
+    PollExpired,
+    Leaving { .. },
+    Closed,
+    Fatal(_)
+);
 
 /// A close or unsubscribe issued while a revocation ticket was out: its LeaveGroup (or the
 /// decision not to send one) waits for the ticket, `max.poll.interval.ms` after the first such
@@ -247,9 +235,6 @@ pub struct ClassicMember {
     registered_by: Option<i32>,
     /// A coordinator whose FENCED_INSTANCE_ID was forgiven since that join (see `fenced`).
     failover_fence_forgiven: Option<i32>,
-    /// `close()` was called: the member only moves towards `Closed` from now on. (A close or
-    /// unsubscribe waiting for a revocation ticket lives in `Phase::AwaitRevoke`.)
-    close_requested: bool,
     /// Simulation only: wipe the member id on a suppressed LeaveGroup, as the Java client does.
     #[cfg(feature = "sim")]
     java_reset_policy: bool,
@@ -295,7 +280,6 @@ impl ClassicMember {
             empty_join_in_flight: false,
             registered_by: None,
             failover_fence_forgiven: None,
-            close_requested: false,
             rejoin_reason: "subscribed",
             #[cfg(feature = "sim")]
             java_reset_policy: config.java_reset_policy,
@@ -422,14 +406,7 @@ impl ClassicMember {
         topics: impl IntoIterator<Item = String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
-        self.shell.advance(now);
-        if self.stopped() || self.close_requested {
-            return Err(ApiMisuse::Stopped);
-        }
-        let topics: BTreeSet<String> = topics.into_iter().collect();
-        if topics.is_empty() {
-            return Err(ApiMisuse::EmptySubscription);
-        }
+        let topics = self.subscription(topics, now)?;
         let changed = topics != self.topics;
         self.topics = topics;
         // Not a close (that refused above): an unsubscribe whose LeaveGroup has not gone out.
@@ -465,7 +442,7 @@ impl ClassicMember {
     /// Does nothing once [`close`](Self::close) was called: the close goes on as asked.
     pub fn unsubscribe(&mut self, now: Instant) {
         self.shell.advance(now);
-        if self.stopped() || self.close_requested || matches!(self.phase, Phase::Unsubscribed) {
+        if self.closing() || matches!(self.phase, Phase::Unsubscribed) {
             return;
         }
         self.topics.clear();
@@ -512,15 +489,7 @@ impl ClassicMember {
     /// makes the member leave as the Java client does on poll timeout (a static member keeps its id
     /// and sends nothing); the next poll rejoins.
     pub fn poll(&mut self, now: Instant) {
-        self.shell.advance(now);
-        if self.topics.is_empty() || self.stopped() || self.close_requested {
-            return;
-        }
-        self.shell.timers.set(
-            Timer::PollInterval,
-            now + self.shell.config.max_poll_interval,
-        );
-        if matches!(self.phase, Phase::PollExpired) {
+        if self.polled(now, !self.topics.is_empty()) && matches!(self.phase, Phase::PollExpired) {
             self.request_rejoin("polled again after poll timeout");
         }
     }
@@ -555,14 +524,7 @@ impl ClassicMember {
     /// arrives as [`Event::Committed`]; during a rebalance it is [`CommitError::RebalanceInProgress`]
     /// at once, outside the group [`CommitError::NotMember`].
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
-        self.shell.advance(now);
-        let id = CommitId(self.shell.next_op());
-        let refusal = self.commit_refusal();
-        let shell = &mut self.shell;
-        shell
-            .offsets
-            .commit(id, offsets, refusal, &mut shell.events);
-        id
+        self.queue_commit(offsets, now, Self::commit_refusal)
     }
 
     /// Why a commit cannot go out now, if it cannot.
@@ -585,16 +547,7 @@ impl ClassicMember {
     /// Fetches the committed offsets of `partitions` (RequireStable, so pending transactional
     /// offsets are waited for). The outcome arrives as [`Event::OffsetsFetched`].
     pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
-        self.shell.advance(now);
-        let id = FetchId(self.shell.next_op());
-        let refusal = self
-            .stopped()
-            .then(|| CommitError::Stopped(self.phase.name().into()));
-        let shell = &mut self.shell;
-        shell
-            .offsets
-            .fetch(id, partitions, refusal, &mut shell.events);
-        id
+        self.queue_fetch(partitions, now)
     }
 
     /// Closes the member. Owned partitions are released ([`Event::Revoked`]); a LeaveGroup is
@@ -608,11 +561,9 @@ impl ClassicMember {
     /// goes on as asked. [`unsubscribe`](Self::unsubscribe) waits the same way; so does the
     /// consumer member.
     pub fn close(&mut self, options: CloseOptions, now: Instant) {
-        self.shell.advance(now);
-        if self.stopped() {
+        if !self.begin_close(now) {
             return;
         }
-        self.close_requested = true;
         self.topics.clear();
         if let Phase::Leaving { then_close, .. } = &mut self.phase {
             // A LeaveGroup is already out: close when it is answered.
@@ -686,10 +637,7 @@ impl ClassicMember {
 
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
-        while let Some(error) = self.shell.lookup_failure() {
-            self.fail(error);
-        }
-        self.shell.events.pop_front()
+        self.next_event()
     }
 
     /// The earliest deadline and its timer.
@@ -709,11 +657,8 @@ impl ClassicMember {
 
     /// Advances the clock to `now` and fires due timers. Early or repeated calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.shell.advance(now);
-        self.shell.lookup.handle_timeout(self.shell.now);
-        self.shell.timers.expire(Timer::Rejoin, self.shell.now);
-        self.shell.timers.expire(Timer::Heartbeat, self.shell.now);
-        if self.shell.timers.expire(Timer::Session, self.shell.now) && self.heartbeating() {
+        self.shell.tick(now);
+        if self.shell.expired(Timer::Session) && self.heartbeating() {
             // No heartbeat answered within the session timeout: the coordinator is treated as
             // unknown (Heartbeat.sessionTimeoutExpired -> markCoordinatorUnknown); the member
             // keeps id and generation and finds out at the next answer whether it is still in.
@@ -724,10 +669,7 @@ impl ClassicMember {
                 self.shell.now + self.shell.config.session_timeout,
             );
         }
-        let poll_expired = self
-            .shell
-            .timers
-            .expire(Timer::PollInterval, self.shell.now);
+        let poll_expired = self.shell.expired(Timer::PollInterval);
         if poll_expired && let Some(d) = self.take_deferred_leave() {
             // A close or unsubscribe that waited for a ticket the application never handed
             // back goes on.
@@ -749,14 +691,8 @@ impl ClassicMember {
     }
 
     /// Feeds the outcome of a request this member emitted.
-    pub fn handle_response(
-        &mut self,
-        id: RequestId,
-        result: Result<Response, TransportError>,
-        now: Instant,
-    ) {
-        self.shell.advance(now);
-        let Some((sent, result)) = self.shell.route(id, result) else {
+    pub fn handle_response(&mut self, id: RequestId, result: Reply, now: Instant) {
+        let Some((sent, result)) = self.shell.route(id, result, now) else {
             return;
         };
         match sent {
@@ -870,7 +806,7 @@ impl ClassicMember {
                 )
                 .with_reason(Some(StrBytes::from_static_str(reason)));
             let body = LeaveGroupRequest::default()
-                .with_group_id(self.group_id())
+                .with_group_id(self.shell.group_id())
                 .with_members(vec![member]);
             let request = self.push(
                 &coordinator,
@@ -913,10 +849,6 @@ impl ClassicMember {
     }
 
     // ------------------------------------------------------------------ requests
-
-    fn group_id(&self) -> GroupId {
-        self.shell.group_id()
-    }
 
     fn instance_id(&self) -> Option<StrBytes> {
         self.shell
@@ -969,7 +901,7 @@ impl ClassicMember {
             .collect();
         let reason: String = self.rejoin_reason.chars().take(255).collect();
         let body = JoinGroupRequest::default()
-            .with_group_id(self.group_id())
+            .with_group_id(self.shell.group_id())
             .with_session_timeout_ms(millis(self.shell.config.session_timeout))
             .with_rebalance_timeout_ms(millis(self.shell.config.max_poll_interval))
             .with_member_id(StrBytes::from_string(self.member_id.clone()))
@@ -1003,7 +935,7 @@ impl ClassicMember {
 
     fn build_heartbeat(&mut self, coordinator: &Broker) -> Outbound {
         let body = HeartbeatRequest::default()
-            .with_group_id(self.group_id())
+            .with_group_id(self.shell.group_id())
             .with_generation_id(self.generation)
             .with_member_id(StrBytes::from_string(self.member_id.clone()))
             .with_group_instance_id(self.instance_id());
@@ -1028,7 +960,7 @@ impl ClassicMember {
 
     fn build_sync(&mut self, coordinator: &Broker, assignments: Vec<SyncGroupRequestAssignment>) {
         let body = SyncGroupRequest::default()
-            .with_group_id(self.group_id())
+            .with_group_id(self.shell.group_id())
             .with_generation_id(self.generation)
             .with_member_id(StrBytes::from_string(self.member_id.clone()))
             .with_group_instance_id(self.instance_id())
@@ -1085,12 +1017,6 @@ impl ClassicMember {
 
     // ------------------------------------------------------------------ answers
 
-    /// Common handling of a failed coordinator request: transport failures make the coordinator
-    /// unknown (a disconnect does in the Java client).
-    fn coordinator_failed(&mut self) {
-        self.shell.coordinator_failed();
-    }
-
     fn on_join(
         &mut self,
         id: RequestId,
@@ -1130,7 +1056,7 @@ impl ClassicMember {
                 }
                 if waiting {
                     tracing::info!(error = %e, "JoinGroup failed in the transport");
-                    self.coordinator_failed();
+                    self.shell.coordinator_failed();
                     self.rejoin_after_backoff("JoinGroup failed in the transport");
                 }
                 return;
@@ -1165,7 +1091,7 @@ impl ClassicMember {
                 self.set_phase(Phase::Rejoin { not_before: None }, "REBALANCE_IN_PROGRESS")
             }
             ErrorAction::Rediscover => {
-                self.coordinator_failed();
+                self.shell.coordinator_failed();
                 self.rejoin_after_backoff("coordinator moved");
             }
             ErrorAction::RetryBackoff => self.rejoin_after_backoff("retriable JoinGroup error"),
@@ -1486,7 +1412,7 @@ impl ClassicMember {
             }
             Err(e) => {
                 tracing::info!(error = %e, "SyncGroup failed in the transport");
-                self.coordinator_failed();
+                self.shell.coordinator_failed();
                 return self.rejoin_after_backoff("SyncGroup failed in the transport");
             }
         };
@@ -1528,7 +1454,7 @@ impl ClassicMember {
             }
             ErrorAction::Fenced if current => self.fenced(),
             ErrorAction::Rediscover => {
-                self.coordinator_failed();
+                self.shell.coordinator_failed();
                 self.rejoin_after_backoff("coordinator moved");
             }
             ErrorAction::RetryBackoff => self.rejoin_after_backoff("retriable SyncGroup error"),
@@ -1582,7 +1508,7 @@ impl ClassicMember {
             }
             Err(e) => {
                 tracing::debug!(error = %e, "heartbeat failed in the transport");
-                self.coordinator_failed();
+                self.shell.coordinator_failed();
                 return self.heartbeat_backoff();
             }
         };
@@ -1591,7 +1517,7 @@ impl ClassicMember {
             // An answer for an older generation or member id says nothing about the member now,
             // but a coordinator that moved has moved for everyone (markCoordinatorUnknown).
             if action == ErrorAction::Rediscover {
-                self.coordinator_failed();
+                self.shell.coordinator_failed();
             }
             return;
         }
@@ -1616,7 +1542,7 @@ impl ClassicMember {
             }
             ErrorAction::Fenced => self.fenced(),
             ErrorAction::Rediscover => {
-                self.coordinator_failed();
+                self.shell.coordinator_failed();
                 self.heartbeat_backoff();
             }
             ErrorAction::Fatal(e) => self.fail(e),
@@ -1700,7 +1626,7 @@ impl ClassicMember {
         let (event, hint) = offsets::answer(sent, result, &self.fence());
         match hint {
             None => {}
-            Some(Hint::Rediscover) => self.coordinator_failed(),
+            Some(Hint::Rediscover) => self.shell.coordinator_failed(),
             Some(Hint::Rejoin) => {
                 if matches!(self.phase, Phase::Stable) {
                     self.request_rejoin("commit: REBALANCE_IN_PROGRESS");
@@ -1730,28 +1656,6 @@ fn invalid(api: ApiKey, reason: &str) -> GroupError {
     }
 }
 
-impl Skeleton for ClassicMember {
-    type Phase = Phase;
-    type Sent = Sent;
-
-    fn parts(&mut self) -> (&mut Shell<Sent>, &mut Phase, &dyn std::fmt::Display, i32) {
-        (
-            &mut self.shell,
-            &mut self.phase,
-            &self.member_id,
-            self.generation,
-        )
-    }
-
-    fn shell(&mut self) -> &mut Shell<Sent> {
-        &mut self.shell
-    }
-
-    fn phase(&self) -> &Phase {
-        &self.phase
-    }
-
-    fn take_owned(&mut self) -> Vec<TopicPartition> {
-        std::mem::take(&mut self.owned).into_iter().collect()
-    }
-}
+skeleton!(ClassicMember, generation, |m| std::mem::take(&mut m.owned)
+    .into_iter()
+    .collect());

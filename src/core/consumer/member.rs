@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
 use kafka_protocol::messages::{
-    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId, RequestKind,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, RequestKind,
     ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -48,11 +48,11 @@ use crate::core::events::{
 };
 use crate::core::metadata::ClusterMetadata;
 use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::core::shell::{PhaseName, Shell, Skeleton, millis};
+use crate::core::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
 use crate::core::timer::Timer;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
 use crate::member_id::MemberId;
-use crate::request::{Broker, Outbound, Request, RequestId, Response, Target};
+use crate::request::{Broker, Outbound, Reply, Request, RequestId, Response, Target};
 
 /// How often a static member recovers from UNRELEASED_INSTANCE_ID caused by its own earlier join
 /// before it gives up.
@@ -107,30 +107,18 @@ pub(crate) enum AfterLeave {
     Rejoin,
 }
 
-impl PhaseName for Phase {
-    fn name(&self) -> &'static str {
-        match self {
-            Phase::Unsubscribed => "Unsubscribed",
-            Phase::Joining => "Joining",
-            Phase::Reconciling => "Reconciling",
-            Phase::AwaitRevoke { .. } => "AwaitRevoke",
-            Phase::Acknowledging => "Acknowledging",
-            Phase::Stable => "Stable",
-            Phase::Stale => "Stale",
-            Phase::Leaving { .. } => "Leaving",
-            Phase::Closed => "Closed",
-            Phase::Fatal(_) => "Fatal",
-        }
-    }
-
-    fn stopped(&self) -> bool {
-        matches!(self, Phase::Closed | Phase::Fatal(_))
-    }
-
-    fn fatal(error: GroupError) -> Self {
-        Phase::Fatal(error)
-    }
-}
+phases!(
+    Unsubscribed,
+    Joining,
+    Reconciling,
+    AwaitRevoke { .. },
+    Acknowledging,
+    Stable,
+    Stale,
+    Leaving { .. },
+    Closed,
+    Fatal(_)
+);
 
 /// The fields a heartbeat carried; once answered they are what the broker knows, so later
 /// heartbeats leave unchanged fields out (protocol.md §6.3).
@@ -204,8 +192,6 @@ pub struct ConsumerMember {
     answered_once: bool,
     /// A close or unsubscribe that waits for the outstanding revocation ticket.
     deferred_leave: Option<(CloseOptions, AfterLeave, &'static str)>,
-    /// `close()` was called: the member only moves towards `Closed` from now on.
-    close_requested: bool,
 }
 
 impl ConsumerMember {
@@ -261,7 +247,6 @@ impl ConsumerMember {
             unreleased_recoveries: 0,
             answered_once: false,
             deferred_leave: None,
-            close_requested: false,
             shell: Shell::new(config, now, seed),
         })
     }
@@ -369,15 +354,7 @@ impl ConsumerMember {
         topics: impl IntoIterator<Item = String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
-        self.shell.advance(now);
-        if self.stopped() || self.close_requested {
-            return Err(ApiMisuse::Stopped);
-        }
-        let topics: BTreeSet<String> = topics.into_iter().collect();
-        if topics.is_empty() {
-            return Err(ApiMisuse::EmptySubscription);
-        }
-        self.topics = topics;
+        self.topics = self.subscription(topics, now)?;
         self.regex = None;
         // Joining: the names of the subscribed topics are needed as soon as the first
         // assignment arrives. (A member in the group resolves new ids when they come.)
@@ -403,7 +380,7 @@ impl ConsumerMember {
         now: Instant,
     ) -> Result<(), ApiMisuse> {
         self.shell.advance(now);
-        if self.stopped() || self.close_requested {
+        if self.closing() {
             return Err(ApiMisuse::Stopped);
         }
         let pattern = pattern.into();
@@ -440,7 +417,7 @@ impl ConsumerMember {
     /// close waiting for a revocation ticket).
     pub fn unsubscribe(&mut self, now: Instant) {
         self.shell.advance(now);
-        if self.stopped() || self.close_requested {
+        if self.closing() {
             return;
         }
         // The subscription goes in every state, so a later poll() does not rejoin.
@@ -498,18 +475,8 @@ impl ConsumerMember {
 
     /// Records that the application is alive; after a poll timeout, rejoins.
     pub fn poll(&mut self, now: Instant) {
-        self.shell.advance(now);
-        if self.stopped()
-            || self.close_requested
-            || (self.topics.is_empty() && self.regex.is_none())
-        {
-            return;
-        }
-        self.shell.timers.set(
-            Timer::PollInterval,
-            now + self.shell.config.max_poll_interval,
-        );
-        if matches!(self.phase, Phase::Stale) {
+        let subscribed = !self.topics.is_empty() || self.regex.is_some();
+        if self.polled(now, subscribed) && matches!(self.phase, Phase::Stale) {
             self.join("polled again after poll timeout");
         }
     }
@@ -518,15 +485,12 @@ impl ConsumerMember {
     /// acknowledge).
     pub fn complete_revocation(
         &mut self,
-        ticket: RevokeTicket,
+        RevokeTicket { id }: RevokeTicket,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
         self.shell.advance(now);
         match &self.phase {
-            Phase::AwaitRevoke {
-                ticket: t,
-                revoking,
-            } if *t == ticket.id => {
+            Phase::AwaitRevoke { ticket, revoking } if *ticket == id => {
                 for tp in revoking.clone() {
                     self.owned.remove(&tp);
                 }
@@ -543,39 +507,25 @@ impl ConsumerMember {
         }
     }
 
+    /// Fetches committed offsets (OffsetFetch v9 with member id and epoch while in the group).
+    pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
+        self.queue_fetch(partitions, now)
+    }
+
     /// Commits `offsets` with the member id and epoch (OffsetCommit v9). Outside the group:
     /// [`CommitError::NotMember`] at once.
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
-        self.shell.advance(now);
-        let id = CommitId(self.shell.next_op());
-        let refusal = if self.stopped() {
-            Some(CommitError::Stopped(self.phase.name().into()))
-        } else if self.epoch <= 0 || !self.in_group() {
-            Some(CommitError::NotMember {
-                reason: "the member holds no epoch".into(),
-            })
-        } else {
-            None
-        };
-        let shell = &mut self.shell;
-        shell
-            .offsets
-            .commit(id, offsets, refusal, &mut shell.events);
-        id
-    }
-
-    /// Fetches committed offsets (OffsetFetch v9 with member id and epoch while in the group).
-    pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
-        self.shell.advance(now);
-        let id = FetchId(self.shell.next_op());
-        let refusal = self
-            .stopped()
-            .then(|| CommitError::Stopped(self.phase.name().into()));
-        let shell = &mut self.shell;
-        shell
-            .offsets
-            .fetch(id, partitions, refusal, &mut shell.events);
-        id
+        self.queue_commit(offsets, now, |m| {
+            if m.stopped() {
+                Some(CommitError::Stopped(m.phase.name().into()))
+            } else if m.epoch <= 0 || !m.in_group() {
+                Some(CommitError::NotMember {
+                    reason: "the member holds no epoch".into(),
+                })
+            } else {
+                None
+            }
+        })
     }
 
     /// Closes the member: partitions released ([`Event::Revoked`]), the leave heartbeat sent as
@@ -583,11 +533,9 @@ impl ConsumerMember {
     /// nothing dynamic), then [`Event::Closed`]. A close before the first answer still sends the
     /// leave with the member id.
     pub fn close(&mut self, options: CloseOptions, now: Instant) {
-        self.shell.advance(now);
-        if self.stopped() {
+        if !self.begin_close(now) {
             return;
         }
-        self.close_requested = true;
         self.topics.clear();
         self.regex = None;
         self.shell.timers.stop(Timer::PollInterval);
@@ -678,10 +626,7 @@ impl ConsumerMember {
 
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
-        while let Some(error) = self.shell.lookup_failure() {
-            self.fail(error);
-        }
-        self.shell.events.pop_front()
+        self.next_event()
     }
 
     /// The earliest deadline and its timer.
@@ -699,14 +644,8 @@ impl ConsumerMember {
 
     /// Advances the clock and fires due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.shell.advance(now);
-        self.shell.lookup.handle_timeout(self.shell.now);
-        self.shell.timers.expire(Timer::Heartbeat, self.shell.now);
-        self.shell.timers.expire(Timer::Rejoin, self.shell.now);
-        if self
-            .shell
-            .timers
-            .expire(Timer::MetadataRefresh, self.shell.now)
+        self.shell.tick(now);
+        if self.shell.expired(Timer::MetadataRefresh)
             && matches!(
                 self.phase,
                 Phase::Reconciling | Phase::Stable | Phase::Acknowledging
@@ -714,12 +653,7 @@ impl ConsumerMember {
         {
             self.reconcile();
         }
-        if self
-            .shell
-            .timers
-            .expire(Timer::PollInterval, self.shell.now)
-            && self.in_group()
-        {
+        if self.shell.expired(Timer::PollInterval) && self.in_group() {
             tracing::warn!(group = %self.shell.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
             self.lose_owned("poll timeout");
             // A close that waited for a ticket the application never handed back ends here.
@@ -732,14 +666,8 @@ impl ConsumerMember {
     }
 
     /// Feeds the outcome of a request this member emitted.
-    pub fn handle_response(
-        &mut self,
-        id: RequestId,
-        result: Result<Response, TransportError>,
-        now: Instant,
-    ) {
-        self.shell.advance(now);
-        let Some((sent, result)) = self.shell.route(id, result) else {
+    pub fn handle_response(&mut self, id: RequestId, result: Reply, now: Instant) {
+        let Some((sent, result)) = self.shell.route(id, result, now) else {
             return;
         };
         match sent {
@@ -844,17 +772,6 @@ impl ConsumerMember {
 
     // ------------------------------------------------------------------ requests
 
-    fn group_id(&self) -> GroupId {
-        self.shell.group_id()
-    }
-
-    /// A request to the coordinator failed, or its answer says the coordinator moved: look it
-    /// up again, unless the request went to an earlier coordinator (see
-    /// [`CoordinatorLookup::coordinator_failed`]).
-    fn coordinator_failed(&mut self) {
-        self.shell.coordinator_failed();
-    }
-
     fn push(
         &mut self,
         target: Target,
@@ -871,7 +788,7 @@ impl ConsumerMember {
 
     fn base_heartbeat(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {
         ConsumerGroupHeartbeatRequest::default()
-            .with_group_id(self.group_id())
+            .with_group_id(self.shell.group_id())
             .with_member_id(StrBytes::from_string(self.member_id.to_string()))
             .with_member_epoch(epoch)
             // The Java client always sends the instance id, though the schema allows leaving it out.
@@ -1085,7 +1002,7 @@ impl ConsumerMember {
                     self.may_be_registered = true;
                 }
                 self.known = None;
-                self.coordinator_failed();
+                self.shell.coordinator_failed();
                 return self.backoff_heartbeat();
             }
         };
@@ -1124,7 +1041,7 @@ impl ConsumerMember {
             }
             ErrorAction::UnsupportedProtocol => self.fail(GroupError::ConsumerProtocolUnsupported),
             ErrorAction::Rediscover => {
-                self.coordinator_failed();
+                self.shell.coordinator_failed();
                 // Retry as soon as the coordinator is found again.
                 self.heartbeat_failures = 0;
                 self.shell.timers.stop(Timer::Heartbeat);
@@ -1423,7 +1340,7 @@ impl ConsumerMember {
         let answered_fetch = matches!(sent, SentOffsets::Fetch { .. }) && result.is_ok();
         let (event, hint) = offsets::answer(sent, result, &self.fence());
         if hint == Some(Hint::Rediscover) && !answered_fetch {
-            self.coordinator_failed();
+            self.shell.coordinator_failed();
         }
         self.shell.events.push_back(event);
     }
@@ -1436,30 +1353,8 @@ fn invalid(reason: &str) -> GroupError {
     }
 }
 
-impl Skeleton for ConsumerMember {
-    type Phase = Phase;
-    type Sent = Sent;
-
-    fn parts(&mut self) -> (&mut Shell<Sent>, &mut Phase, &dyn std::fmt::Display, i32) {
-        (
-            &mut self.shell,
-            &mut self.phase,
-            &self.member_id,
-            self.epoch,
-        )
-    }
-
-    fn shell(&mut self) -> &mut Shell<Sent> {
-        &mut self.shell
-    }
-
-    fn phase(&self) -> &Phase {
-        &self.phase
-    }
-
-    fn take_owned(&mut self) -> Vec<TopicPartition> {
-        let partitions = self.assignment();
-        self.owned.clear();
-        partitions
-    }
-}
+skeleton!(ConsumerMember, epoch, |m| {
+    let partitions = m.assignment();
+    m.owned.clear();
+    partitions
+});
