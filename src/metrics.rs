@@ -65,7 +65,7 @@ use ::metrics::{
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
 use crate::core::events::{CommitError, Event};
-use crate::error::{GroupError, TransportError};
+use crate::error::{GroupError, TransportError, codes};
 use crate::request::{RequestId, Response};
 
 /// Successful rebalances (counter).
@@ -330,8 +330,8 @@ impl MemberMetrics {
         let name = match api {
             ApiKey::Heartbeat | ApiKey::ConsumerGroupHeartbeat => HEARTBEAT_RESPONSE_TIME_MS,
             ApiKey::OffsetCommit => COMMIT_LATENCY_MS,
-            ApiKey::JoinGroup if code == 0 => JOIN_TIME_MS,
-            ApiKey::SyncGroup if code == 0 => SYNC_TIME_MS,
+            ApiKey::JoinGroup if code == codes::NONE => JOIN_TIME_MS,
+            ApiKey::SyncGroup if code == codes::NONE => SYNC_TIME_MS,
             _ => return,
         };
         histogram!(name, self.labels.iter()).record(millis(latency));
@@ -368,6 +368,7 @@ fn commit_error_reason(e: &CommitError) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use crate::error::codes;
     use std::collections::BTreeMap;
 
     use kafka_protocol::messages::{
@@ -564,7 +565,7 @@ mod tests {
             m.on_event(
                 &Event::Fatal(GroupError::Fatal {
                     api: ApiKey::JoinGroup,
-                    code: 24,
+                    code: codes::INVALID_GROUP_ID,
                 }),
                 t0,
             );
@@ -672,8 +673,12 @@ mod tests {
             m.on_event(&state("Joining", "Rejoin", "MEMBER_ID_REQUIRED"), t0);
             for result in [
                 Err(CommitError::RebalanceInProgress),
-                Err(CommitError::Retriable { code: 14 }),
-                Err(CommitError::Retriable { code: 16 }),
+                Err(CommitError::Retriable {
+                    code: codes::COORDINATOR_LOAD_IN_PROGRESS,
+                }),
+                Err(CommitError::Retriable {
+                    code: codes::NOT_COORDINATOR,
+                }),
                 Err(CommitError::NotMember { reason: "x".into() }),
                 Ok(()),
             ] {
@@ -723,7 +728,7 @@ mod tests {
                     2,
                     ApiKey::Heartbeat,
                     ok(ResponseKind::Heartbeat(
-                        HeartbeatResponse::default().with_error_code(27),
+                        HeartbeatResponse::default().with_error_code(codes::REBALANCE_IN_PROGRESS),
                     )),
                     5,
                 ),
@@ -748,7 +753,7 @@ mod tests {
                     6,
                     ApiKey::JoinGroup,
                     ok(ResponseKind::JoinGroup(
-                        JoinGroupResponse::default().with_error_code(79),
+                        JoinGroupResponse::default().with_error_code(codes::MEMBER_ID_REQUIRED),
                     )),
                     13,
                 ),

@@ -245,6 +245,7 @@ impl Member {
 
 #[cfg(test)]
 mod tests {
+    use crate::error::codes;
     use std::collections::BTreeSet;
 
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -286,7 +287,7 @@ mod tests {
         let answer = FindCoordinatorResponse::default().with_coordinators(vec![
             Coordinator::default()
                 .with_key(StrBytes::from_static_str("g"))
-                .with_error_code(15),
+                .with_error_code(codes::COORDINATOR_NOT_AVAILABLE),
         ]);
         m.handle_response(
             finds[0],

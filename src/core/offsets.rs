@@ -20,7 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::TopicPartition;
 use super::events::{CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId};
-use crate::error::{ErrorAction, GroupError, TransportError, classify, error_name};
+use crate::error::{ErrorAction, GroupError, TransportError, classify, codes, error_name};
 use crate::request::Response;
 
 /// Committed offsets by partition.
@@ -278,7 +278,7 @@ fn unanswered<T>(
         Ok(_) => (
             Err(CommitError::Rejected {
                 partition: None,
-                code: -1,
+                code: codes::UNKNOWN_SERVER_ERROR,
             }),
             None,
         ),
@@ -425,7 +425,7 @@ fn commit_answer(
     for t in &r.topics {
         for p in &t.partitions {
             let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
-            if p.error_code != 0 {
+            if p.error_code != codes::NONE {
                 return Err((Some(tp), p.error_code));
             }
             answered.insert(tp);
@@ -480,7 +480,7 @@ fn fetch_answer(
         .find(|g| g.group_id.as_str() == group)
         .ok_or(CommitError::Rejected {
             partition: None,
-            code: -1,
+            code: codes::UNKNOWN_SERVER_ERROR,
         })?;
     check(g.error_code, None)?;
     let mut out = BTreeMap::new();

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::wire::{self, BrokerVersions};
-use crate::error::TransportError;
+use crate::error::{TransportError, codes};
 use crate::request::{Request, Response};
 
 /// Reads of a frame body grow the buffer at most this much at a time.
@@ -130,7 +130,9 @@ impl Connection {
                 code => return Err(TransportError::ApiVersions { code }),
             }
         }
-        Err(TransportError::ApiVersions { code: 35 })
+        Err(TransportError::ApiVersions {
+            code: codes::UNSUPPORTED_VERSION,
+        })
     }
 
     /// The peer's address.
@@ -382,6 +384,7 @@ async fn read_frame<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::codes;
     use crate::request::CoordinatorKeyType;
     use kafka_protocol::messages::api_versions_response::ApiVersion;
     use kafka_protocol::messages::{ApiVersionsResponse, FindCoordinatorResponse, RequestHeader};
@@ -563,7 +566,8 @@ mod tests {
         let conn = connect(move |_, h| {
             log.lock().unwrap().push(h.request_api_version);
             if h.request_api_version > 2 {
-                let mut r = ApiVersionsResponse::default().with_error_code(35);
+                let mut r =
+                    ApiVersionsResponse::default().with_error_code(codes::UNSUPPORTED_VERSION);
                 r.api_keys.push(
                     ApiVersion::default()
                         .with_api_key(18)

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256, Sha512};
 
 use super::conn::Connection;
 use crate::config::{SaslMechanism, Secret};
-use crate::error::TransportError;
+use crate::error::{TransportError, codes};
 use crate::request::Request;
 
 /// Kafka's minimum SCRAM iteration count (ScramMechanism.minIterations); fewer is refused as a
@@ -73,7 +73,7 @@ pub(crate) async fn authenticate(
             "the answer is not a SaslHandshake response",
         ));
     };
-    if r.error_code != 0 {
+    if r.error_code != codes::NONE {
         let offered: Vec<&str> = r.mechanisms.iter().map(|m| m.as_str()).collect();
         return Err(auth_error(
             mechanism,
@@ -122,7 +122,7 @@ async fn exchange(
             "the answer is not a SaslAuthenticate response",
         ));
     };
-    if r.error_code != 0 {
+    if r.error_code != codes::NONE {
         let message = r.error_message.as_deref().unwrap_or("no message");
         return Err(auth_error(
             mechanism,

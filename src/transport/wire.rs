@@ -203,6 +203,7 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::codes;
     use kafka_protocol::messages::api_versions_response::ApiVersion;
 
     fn broker(ranges: &[(ApiKey, i16, i16)]) -> BrokerVersions {
@@ -338,7 +339,7 @@ mod tests {
     #[test]
     fn apiversions_falls_back_to_v0_answers() {
         // A broker that does not know ApiVersions v3 answers with a v0 body (KIP-511).
-        let mut v0 = ApiVersionsResponse::default().with_error_code(35);
+        let mut v0 = ApiVersionsResponse::default().with_error_code(codes::UNSUPPORTED_VERSION);
         v0.api_keys.push(
             ApiVersion::default()
                 .with_api_key(18)

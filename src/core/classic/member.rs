@@ -60,7 +60,7 @@ use crate::core::metadata::ClusterMetadata;
 use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
 use crate::core::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
 use crate::core::timer::Timer;
-use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
+use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
 use crate::request::{Broker, Outbound, Reply, RequestId, Response};
 
 /// `ConsumerProtocol.PROTOCOL_TYPE`.
@@ -1160,7 +1160,7 @@ impl ClassicMember {
         {
             return self.fail(GroupError::Fatal {
                 api: ApiKey::JoinGroup,
-                code: 23,
+                code: codes::INCONSISTENT_GROUP_PROTOCOL,
             });
         }
         let Some(protocol) = r.protocol_name.as_ref().map(|p| p.to_string()) else {
@@ -1274,7 +1274,7 @@ impl ClassicMember {
         let partitions: BTreeMap<String, i32> = metadata
             .topics
             .iter()
-            .filter(|(_, t)| t.error_code == 0)
+            .filter(|(_, t)| t.error_code == codes::NONE)
             .map(|(n, t)| (n.clone(), t.partitions.len() as i32))
             .collect();
         let assignor = self
@@ -1376,7 +1376,7 @@ impl ClassicMember {
                 let n = metadata
                     .topics
                     .get(t)
-                    .filter(|m| m.error_code == 0)
+                    .filter(|m| m.error_code == codes::NONE)
                     .map_or(0, |m| m.partitions.len() as i32);
                 (t.clone(), n)
             })
@@ -1431,7 +1431,7 @@ impl ClassicMember {
                 if !type_ok || !name_ok {
                     return self.fail(GroupError::Fatal {
                         api: ApiKey::SyncGroup,
-                        code: 23,
+                        code: codes::INCONSISTENT_GROUP_PROTOCOL,
                     });
                 }
                 match Assignment::decode(&r.assignment) {
@@ -1603,7 +1603,7 @@ impl ClassicMember {
                 body: ResponseKind::LeaveGroup(r),
                 ..
             }) => {
-                let code = if r.error_code != 0 {
+                let code = if r.error_code != codes::NONE {
                     r.error_code
                 } else {
                     r.members
@@ -1612,7 +1612,7 @@ impl ClassicMember {
                         .find(|c| *c != 0)
                         .unwrap_or(0)
                 };
-                if code != 0 {
+                if code != codes::NONE {
                     tracing::info!(code, name = %crate::error::error_name(code), "LeaveGroup answered with an error");
                 }
             }

@@ -15,7 +15,7 @@ use super::subscription::{Assignment, Subscription};
 use crate::config::GroupConfig;
 use crate::core::TopicPartition;
 use crate::core::events::{CloseOptions, CommitError, CommitOffset, Event};
-use crate::error::GroupError;
+use crate::error::{GroupError, codes};
 use crate::request::{Outbound, Request, Response};
 
 struct Harness {
@@ -299,7 +299,7 @@ fn dynamic_member_does_the_member_id_required_round_trip() {
         &join,
         ResponseKind::JoinGroup(
             JoinGroupResponse::default()
-                .with_error_code(79)
+                .with_error_code(codes::MEMBER_ID_REQUIRED)
                 .with_member_id(s("m-7")),
         ),
     );
@@ -590,7 +590,9 @@ fn stale_and_unexpected_answers_are_ignored() {
         crate::request::RequestId(424242),
         Ok(Response {
             version: 4,
-            body: ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(25)),
+            body: ResponseKind::Heartbeat(
+                HeartbeatResponse::default().with_error_code(codes::UNKNOWN_MEMBER_ID),
+            ),
         }),
         h.now,
     );

@@ -50,7 +50,7 @@ use crate::core::metadata::ClusterMetadata;
 use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
 use crate::core::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
 use crate::core::timer::Timer;
-use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify};
+use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
 use crate::member_id::MemberId;
 use crate::request::{Broker, Outbound, Reply, Request, RequestId, Response, Target};
 
@@ -65,9 +65,6 @@ const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
 /// Epochs with a meaning of their own (ConsumerGroupHeartbeatRequest.json).
 const LEAVE_EPOCH: i32 = -1;
 const STATIC_LEAVE_EPOCH: i32 = -2;
-/// The error code of UNRELEASED_INSTANCE_ID.
-const UNRELEASED_INSTANCE_ID: i16 = 111;
-const FENCED_INSTANCE_ID_CODE: i16 = 82;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Phase {
@@ -1006,7 +1003,7 @@ impl ConsumerMember {
                 return self.backoff_heartbeat();
             }
         };
-        if r.error_code != 0 {
+        if r.error_code != codes::NONE {
             // Every failed attempt makes the next heartbeat full (resetHeartbeatState).
             self.known = None;
         }
@@ -1018,7 +1015,7 @@ impl ConsumerMember {
             ErrorAction::Proceed => self.heartbeat_ok(sent_epoch, fields, r),
             ErrorAction::FencedMember => {
                 tracing::info!(group = %self.shell.config.group_id, code = r.error_code, "fenced; rejoining with the same member id");
-                self.fenced(if r.error_code == 110 {
+                self.fenced(if r.error_code == codes::FENCED_MEMBER_EPOCH {
                     "FENCED_MEMBER_EPOCH"
                 } else {
                     "UNKNOWN_MEMBER_ID"
@@ -1066,7 +1063,7 @@ impl ConsumerMember {
             // A member without an instance id holds none to release.
             return self.fail(GroupError::Fatal {
                 api: ApiKey::ConsumerGroupHeartbeat,
-                code: UNRELEASED_INSTANCE_ID,
+                code: codes::UNRELEASED_INSTANCE_ID,
             });
         };
         let own_join = sent_epoch == 0;
@@ -1314,7 +1311,7 @@ impl ConsumerMember {
             }) => r.error_code,
             _ => 0,
         };
-        if code != 0 {
+        if code != codes::NONE {
             tracing::info!(code, "leave heartbeat answered with an error");
         }
         // The -2 leave of an UNRELEASED_INSTANCE_ID recovery answered FENCED_INSTANCE_ID: the
@@ -1324,7 +1321,7 @@ impl ConsumerMember {
         // stop as the Java client does on UNRELEASED_INSTANCE_ID, rather than spend the
         // recovery budget on it.
         if then == AfterLeave::Rejoin
-            && code == FENCED_INSTANCE_ID_CODE
+            && code == codes::FENCED_INSTANCE_ID
             && let Some(instance_id) = self.shell.config.instance_id.clone()
         {
             return self.fail(GroupError::UnreleasedInstanceId {

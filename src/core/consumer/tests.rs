@@ -26,7 +26,7 @@ use crate::core::classic::ApiMisuse;
 use crate::core::classic::subscription::Subscription;
 use crate::core::events::{CloseOptions, CommitError, CommitOffset, Event, RevokeTicket};
 use crate::core::member::Member;
-use crate::error::{GroupError, TransportError};
+use crate::error::{GroupError, TransportError, codes};
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
 use crate::request::{Broker, Outbound, Request, Response, Target};
 
@@ -1839,7 +1839,9 @@ fn stale_member_epoch_is_retriable_in_the_group_and_not_member_after_leaving() {
     h.answer(&c, commit_answer(113));
     assert_eq!(
         committed(&h.take_events()),
-        vec![Err(CommitError::Retriable { code: 113 })]
+        vec![Err(CommitError::Retriable {
+            code: codes::STALE_MEMBER_EPOCH
+        })]
     );
     // Sent while a member, answered after the member left.
     h.m.commit(vec![offset("t", 0, 7)], h.now);
@@ -2118,7 +2120,7 @@ fn unreleased_instance_id_outside_a_static_join_is_fatal() {
         fatal_of(&events),
         vec![&GroupError::Fatal {
             api: ApiKey::ConsumerGroupHeartbeat,
-            code: 111
+            code: codes::UNRELEASED_INSTANCE_ID
         }]
     );
     // A static member's regular heartbeat (not a join): the broker cannot mean this member's
