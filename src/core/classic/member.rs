@@ -202,6 +202,19 @@ pub(crate) enum Sent {
     Offsets(SentOffsets),
 }
 
+/// A static member's joins with an empty member id: each may register a new member id under the
+/// instance id and replace whichever one the member holds.
+#[derive(Debug, Clone, Copy, Default)]
+struct EmptyJoins {
+    /// Empty-id joins whose fate is unknown (transport failure): each may still land and replace
+    /// this member; counts the self-fences the member forgives.
+    in_doubt: u32,
+    /// No empty-id join before this instant.
+    quarantine: Option<Instant>,
+    /// An empty-id join is unanswered: no second one goes out meanwhile.
+    in_flight: bool,
+}
+
 /// A classic-protocol group member (sans-IO). See the module docs for the state diagram and the
 /// identity rules, and [`crate::core`] for the drive contract.
 #[derive(Debug)]
@@ -223,13 +236,8 @@ pub struct ClassicMember {
     heartbeat_in_flight: bool,
     heartbeat_failures: u32,
     join_failures: u32,
-    /// Empty-id joins whose fate is unknown (transport failure): each may still land and replace
-    /// this member; counts the self-fences the member forgives.
-    empty_joins_in_doubt: u32,
-    /// No empty-id join before this instant (see the identity rules).
-    empty_join_quarantine: Option<Instant>,
-    /// An empty-id join is unanswered: no second one goes out meanwhile.
-    empty_join_in_flight: bool,
+    /// The member's empty-id joins (see the identity rules).
+    empty_join: EmptyJoins,
     /// The coordinator (node id) that answered this member's last successful JoinGroup: the
     /// one that registered its member id.
     registered_by: Option<i32>,
@@ -275,9 +283,7 @@ impl ClassicMember {
             heartbeat_in_flight: false,
             heartbeat_failures: 0,
             join_failures: 0,
-            empty_joins_in_doubt: 0,
-            empty_join_quarantine: None,
-            empty_join_in_flight: false,
+            empty_join: EmptyJoins::default(),
             registered_by: None,
             failover_fence_forgiven: None,
             rejoin_reason: "subscribed",
@@ -602,11 +608,11 @@ impl ClassicMember {
         if let Phase::Rejoin { not_before, .. } = self.phase {
             let empty_static = self.member_id.is_empty() && self.is_static() && !self.java_policy();
             let quarantine = if empty_static {
-                self.empty_join_quarantine.filter(|q| *q > self.shell.now)
+                self.empty_join.quarantine.filter(|q| *q > self.shell.now)
             } else {
                 None
             };
-            if empty_static && self.empty_join_in_flight {
+            if empty_static && self.empty_join.in_flight {
                 // An earlier empty-id join is still unanswered: a second one could be read after
                 // it and replace it (or be replaced). Its answer wakes the member.
             } else {
@@ -920,7 +926,7 @@ impl ClassicMember {
             member_id: self.member_id.clone(),
         };
         if self.member_id.is_empty() && self.is_static() {
-            self.empty_join_in_flight = true;
+            self.empty_join.in_flight = true;
         }
         let request = self.push(
             coordinator,
@@ -1026,7 +1032,7 @@ impl ClassicMember {
         let waiting = matches!(self.phase, Phase::Joining { request } if request == id);
         let empty_static = sent_member_id.is_empty() && self.is_static();
         if empty_static {
-            self.empty_join_in_flight = false;
+            self.empty_join.in_flight = false;
         }
         let r = match result {
             Ok(Response {
@@ -1046,13 +1052,13 @@ impl ClassicMember {
                     // (A join that never left, e.g. its coordinator refused the connection, is
                     // not in doubt: quarantining it would stall a restart for the rebalance
                     // timeout while the coordinator fails over.)
-                    self.empty_joins_in_doubt += 1;
+                    self.empty_join.in_doubt += 1;
                     let quarantine = self
                         .shell
                         .config
                         .request_timeout
                         .max(self.shell.config.max_poll_interval + Duration::from_secs(5));
-                    self.empty_join_quarantine = Some(self.shell.now + quarantine);
+                    self.empty_join.quarantine = Some(self.shell.now + quarantine);
                 }
                 if waiting {
                     tracing::info!(error = %e, "JoinGroup failed in the transport");
@@ -1068,7 +1074,7 @@ impl ClassicMember {
         }
         if empty_static {
             // Answered: this empty-id join is no longer in doubt.
-            self.empty_join_quarantine = None;
+            self.empty_join.quarantine = None;
         }
         match classify(ApiKey::JoinGroup, r.error_code, &self.shell.config.group_id) {
             ErrorAction::Proceed => self.joined(r),
@@ -1126,8 +1132,8 @@ impl ClassicMember {
             tracing::warn!(group = %self.shell.config.group_id, coordinator = ?by, registered_by = ?self.registered_by, "FENCED_INSTANCE_ID from a coordinator that did not register this member id (it loaded an older registration after a failover); rejoining with the instance id");
             return self.replaced("fenced by a coordinator that loaded an older registration");
         }
-        if self.empty_joins_in_doubt > 0 && !self.java_policy() {
-            self.empty_joins_in_doubt -= 1;
+        if self.empty_join.in_doubt > 0 && !self.java_policy() {
+            self.empty_join.in_doubt -= 1;
             tracing::warn!(group = %self.shell.config.group_id, "FENCED_INSTANCE_ID after an earlier JoinGroup of this member may have landed late; rejoining");
             return self.replaced("replaced by this member's own earlier JoinGroup");
         }
@@ -1144,7 +1150,7 @@ impl ClassicMember {
     fn replaced(&mut self, reason: &'static str) {
         self.lose_owned(reason);
         self.reset_member_id();
-        self.empty_join_quarantine = None;
+        self.empty_join.quarantine = None;
         if let Some(d) = self.take_deferred_leave() {
             // The revocation the close or unsubscribe waited for is void; nothing is left
             // to leave.

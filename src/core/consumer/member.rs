@@ -143,6 +143,19 @@ pub(crate) enum Sent {
     Offsets(SentOffsets),
 }
 
+/// What the broker may know of a member: its registration state, which decides whether a leave
+/// is due and whether UNRELEASED_INSTANCE_ID may be the member's own doing.
+#[derive(Debug, Clone, Copy, Default)]
+struct Registration {
+    /// An epoch-0 heartbeat went out (the broker may know this member).
+    join_sent: bool,
+    /// This member may be registered under its instance id (lost join answer, or it held an
+    /// epoch before): an UNRELEASED_INSTANCE_ID may be its own doing.
+    may_be_registered: bool,
+    /// UNRELEASED_INSTANCE_ID recoveries spent (at most [`UNRELEASED_RECOVERIES`]).
+    unreleased_recoveries: u32,
+}
+
 /// A KIP-848 consumer-protocol member (sans-IO), with the same inputs, outputs and events as
 /// [`ClassicMember`](crate::core::classic::ClassicMember).
 #[derive(Debug)]
@@ -180,12 +193,8 @@ pub struct ConsumerMember {
     /// The owned partitions as of the last answered heartbeat (what the broker last read from
     /// this member). Unlike the other known fields it survives a failed heartbeat.
     acked_owned: Option<BTreeSet<(Uuid, i32)>>,
-    /// An epoch-0 heartbeat went out (the broker may know this member).
-    join_sent: bool,
-    /// This member may be registered under its instance id (lost join answer, or it held an
-    /// epoch before): an UNRELEASED_INSTANCE_ID may be its own doing.
-    may_be_registered: bool,
-    unreleased_recoveries: u32,
+    /// What the broker may know of this member.
+    registration: Registration,
     answered_once: bool,
     /// A close or unsubscribe that waits for the outstanding revocation ticket.
     deferred_leave: Option<(CloseOptions, AfterLeave, &'static str)>,
@@ -239,9 +248,7 @@ impl ConsumerMember {
             prefetch_metadata: false,
             owned_report_unsettled: false,
             acked_owned: None,
-            join_sent: false,
-            may_be_registered: false,
-            unreleased_recoveries: 0,
+            registration: Registration::default(),
             answered_once: false,
             deferred_leave: None,
             shell: Shell::new(config, now, seed),
@@ -573,7 +580,7 @@ impl ConsumerMember {
                 then,
                 ..
             } = self.phase
-                && !self.join_sent
+                && !self.registration.join_sent
             {
                 self.finish_leave(then);
             }
@@ -709,7 +716,7 @@ impl ConsumerMember {
             return self.finish_leave(then);
         }
         self.lose_owned(reason);
-        self.may_be_registered = true;
+        self.registration.may_be_registered = true;
         self.join(reason);
     }
 
@@ -723,7 +730,7 @@ impl ConsumerMember {
             CloseOptions::RemainInGroup => None,
         };
         // The broker may know this member once an epoch-0 heartbeat went out, answered or not.
-        let known = self.join_sent || self.epoch > 0;
+        let known = self.registration.join_sent || self.epoch > 0;
         match epoch {
             Some(epoch) if known => self.set_phase(
                 Phase::Leaving {
@@ -740,14 +747,14 @@ impl ConsumerMember {
     fn finish_leave(&mut self, then: AfterLeave) {
         // A leave that was not confirmed leaves an earlier join registered: the broker may still
         // hold this member under its instance id.
-        if self.join_sent || self.epoch > 0 {
-            self.may_be_registered = true;
+        if self.registration.join_sent || self.epoch > 0 {
+            self.registration.may_be_registered = true;
         }
         self.epoch = 0;
         self.known = None;
         self.acked_owned = None;
         self.target = None;
-        self.join_sent = false;
+        self.registration.join_sent = false;
         // A regular heartbeat still outstanding keeps its slot until its answer (ignored then):
         // the next join must not overlap it.
         self.incarnation += 1;
@@ -868,7 +875,7 @@ impl ConsumerMember {
         }
         if self.epoch == 0 {
             r.rack_id = self.shell.config.rack_id.clone().map(StrBytes::from_string);
-            self.join_sent = true;
+            self.registration.join_sent = true;
         }
         let epoch = self.epoch;
         let incarnation = self.incarnation;
@@ -996,7 +1003,7 @@ impl ConsumerMember {
                 tracing::debug!(error = %e, "heartbeat failed in the transport");
                 if sent_epoch == 0 {
                     // The join may have landed: the broker may know this member.
-                    self.may_be_registered = true;
+                    self.registration.may_be_registered = true;
                 }
                 self.known = None;
                 self.shell.coordinator_failed();
@@ -1067,10 +1074,12 @@ impl ConsumerMember {
             });
         };
         let own_join = sent_epoch == 0;
-        if own_join && self.may_be_registered && self.unreleased_recoveries < UNRELEASED_RECOVERIES
+        if own_join
+            && self.registration.may_be_registered
+            && self.registration.unreleased_recoveries < UNRELEASED_RECOVERIES
         {
-            self.unreleased_recoveries += 1;
-            tracing::warn!(group = %self.shell.config.group_id, %instance_id, attempt = self.unreleased_recoveries, "UNRELEASED_INSTANCE_ID after this member's own join may have landed; leaving with -2 and rejoining");
+            self.registration.unreleased_recoveries += 1;
+            tracing::warn!(group = %self.shell.config.group_id, %instance_id, attempt = self.registration.unreleased_recoveries, "UNRELEASED_INSTANCE_ID after this member's own join may have landed; leaving with -2 and rejoining");
             self.lose_owned("UNRELEASED_INSTANCE_ID");
             if let Some((options, then, reason)) = self.deferred_leave.take() {
                 // A close or unsubscribe waited for a revocation this error voids: its leave
@@ -1122,9 +1131,9 @@ impl ConsumerMember {
         self.heartbeat_failures = 0;
         self.shell.timers.stop(Timer::Rejoin);
         if r.member_epoch > 0 {
-            self.may_be_registered = true;
+            self.registration.may_be_registered = true;
             // A successful join ends an UNRELEASED_INSTANCE_ID episode: the bound is per episode.
-            self.unreleased_recoveries = 0;
+            self.registration.unreleased_recoveries = 0;
         }
         self.epoch = r.member_epoch;
         // What this heartbeat carried is what the broker knows now.
