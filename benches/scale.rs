@@ -675,6 +675,7 @@ mod broker {
                 Request::Raw {
                     body: Box::new(RequestKind::CreateTopics(body)),
                     versions: 5..=7,
+                    fit: None,
                 },
                 Duration::from_secs(90),
             )

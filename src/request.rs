@@ -118,13 +118,34 @@ pub enum Request {
         /// Whether the broker may auto-create the named topics.
         allow_auto_topic_creation: bool,
     },
-    /// Any other request, built by the caller. `body` must be valid at every version in `versions`.
+    /// Any other request, built by the caller: `body` is sent as it is at every version in
+    /// `versions`, or, with a `fit`, as `fit` makes it for the version negotiated.
     Raw {
         /// The request body.
         body: Box<RequestKind>,
         /// The versions `body` can be sent at.
         versions: RangeInclusive<i16>,
+        /// Fits a body built for the newest version to an older one (clears the fields that
+        /// version does not carry); `None`: the body is valid at every version as it is.
+        fit: Option<Fit>,
     },
+}
+
+/// Fits a request body to the version negotiated: defined next to the code that builds the body,
+/// by whoever knows which fields each version carries.
+#[derive(Clone, Copy)]
+pub struct Fit(pub fn(RequestKind, i16) -> RequestKind);
+
+impl fmt::Debug for Fit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Fit")
+    }
+}
+
+impl PartialEq for Fit {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.0, other.0)
+    }
 }
 
 /// Why a [`Request`] cannot be built at a version.
@@ -210,37 +231,11 @@ impl Request {
                         .with_allow_auto_topic_creation(*allow_auto_topic_creation),
                 )
             }
-            Request::Raw { body, .. } => prune((**body).clone(), version),
+            Request::Raw { body, fit, .. } => match fit {
+                Some(Fit(fit)) => fit((**body).clone(), version),
+                None => (**body).clone(),
+            },
         })
-    }
-}
-
-/// Clears the fields `version` does not carry, so a body built for the newest version of a group
-/// API encodes at an older one (instead of failing with "field not available").
-fn prune(body: RequestKind, version: i16) -> RequestKind {
-    match body {
-        // JoinGroup v8+ carries a reason.
-        RequestKind::JoinGroup(r) if version < 8 => RequestKind::JoinGroup(r.with_reason(None)),
-        // SyncGroup v5+ carries protocol type and name (KIP-559).
-        RequestKind::SyncGroup(r) if version < 5 => {
-            RequestKind::SyncGroup(r.with_protocol_type(None).with_protocol_name(None))
-        }
-        // LeaveGroup v5+ carries a reason per member.
-        RequestKind::LeaveGroup(mut r) if version < 5 => {
-            for m in &mut r.members {
-                m.reason = None;
-            }
-            RequestKind::LeaveGroup(r)
-        }
-        // OffsetFetch v9+ carries member id and epoch.
-        RequestKind::OffsetFetch(mut r) if version < 9 => {
-            for g in &mut r.groups {
-                g.member_id = None;
-                g.member_epoch = -1;
-            }
-            RequestKind::OffsetFetch(r)
-        }
-        other => other,
     }
 }
 
@@ -406,6 +401,7 @@ mod tests {
         let raw = Request::Raw {
             body: Box::new(RequestKind::CreateTopics(Default::default())),
             versions: 5..=7,
+            fit: None,
         };
         assert_eq!(raw.api_key(), ApiKey::CreateTopics);
         assert_eq!(find(&["g"]).api_key(), ApiKey::FindCoordinator);

@@ -479,6 +479,7 @@ async fn raw_heartbeat(
             Request::Raw {
                 body: Box::new(RequestKind::ConsumerGroupHeartbeat(h)),
                 versions: 1..=1,
+                fit: None,
             },
             Duration::from_secs(10),
         )

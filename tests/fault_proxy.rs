@@ -210,6 +210,7 @@ async fn registered_member(bootstrap: &str, group: &str) -> Option<String> {
                         .with_groups(vec![GroupId(StrBytes::from_string(group.into()))]),
                 )),
                 versions: 0..=5,
+                fit: None,
             },
             Duration::from_secs(10),
         )

@@ -47,6 +47,7 @@ async fn a_version_the_broker_lacks_is_a_typed_error_naming_the_api() {
     let join = Request::Raw {
         body: Box::new(RequestKind::JoinGroup(Default::default())),
         versions: 10..=12,
+        fit: None,
     };
     let e = t
         .send(Target::Bootstrap, join, Duration::from_secs(5))
@@ -451,6 +452,7 @@ async fn the_coordinator_takes_over_the_bootstrap_connection_to_its_broker() {
                 .with_groups(vec![GroupId(StrBytes::from_string(group.clone()))]),
         )),
         versions: 0..=5,
+        fit: None,
     };
     t.send(
         Target::Coordinator(coordinator),
@@ -462,6 +464,7 @@ async fn the_coordinator_takes_over_the_bootstrap_connection_to_its_broker() {
     let metadata = Request::Raw {
         body: Box::new(RequestKind::Metadata(MetadataRequest::default())),
         versions: 12..=13,
+        fit: None,
     };
     t.send(Target::Bootstrap, metadata, Duration::from_secs(10))
         .await

@@ -326,6 +326,7 @@ pub async fn list_offsets<T: Transport>(
             Request::Raw {
                 body: Box::new(RequestKind::ListOffsets(body)),
                 versions: LIST_OFFSETS_VERSIONS,
+                fit: None,
             },
             timeout,
         )
@@ -481,6 +482,7 @@ pub async fn fetch<T: Transport>(
             Request::Raw {
                 body: Box::new(RequestKind::Fetch(body)),
                 versions: FETCH_VERSIONS,
+                fit: None,
             },
             options.request_timeout + options.max_wait,
         )
@@ -703,6 +705,7 @@ pub async fn produce<T: Transport>(
             Request::Raw {
                 body: Box::new(RequestKind::Produce(body)),
                 versions: PRODUCE_VERSIONS,
+                fit: None,
             },
             timeout + Duration::from_secs(5),
         )

@@ -1,6 +1,6 @@
 //! Offsets as a sub-machine of every member: the queue of commits and fetches waiting for the
-//! coordinator, their requests and the reading of their answers. A member hands it a [`Fence`]
-//! (who it is now) and applies the [`Hint`] it gets back; the fencing fields differ only in
+//! coordinator, their requests and the reading of their answers. A member hands it a `Fence`
+//! (who it is now) and applies the `Hint` it gets back; the fencing fields differ only in
 //! meaning: the classic member sends its generation, the consumer member its epoch.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -21,7 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::TopicPartition;
 use super::events::{CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId};
 use crate::error::{ErrorAction, GroupError, TransportError, classify, codes, error_name};
-use crate::request::Response;
+use crate::request::{Fit, Response};
 
 /// Committed offsets by partition.
 pub type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
@@ -98,6 +98,10 @@ pub(crate) enum Hint {
     Fatal(GroupError),
 }
 
+/// A commit or fetch request: its body, its versions and how it fits older ones, and what it was
+/// sent with.
+pub(crate) type Built = (RequestKind, (RangeInclusive<i16>, Option<Fit>), SentOffsets);
+
 /// Commits and fetches waiting for the coordinator, in the order the application asked.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OffsetQueue(VecDeque<Queued>);
@@ -160,7 +164,7 @@ impl OffsetQueue {
         fence: &Fence,
         refusal: Option<CommitError>,
         events: &mut VecDeque<Event>,
-    ) -> Option<(RequestKind, RangeInclusive<i16>, SentOffsets)> {
+    ) -> Option<Built> {
         while let Some(q) = self.0.pop_front() {
             match q {
                 Queued::Commit { id, .. } if let Some(e) = &refusal => {
@@ -184,7 +188,7 @@ impl OffsetQueue {
                         partitions,
                     };
                     let versions = fence.commit_versions.clone();
-                    return Some((RequestKind::OffsetCommit(body), versions, sent));
+                    return Some((RequestKind::OffsetCommit(body), (versions, None), sent));
                 }
                 Queued::Fetch { id, partitions } => {
                     // Member fields only for a consumer-protocol member in its group: the broker
@@ -194,15 +198,30 @@ impl OffsetQueue {
                         .then_some((fence.member_id.as_str(), fence.generation));
                     let body = fetch_request(&fence.group, member, partitions);
                     let versions = fence.fetch_versions.clone();
+                    let fit = Some(Fit(fit_fetch));
                     return Some((
                         RequestKind::OffsetFetch(body),
-                        versions,
+                        (versions, fit),
                         SentOffsets::Fetch { id },
                     ));
                 }
             }
         }
         None
+    }
+}
+
+/// Fits an OffsetFetch body to `version`: member id and epoch exist from v9 on.
+fn fit_fetch(body: RequestKind, version: i16) -> RequestKind {
+    match body {
+        RequestKind::OffsetFetch(mut r) if version < 9 => {
+            for g in &mut r.groups {
+                g.member_id = None;
+                g.member_epoch = -1;
+            }
+            RequestKind::OffsetFetch(r)
+        }
+        other => other,
     }
 }
 

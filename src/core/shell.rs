@@ -22,7 +22,7 @@ use super::timer::{Timer, TimerTable};
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::GroupConfig;
 use crate::error::GroupError;
-use crate::request::{Broker, Outbound, Reply, Request, RequestId, RequestIds, Target};
+use crate::request::{Broker, Fit, Outbound, Reply, Request, RequestId, RequestIds, Target};
 
 /// Where a member's coordinator lookup numbers its requests: far above the member's own ids.
 pub(crate) const LOOKUP_IDS: u64 = 1 << 48;
@@ -412,13 +412,14 @@ impl<S> Shell<S> {
         &mut self,
         coordinator: &Broker,
         body: RequestKind,
-        versions: RangeInclusive<i16>,
+        (versions, fit): (RangeInclusive<i16>, Option<Fit>),
         sent: S,
         timeout: Duration,
     ) -> RequestId {
         let request = Request::Raw {
             body: Box::new(body),
             versions,
+            fit,
         };
         self.send_with_timeout(
             Target::Coordinator(coordinator.clone()),

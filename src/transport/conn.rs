@@ -545,6 +545,7 @@ mod tests {
         let join = Request::Raw {
             body: Box::new(RequestKind::JoinGroup(Default::default())),
             versions: 5..=9,
+            fit: None,
         };
         let e = conn.send(&join, T).await.unwrap_err();
         assert_eq!(

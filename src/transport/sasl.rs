@@ -65,6 +65,7 @@ pub(crate) async fn authenticate(
                 .with_mechanism(StrBytes::from_static_str(mechanism.name())),
         )),
         versions: 1..=1,
+        fit: None,
     };
     let r = conn.send(&handshake, timeout).await?;
     let ResponseKind::SaslHandshake(r) = r.body else {
@@ -114,6 +115,7 @@ async fn exchange(
             SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes)),
         )),
         versions: 0..=2,
+        fit: None,
     };
     let r = conn.send(&request, timeout).await?;
     let ResponseKind::SaslAuthenticate(r) = r.body else {

@@ -49,6 +49,7 @@ pub async fn described_members(bootstrap: &str, group: &str) -> Vec<String> {
                         .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
                 )),
                 versions: 0..=1,
+                fit: None,
             },
             Duration::from_secs(10),
         )
@@ -97,6 +98,7 @@ pub async fn create_topic<T: Transport>(t: &T, topic: &str, partitions: i32) {
             Request::Raw {
                 body: Box::new(RequestKind::CreateTopics(body)),
                 versions: 5..=7,
+                fit: None,
             },
             Duration::from_secs(20),
         )

@@ -61,7 +61,7 @@ use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
 use crate::core::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
 use crate::core::timer::Timer;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
-use crate::request::{Broker, Outbound, Reply, RequestId, Response};
+use crate::request::{Broker, Fit, Outbound, Reply, RequestId, Response};
 
 /// `ConsumerProtocol.PROTOCOL_TYPE`.
 const PROTOCOL_TYPE: &str = "consumer";
@@ -77,6 +77,27 @@ const LEAVE_VERSIONS: std::ops::RangeInclusive<i16> = 3..=5;
 const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 7..=9;
 /// OffsetFetch v8+ is batched by group; capped at v9 (names) like the Java classic client.
 const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 8..=9;
+
+/// Fits a body this member built for the newest version of its group API to `version`, clearing
+/// the fields that version does not carry (instead of failing with "field not available").
+fn fit(body: RequestKind, version: i16) -> RequestKind {
+    match body {
+        // JoinGroup v8+ carries a reason.
+        RequestKind::JoinGroup(r) if version < 8 => RequestKind::JoinGroup(r.with_reason(None)),
+        // SyncGroup v5+ carries protocol type and name (KIP-559).
+        RequestKind::SyncGroup(r) if version < 5 => {
+            RequestKind::SyncGroup(r.with_protocol_type(None).with_protocol_name(None))
+        }
+        // LeaveGroup v5+ carries a reason per member.
+        RequestKind::LeaveGroup(mut r) if version < 5 => {
+            for m in &mut r.members {
+                m.reason = None;
+            }
+            RequestKind::LeaveGroup(r)
+        }
+        other => other,
+    }
+}
 
 /// Misuse of the member's API by the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -817,7 +838,7 @@ impl ClassicMember {
             let request = self.push(
                 &coordinator,
                 RequestKind::LeaveGroup(body),
-                LEAVE_VERSIONS,
+                (LEAVE_VERSIONS, Some(Fit(fit))),
                 Sent::Leave,
                 self.shell.config.request_timeout,
             );
@@ -868,7 +889,7 @@ impl ClassicMember {
         &mut self,
         coordinator: &Broker,
         body: RequestKind,
-        versions: std::ops::RangeInclusive<i16>,
+        versions: (std::ops::RangeInclusive<i16>, Option<Fit>),
         sent: Sent,
         timeout: Duration,
     ) -> RequestId {
@@ -931,7 +952,7 @@ impl ClassicMember {
         let request = self.push(
             coordinator,
             RequestKind::JoinGroup(body),
-            JOIN_VERSIONS,
+            (JOIN_VERSIONS, Some(Fit(fit))),
             sent,
             timeout,
         );
@@ -957,7 +978,7 @@ impl ClassicMember {
         self.push(
             coordinator,
             RequestKind::Heartbeat(body),
-            HEARTBEAT_VERSIONS,
+            (HEARTBEAT_VERSIONS, None),
             sent,
             self.shell.config.request_timeout,
         );
@@ -980,7 +1001,7 @@ impl ClassicMember {
         let request = self.push(
             coordinator,
             RequestKind::SyncGroup(body),
-            SYNC_VERSIONS,
+            (SYNC_VERSIONS, Some(Fit(fit))),
             sent,
             self.shell.config.request_timeout,
         );

@@ -1522,3 +1522,44 @@ fn a_dynamic_member_is_never_forgiven_a_fence_it_has_no_instance_id_for() {
     h.heartbeat_answer(&hb, 82);
     assert_eq!(h.m.state(), "Fatal");
 }
+
+#[test]
+fn the_member_fits_its_requests_to_older_versions() {
+    let mut h = Harness::new(Some("i1"));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_join();
+    let reason = |v| match join.request.build(v).unwrap() {
+        RequestKind::JoinGroup(j) => j.reason,
+        other => panic!("{other:?}"),
+    };
+    assert!(reason(8).is_some(), "JoinGroup v8+ carries a reason");
+    assert_eq!(reason(7), None, "below v8 the reason is cleared");
+    h.join_ok(&join, "i1-abc", 1, "other");
+    let sync = h.one();
+    let protocol = |v| match sync.request.build(v).unwrap() {
+        RequestKind::SyncGroup(s) => (s.protocol_type, s.protocol_name),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        protocol(5).0.is_some(),
+        "SyncGroup v5 carries the protocol type"
+    );
+    assert_eq!(
+        protocol(4),
+        (None, None),
+        "below v5 (KIP-559) it is cleared"
+    );
+    let mut h = Harness::stable(None, "m-1");
+    h.m.close(CloseOptions::LeaveGroup, h.now);
+    let leave = h.one();
+    let reason = |v| match leave.request.build(v).unwrap() {
+        RequestKind::LeaveGroup(l) => l.members[0].reason.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        reason(5).is_some(),
+        "LeaveGroup v5 carries a reason per member"
+    );
+    assert_eq!(reason(4), None);
+}

@@ -52,7 +52,7 @@ use crate::core::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
 use crate::core::timer::Timer;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
 use crate::member_id::MemberId;
-use crate::request::{Broker, Outbound, Reply, Request, RequestId, Response, Target};
+use crate::request::{Broker, Fit, Outbound, Reply, Request, RequestId, Response, Target};
 
 /// How often a static member recovers from UNRELEASED_INSTANCE_ID caused by its own earlier join
 /// before it gives up.
@@ -780,12 +780,13 @@ impl ConsumerMember {
         &mut self,
         target: Target,
         body: RequestKind,
-        versions: std::ops::RangeInclusive<i16>,
+        (versions, fit): (std::ops::RangeInclusive<i16>, Option<Fit>),
         sent: Sent,
     ) -> RequestId {
         let request = Request::Raw {
             body: Box::new(body),
             versions,
+            fit,
         };
         self.shell.send(target, request, sent)
     }
@@ -883,7 +884,7 @@ impl ConsumerMember {
         let id = self.push(
             Target::Coordinator(coordinator.clone()),
             RequestKind::ConsumerGroupHeartbeat(r),
-            HEARTBEAT_VERSIONS,
+            (HEARTBEAT_VERSIONS, None),
             Sent::Heartbeat {
                 epoch,
                 fields,
@@ -900,7 +901,7 @@ impl ConsumerMember {
         self.push(
             Target::Coordinator(coordinator.clone()),
             RequestKind::ConsumerGroupHeartbeat(r),
-            HEARTBEAT_VERSIONS,
+            (HEARTBEAT_VERSIONS, None),
             Sent::Leave,
         )
     }

@@ -1759,7 +1759,7 @@ fn commit_carries_the_member_id_and_current_epoch_at_v9() {
     let id = h.m.commit(vec![offset("t", 0, 42)], h.now);
     let out = h.one();
     assert_eq!(out.target, Target::Coordinator(coordinator_broker()));
-    let Request::Raw { versions, body } = &out.request else {
+    let Request::Raw { versions, body, .. } = &out.request else {
         panic!("{out:?}")
     };
     assert_eq!(*versions, 9..=9);
