@@ -1344,9 +1344,10 @@ impl ConsumerMember {
     }
 
     fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
-        let answered_fetch = matches!(sent, SentOffsets::Fetch { .. }) && result.is_ok();
         let (event, hint) = offsets::answer(sent, result, &self.fence());
-        if hint == Some(Hint::Rediscover) && !answered_fetch {
+        // Only Rediscover comes back for the consumer protocol (the fencing answers of a
+        // commit are read as NotMember/Retriable; the heartbeat does the fencing).
+        if hint == Some(Hint::Rediscover) {
             self.shell.coordinator_failed();
         }
         self.shell.events.push_back(event);

@@ -1871,6 +1871,30 @@ fn stale_member_epoch_is_retriable_in_the_group_and_not_member_after_leaving() {
     ),);
 }
 
+#[test]
+fn a_fetch_answered_not_coordinator_looks_the_coordinator_up_again() {
+    for code in [codes::NOT_COORDINATOR, codes::COORDINATOR_NOT_AVAILABLE] {
+        let mut h = Harness::joined(None);
+        h.m.fetch_offsets(vec![TopicPartition::new("t", 0)], h.now);
+        let f = h.one();
+        let group =
+            kafka_protocol::messages::offset_fetch_response::OffsetFetchResponseGroup::default()
+                .with_group_id(kafka_protocol::messages::GroupId(s("g")))
+                .with_error_code(code);
+        h.answer(
+            &f,
+            ResponseKind::OffsetFetch(
+                kafka_protocol::messages::OffsetFetchResponse::default().with_groups(vec![group]),
+            ),
+        );
+        assert!(
+            h.m.coordinator().is_none(),
+            "code {code}: the coordinator must be looked up again (markCoordinatorUnknown)"
+        );
+        assert!(h.drain().iter().any(is_find_coordinator), "code {code}");
+    }
+}
+
 // ----------------------------------------------------------------------- 10. auto fallback
 
 fn member(protocol: GroupProtocol) -> (Member, Instant) {
