@@ -7,6 +7,7 @@
 //!   request and response at the negotiated version.
 
 mod conn;
+mod layout;
 mod memory;
 mod sasl;
 mod tcp;

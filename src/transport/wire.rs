@@ -113,6 +113,12 @@ pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
 }
 
 /// Decodes a response frame (without its size prefix) of `api` sent at `version`.
+///
+/// For the responses this crate reads (ApiVersions, SaslHandshake, SaslAuthenticate,
+/// FindCoordinator, Metadata, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+/// OffsetFetch, ConsumerGroupHeartbeat) an array count, string or bytes length that claims more
+/// than the bytes left is a [`TransportError::Decode`] before anything is allocated for it.
+/// Answers to other APIs (sent as [`Request::Raw`]) are handed to kafka-protocol unchecked.
 pub fn decode_response(
     mut frame: Bytes,
     api: ApiKey,
@@ -133,12 +139,16 @@ pub fn decode_response(
     } else {
         version
     };
+    let decode_err = |reason: String| TransportError::Decode {
+        api,
+        version,
+        reason,
+    };
+    // Every count and length is checked against the bytes left before kafka-protocol reserves
+    // room for it (see `layout`): the published kafka-protocol 0.18.0 does not cap them.
+    super::layout::check_sizes(api, version, &frame).map_err(decode_err)?;
     let body =
-        ResponseKind::decode(api, &mut frame, version).map_err(|e| TransportError::Decode {
-            api,
-            version,
-            reason: e.to_string(),
-        })?;
+        ResponseKind::decode(api, &mut frame, version).map_err(|e| decode_err(e.to_string()))?;
     Ok(Response { version, body })
 }
 
@@ -310,8 +320,8 @@ mod tests {
 
     #[test]
     fn forged_array_counts_are_typed_errors() {
-        // A 12-byte answer claiming 2^32 - 2 ApiVersion entries; unpatched kafka-protocol reserves
-        // over 100 GiB for it and aborts the process (vendor/kafka-protocol/PATCHED.md).
+        // An answer claiming 2^32 - 2 ApiVersion entries; kafka-protocol 0.18.0 alone would
+        // reserve over 100 GiB for it and abort the process, the size walk (`layout`) refuses it.
         let mut f = BytesMut::new();
         f.put_i32(1); // correlation id (ApiVersions answers use header v0)
         f.put_i16(0); // error code
