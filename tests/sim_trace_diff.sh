@@ -43,7 +43,7 @@ echo "building the working tree ..." >&2
 # sources are touched so that it never does.
 find "$repo/src" "$repo/tests" "$repo/Cargo.toml" -type f -exec touch {} +
 after=$(binary "$repo")
-cmp -s "$before" "$after" && echo "warning: the two binaries are identical" >&2
+cmp -s "$out/sim_random.before" "$after" && echo "warning: the two binaries are identical" >&2
 cp "$after" "$out/sim_random.after"
 
 trace() {
