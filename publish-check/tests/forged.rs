@@ -453,6 +453,7 @@ async fn forged_answers_over_tcp_are_typed_errors() {
                 let request = Request::Raw {
                     body: Box::new(body),
                     versions: c.version..=c.version,
+                    fit: None,
                 };
                 transport.send(target, request, timeout).await.map(|_| ())
             }
