@@ -11,15 +11,15 @@ use std::collections::BTreeMap;
 use consumer_membership::MemberId;
 use consumer_membership::backoff::{ExponentialBackoff, JitterRng};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::classic::ClassicMember;
-use consumer_membership::core::classic::assignor::{self, MemberMetadata};
-use consumer_membership::core::classic::subscription::{
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::classic::ClassicMember;
+use consumer_membership::machine::classic::assignor::{self, MemberMetadata};
+use consumer_membership::machine::classic::subscription::{
     Assignment as ClassicAssignment, Subscription,
 };
-use consumer_membership::core::consumer::ConsumerMember;
-use consumer_membership::core::coordinator::{CoordinatorLookup, LookupConfig};
-use consumer_membership::core::events::Event;
+use consumer_membership::machine::consumer::ConsumerMember;
+use consumer_membership::machine::coordinator::{CoordinatorLookup, LookupConfig};
+use consumer_membership::machine::events::Event;
 use consumer_membership::request::{Outbound, Request, RequestId, Response};
 use consumer_membership::transport::wire::{self, BrokerVersions};
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -325,7 +325,7 @@ fn main() {
 /// Checks that every member owns at least one partition, no partition has two owners, and
 /// together they own exactly `0..partitions` of `topic`. `None` when it holds, else what is wrong.
 fn check_assignment<'a>(
-    owned: impl Iterator<Item = &'a [consumer_membership::core::TopicPartition]>,
+    owned: impl Iterator<Item = &'a [consumer_membership::machine::TopicPartition]>,
     topic: &str,
     partitions: usize,
 ) -> Option<String> {
@@ -365,8 +365,8 @@ mod sim {
 
     use consumer_membership::MemberId;
     use consumer_membership::config::{GroupConfig, GroupProtocol};
-    use consumer_membership::core::consumer::ConsumerMember;
-    use consumer_membership::core::member::Member;
+    use consumer_membership::machine::consumer::ConsumerMember;
+    use consumer_membership::machine::member::Member;
     use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
     use kafka_protocol::messages::ApiKey;
     use rand::{RngCore, SeedableRng};
@@ -616,8 +616,8 @@ mod broker {
 
     use consumer_membership::ClientConfig;
     use consumer_membership::config::{GroupConfig, GroupProtocol};
-    use consumer_membership::core::events::{CloseOptions, Event};
     use consumer_membership::driver::{GroupMember, MemberHandle};
+    use consumer_membership::machine::events::{CloseOptions, Event};
     use consumer_membership::metrics::HEARTBEAT_RESPONSE_TIME_MS;
     use consumer_membership::request::{Request, Response, Target};
     use consumer_membership::transport::{TcpTransport, Transport};

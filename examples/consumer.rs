@@ -20,10 +20,10 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::events::{CloseOptions, CommitOffset, Event};
-use consumer_membership::core::metadata::ClusterMetadata;
 use consumer_membership::driver::{GroupMember, MemberHandle};
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
+use consumer_membership::machine::metadata::ClusterMetadata;
 use consumer_membership::request::{Request, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, driver};

@@ -92,9 +92,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use consumer_membership::ClientConfig;
 use consumer_membership::config::GroupConfig;
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::events::{CloseOptions, CommitError, CommitOffset, Event};
 use consumer_membership::driver::{GroupMember, MemberHandle};
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::{CloseOptions, CommitError, CommitOffset, Event};
 use consumer_membership::properties;
 use consumer_membership::transport::TcpTransport;
 use fetch::{DataError, FetchOptions, Leaders, OFFSET_OUT_OF_RANGE, OffsetReset, Record};

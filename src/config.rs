@@ -256,7 +256,7 @@ pub struct GroupConfig {
     /// `heartbeat.interval.ms` (default 3 s); must be below the session timeout.
     pub heartbeat_interval: Duration,
     /// `max.poll.interval.ms` (default 300 s): the rebalance timeout sent in JoinGroup, and the
-    /// longest the application may go without [`poll`](crate::core::classic::ClassicMember::poll).
+    /// longest the application may go without [`poll`](crate::machine::classic::ClassicMember::poll).
     pub max_poll_interval: Duration,
     /// `partition.assignment.strategy`, by protocol name, preferred first (default
     /// `["range", "cooperative-sticky"]`, as the Java client).
@@ -267,7 +267,7 @@ pub struct GroupConfig {
     pub request_timeout: Duration,
     /// `default.api.timeout.ms` (default 60 s): how long an async commit or committed-offsets
     /// call may take in all, waiting for a coordinator and retries included, before it fails
-    /// with [`CommitError::TimedOut`](crate::core::events::CommitError::TimedOut).
+    /// with [`CommitError::TimedOut`](crate::machine::events::CommitError::TimedOut).
     pub default_api_timeout: Duration,
     /// `retry.backoff.ms` (default 100 ms).
     pub retry_backoff: Duration,
@@ -280,7 +280,7 @@ pub struct GroupConfig {
     /// Seed of the member's KIP-580 backoff jitter, and, for the consumer protocol without a
     /// [`member_id`](Self::member_id), of its member id ([`MemberId::from_seed`]).
     ///
-    /// The sans-IO core (`core::…::new`) reads no random source of its own, so the seed is one
+    /// The sans-IO core (`machine::…::new`) reads no random source of its own, so the seed is one
     /// of its inputs:
     /// - `Some(seed)`: used as given; a run with the same seeds replays exactly (simulations,
     ///   tests). Give every member its own seed: members with one seed retry in lockstep.
@@ -312,7 +312,7 @@ pub struct GroupConfig {
     /// JoinGroup; it exists so simulations and tests can show the difference. Default `false`
     /// (this crate's policy: the member id is kept). Applies to the classic protocol only
     /// (also after a `group.protocol=auto` fallback); see
-    /// [`ClassicMember::set_java_reset_policy`](crate::core::classic::ClassicMember::set_java_reset_policy).
+    /// [`ClassicMember::set_java_reset_policy`](crate::machine::classic::ClassicMember::set_java_reset_policy).
     #[cfg(feature = "sim")]
     pub java_reset_policy: bool,
 }
@@ -432,7 +432,7 @@ impl GroupConfig {
             );
         }
         for name in &self.assignors {
-            if crate::core::classic::assignor::by_name(name).is_none() {
+            if crate::machine::classic::assignor::by_name(name).is_none() {
                 return err(
                     "partition.assignment.strategy",
                     format!(

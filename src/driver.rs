@@ -9,9 +9,9 @@ use tokio::sync::mpsc;
 
 use crate::backoff::ExponentialBackoff;
 use crate::config::ClientConfig;
-use crate::core::Machine;
-use crate::core::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
 use crate::error::{Error, TransportError};
+use crate::machine::Machine;
+use crate::machine::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
 use crate::request::{Broker, Outbound, RequestId, Response};
 use crate::transport::Transport;
 
@@ -190,13 +190,13 @@ use backon::{ExponentialBuilder, Retryable};
 use tokio::sync::oneshot;
 
 use crate::config::GroupConfig;
-use crate::core::TopicPartition;
-use crate::core::classic::ApiMisuse;
-use crate::core::events::{
+use crate::machine::TopicPartition;
+use crate::machine::classic::ApiMisuse;
+use crate::machine::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
     RevokeTicket,
 };
-use crate::core::member::Member;
+use crate::machine::member::Member;
 use crate::member_id::MemberId;
 
 type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
@@ -242,7 +242,7 @@ pub struct Snapshot {
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use consumer_membership::config::{ClientConfig, GroupConfig};
-/// use consumer_membership::core::events::{CloseOptions, CommitOffset, Event};
+/// use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
 /// use consumer_membership::driver::GroupMember;
 /// use consumer_membership::transport::TcpTransport;
 ///

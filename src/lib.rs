@@ -6,7 +6,7 @@
 //! member id (KIP-1082).
 //!
 //! The crate has three layers:
-//! - [`core`]: sans-IO state machines. They are fed responses, timer ticks and an injected `now`,
+//! - [`machine`]: sans-IO state machines. They are fed responses, timer ticks and an injected `now`,
 //!   and return requests to send and deadlines. No sockets, clocks, runtimes or global RNG.
 //! - [`transport`]: the [`Transport`](transport::Transport) trait, a tokio TCP implementation of
 //!   the Kafka wire protocol and an in-memory one.
@@ -29,9 +29,9 @@
 
 pub mod backoff;
 pub mod config;
-pub mod core;
 pub mod driver;
 pub mod error;
+pub mod machine;
 pub mod member_id;
 pub mod metrics;
 pub mod properties;

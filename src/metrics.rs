@@ -64,8 +64,8 @@ use ::metrics::{
 };
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
-use crate::core::events::{CommitError, Event};
 use crate::error::{GroupError, TransportError, codes};
+use crate::machine::events::{CommitError, Event};
 use crate::request::{RequestId, Response};
 
 /// Successful rebalances (counter).
@@ -378,8 +378,8 @@ mod tests {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
     use super::*;
-    use crate::core::TopicPartition;
-    use crate::core::events::CommitId;
+    use crate::machine::TopicPartition;
+    use crate::machine::events::CommitId;
 
     /// Metric name + sorted labels -> value, from one snapshot.
     type Values = BTreeMap<(String, Vec<(String, String)>), DebugValue>;

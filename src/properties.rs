@@ -477,7 +477,7 @@ fn assignors(v: &str) -> Result<Vec<String>, ConfigError> {
     list(v)
         .into_iter()
         .map(|name| {
-            if crate::core::classic::assignor::by_name(&name).is_some() {
+            if crate::machine::classic::assignor::by_name(&name).is_some() {
                 return Ok(name);
             }
             JAVA_ASSIGNORS

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::{TestMember, group_config, unique, wait_balanced};
 use consumer_membership::GroupError;
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::events::{CloseOptions, CommitError, CommitOffset};
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::{CloseOptions, CommitError, CommitOffset};
 
 const T: Duration = Duration::from_secs(30);
 

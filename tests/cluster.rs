@@ -5,8 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use consumer_membership::core::metadata::ClusterMetadata;
 use consumer_membership::driver;
+use consumer_membership::machine::metadata::ClusterMetadata;
 use consumer_membership::request::{Broker, Request, Target};
 use consumer_membership::transport::Transport;
 

@@ -31,10 +31,10 @@ use bytes::Bytes;
 use common::java_peer::{self, JavaConsumer, PeerEvent};
 use common::{TestMember, unique, wait_balanced};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::events::{CloseOptions, CommitError, CommitOffset};
 use consumer_membership::driver::Snapshot;
 use consumer_membership::error::error_name;
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::{CloseOptions, CommitError, CommitOffset};
 use consumer_membership::request::{Request, Response, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{GroupError, MemberId, TransportError, driver};
@@ -532,7 +532,7 @@ async fn r01_broker_api_versions_and_find_coordinator() {
         b.release,
         b.source
     );
-    // The classic member's ranges (src/core/classic/member.rs) all have a common version.
+    // The classic member's ranges (src/machine/classic/member.rs) all have a common version.
     let mut negotiated = Vec::new();
     for (api, ours) in [
         (ApiKey::JoinGroup, 5..=9),

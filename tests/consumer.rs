@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::{Recorder, TestMember, unique, wait_balanced};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::events::{CloseOptions, CommitOffset};
 use consumer_membership::error::TransportError;
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::{CloseOptions, CommitOffset};
 use consumer_membership::request::{Request, Response, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use kafka_protocol::messages::RequestKind;
@@ -487,6 +487,6 @@ async fn regex_subscription_with_a_server_assignor() {
     .unwrap();
     assert_eq!(
         classic.subscribe_regex("x.*").await,
-        Err(consumer_membership::core::classic::ApiMisuse::RegexNeedsConsumerProtocol)
+        Err(consumer_membership::machine::classic::ApiMisuse::RegexNeedsConsumerProtocol)
     );
 }

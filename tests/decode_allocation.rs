@@ -10,8 +10,8 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::classic::subscription::{Assignment, Subscription};
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::api_versions_response::{ApiVersion, SupportedFeatureKey};
 use kafka_protocol::messages::consumer_group_heartbeat_response as cgh;

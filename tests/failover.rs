@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 use common::Cluster;
 use consumer_membership::GroupError;
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::events::CommitOffset;
-use consumer_membership::core::events::Event;
 use consumer_membership::driver::{GroupMember, MemberHandle, Snapshot};
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::CommitOffset;
+use consumer_membership::machine::events::Event;
 
 const NAME: &str = "kafka-it-failover";
 const PARTITIONS: usize = 6;

@@ -42,10 +42,10 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{ConnId, ConnPolicy, Proxy, Record, What};
 use consumer_membership::config::GroupConfig;
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::classic::ClassicMember;
-use consumer_membership::core::events::Event;
 use consumer_membership::driver;
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::classic::ClassicMember;
+use consumer_membership::machine::events::Event;
 use consumer_membership::request::{Request, RequestId, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, GroupError, TransportError};

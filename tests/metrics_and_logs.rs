@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{TestMember, group_config, unique, wait_balanced};
-use consumer_membership::core::events::{CloseOptions, Event};
 use consumer_membership::driver::GroupMember;
+use consumer_membership::machine::events::{CloseOptions, Event};
 use consumer_membership::metrics::{
     HEARTBEAT_RESPONSE_TIME_MS, REBALANCE_LATENCY_MS, REBALANCE_TOTAL, TIME_TO_FIRST_ASSIGNMENT_MS,
 };

@@ -67,15 +67,15 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use consumer_membership::MemberId;
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::classic::ApiMisuse;
-use consumer_membership::core::classic::subscription::{Assignment, Subscription};
-use consumer_membership::core::consumer::ConsumerMember;
-use consumer_membership::core::events::{
+use consumer_membership::error::TransportError;
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::classic::ApiMisuse;
+use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
+use consumer_membership::machine::consumer::ConsumerMember;
+use consumer_membership::machine::events::{
     CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
-use consumer_membership::core::member::Member;
-use consumer_membership::error::TransportError;
+use consumer_membership::machine::member::Member;
 use consumer_membership::request::{Outbound, Request, RequestId, Response, Target};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::consumer_group_heartbeat_response as cgh;
@@ -2192,7 +2192,7 @@ mod regressions {
         }
 
         /// After `handle_timeout(now)`, a deadline at or before now.
-        fn stuck_deadline(&mut self) -> Option<consumer_membership::core::timer::Timer> {
+        fn stuck_deadline(&mut self) -> Option<consumer_membership::machine::timer::Timer> {
             self.m.handle_timeout(self.now);
             self.drain();
             self.m

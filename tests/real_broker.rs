@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use consumer_membership::backoff::ExponentialBackoff;
-use consumer_membership::core::coordinator::{CoordinatorLookup, LookupConfig};
-use consumer_membership::core::metadata::ClusterMetadata;
+use consumer_membership::machine::coordinator::{CoordinatorLookup, LookupConfig};
+use consumer_membership::machine::metadata::ClusterMetadata;
 use consumer_membership::request::{CoordinatorKeyType, Request, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, TransportError, driver};
@@ -272,8 +272,8 @@ async fn connection_refused_retries_with_backoff_then_fails_typed() {
 #[tokio::test]
 async fn committed_offsets_give_up_after_default_api_timeout() {
     use consumer_membership::config::GroupConfig;
-    use consumer_membership::core::TopicPartition;
-    use consumer_membership::core::events::CommitError;
+    use consumer_membership::machine::TopicPartition;
+    use consumer_membership::machine::events::CommitError;
     let port = refused_port();
     let t = Arc::new(TcpTransport::new(
         ClientConfig::new(&format!("127.0.0.1:{port}")).unwrap(),

@@ -1,7 +1,7 @@
-//! The core under src/core/ must stay sans-IO: no async runtime, no sockets, no clock reads and no
+//! The core under src/machine/ must stay sans-IO: no async runtime, no sockets, no clock reads and no
 //! random source of its own (randomness comes in through its inputs: `GroupConfig::seed` and
 //! `GroupConfig::member_id`). This test fails the build when a line of code the core can reach
-//! names one: every file under src/core/, and every module of the crate that those files name in
+//! names one: every file under src/machine/, and every module of the crate that those files name in
 //! a `crate::` path, and so on (today src/request.rs, src/backoff.rs, src/error.rs,
 //! src/config.rs, src/member_id.rs and the test helpers in src/lib.rs). That includes calls that
 //! reach the operating system's RNG through another module (`MemberId::generate`,
@@ -112,14 +112,14 @@ fn crate_paths(code: &str) -> Vec<&str> {
     names
 }
 
-/// The files of the boundary: every `.rs` file under `src/core`, then each module that one of
+/// The files of the boundary: every `.rs` file under `src/machine`, then each module that one of
 /// them names in a `crate::` path (`crate::backoff` is `src/backoff.rs` or `src/backoff/`; a
 /// name with neither, such as the test helpers `crate::testutil`, is defined in `src/lib.rs`),
 /// and so on.
 fn reached(src: &Path) -> Vec<PathBuf> {
     let mut files = BTreeSet::new();
     let mut visited = BTreeSet::new();
-    let mut todo = vec![src.join("core")];
+    let mut todo = vec![src.join("machine")];
     while let Some(module) = todo.pop() {
         if !visited.insert(module.clone()) {
             continue;
@@ -167,7 +167,7 @@ fn function_lines(text: &str, name: &str) -> Option<(usize, usize)> {
     Some((start, end))
 }
 
-/// Scans the files the core reaches from `src/core` ([`reached`]): the files read, and one line
+/// Scans the files the core reaches from `src/machine` ([`reached`]): the files read, and one line
 /// per forbidden word found in a line of code, except where `allowed` allows it, plus one per
 /// allowance that allowed nothing.
 fn scan(src: &Path, allowed: &[Allowance]) -> (Vec<PathBuf>, Vec<String>) {
@@ -209,7 +209,7 @@ fn core_has_no_runtime_socket_clock_or_rng_of_its_own() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (files, hits) = scan(&src, ALLOWED);
     for module in [
-        "core/mod.rs",
+        "machine/mod.rs",
         "request.rs",
         "backoff.rs",
         "error.rs",
@@ -237,17 +237,17 @@ fn the_check_catches_a_violation() {
     // function only, and one that allows nothing is reported.
     let src = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sans_io_boundary_self_test");
     let _ = std::fs::remove_dir_all(&src);
-    let nested = src.join("core/consumer");
+    let nested = src.join("machine/consumer");
     std::fs::create_dir_all(&nested).unwrap();
     let write = |path: &str, text: &str| std::fs::write(src.join(path), text).unwrap();
     let bad: String = FORBIDDEN
         .iter()
         .map(|w| format!("    let _ = {w};\n"))
         .collect();
-    write("core/consumer/member.rs", &bad);
-    write("core/notes.txt", &bad);
+    write("machine/consumer/member.rs", &bad);
+    write("machine/notes.txt", &bad);
     write(
-        "core/mod.rs",
+        "machine/mod.rs",
         "use crate::backoff::JitterRng;\n\
          use crate::{\n    member_id::{self, MemberId},\n    request::Request,\n};\n\
          // The driver (crate::driver) runs this on tokio.\n\
@@ -255,7 +255,7 @@ fn the_check_catches_a_violation() {
          fn now() -> Instant {\n    crate::testutil::epoch()\n}\n",
     );
     write(
-        "core/comments.rs",
+        "machine/comments.rs",
         "    // Instant::now is for the driver\n\
          //! MemberId::generate and OsRng live outside the core\n\
          \t/// thread_rng: never here\n\
@@ -285,10 +285,10 @@ fn the_check_catches_a_violation() {
     let shown = |path: &str| src.join(path).display().to_string();
     let want_files: Vec<PathBuf> = [
         "backoff.rs",
-        "core/comments.rs",
-        "core/consumer/member.rs",
-        "core/mod.rs",
         "lib.rs",
+        "machine/comments.rs",
+        "machine/consumer/member.rs",
+        "machine/mod.rs",
         "member_id.rs",
         "request.rs",
     ]
@@ -299,7 +299,13 @@ fn the_check_catches_a_violation() {
     let mut want: Vec<String> = FORBIDDEN
         .iter()
         .enumerate()
-        .map(|(n, word)| format!("{}:{}: {word}: ", shown("core/consumer/member.rs"), n + 1))
+        .map(|(n, word)| {
+            format!(
+                "{}:{}: {word}: ",
+                shown("machine/consumer/member.rs"),
+                n + 1
+            )
+        })
         .collect();
     want.extend([
         format!("{}:1: Instant::now: ", shown("backoff.rs")),

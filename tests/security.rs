@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use common::{TestMember, unique};
 use consumer_membership::ClientConfig;
 use consumer_membership::config::{SaslMechanism, Secret, SecurityProtocol};
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::events::CommitOffset;
 use consumer_membership::error::TransportError;
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::CommitOffset;
 use consumer_membership::request::Target;
 use consumer_membership::transport::TcpTransport;
 

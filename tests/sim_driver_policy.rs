@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::classic::subscription::Assignment;
-use consumer_membership::core::events::{CloseOptions, Event};
 use consumer_membership::driver::GroupMember;
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::classic::subscription::Assignment;
+use consumer_membership::machine::events::{CloseOptions, Event};
 use consumer_membership::transport::MemoryTransport;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::leave_group_response::MemberResponse;

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use consumer_membership::MemberId;
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::core::consumer::ConsumerMember;
-use consumer_membership::core::events::CloseOptions;
-use consumer_membership::core::member::Member;
+use consumer_membership::machine::consumer::ConsumerMember;
+use consumer_membership::machine::events::CloseOptions;
+use consumer_membership::machine::member::Member;
 use consumer_membership::sim::codes;
 use consumer_membership::sim::network::NetConfig;
 use consumer_membership::sim::world::{MemberHandle, SimConfig, World};

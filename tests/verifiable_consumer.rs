@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{bootstrap, create_topic, transport, unique};
-use consumer_membership::core::TopicPartition;
+use consumer_membership::machine::TopicPartition;
 use serde_json::Value;
 
 const PARTITIONS: i32 = 3;

@@ -18,8 +18,8 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use consumer_membership::core::TopicPartition;
 use consumer_membership::error::{TransportError, error_name};
+use consumer_membership::machine::TopicPartition;
 use consumer_membership::request::{Broker, Request, Response, Target};
 use consumer_membership::transport::Transport;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};

@@ -11,8 +11,8 @@
 #![no_main]
 
 use bytes::Bytes;
-use consumer_membership::core::classic::subscription::{Assignment, Subscription};
-use consumer_membership::core::metadata::ClusterMetadata;
+use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
+use consumer_membership::machine::metadata::ClusterMetadata;
 use consumer_membership::transport::wire::{self, BrokerVersions};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use libfuzzer_sys::fuzz_target;

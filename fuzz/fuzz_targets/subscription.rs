@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use consumer_membership::core::classic::subscription::{Assignment, Subscription};
+use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

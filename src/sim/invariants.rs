@@ -21,9 +21,9 @@ use super::coordinator;
 use super::coordinator::SimCoordinator;
 use super::network::Queued;
 use super::world::{Action, World, fmt_partitions};
-use crate::core::TopicPartition;
+use crate::machine::TopicPartition;
 #[cfg(doc)]
-use crate::core::events::Event;
+use crate::machine::events::Event;
 
 /// What the invariants read from a live member, refreshed after the steps that touch it.
 #[derive(Debug, Clone, PartialEq)]

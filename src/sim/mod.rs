@@ -13,8 +13,8 @@
 //!   delivered on a connection it then closed are still read and processed (their answers are
 //!   dropped); seeded delays, drops and duplicates of answers.
 //! - [`world::World`]: members (anything implementing [`world::SimMember`], e.g.
-//!   [`ClassicMember`](crate::core::classic::ClassicMember) or
-//!   [`Member`](crate::core::member::Member)), the coordinator, the network and a virtual clock that
+//!   [`ClassicMember`](crate::machine::classic::ClassicMember) or
+//!   [`Member`](crate::machine::member::Member)), the coordinator, the network and a virtual clock that
 //!   jumps to the next deadline. One `step()` is one delivered frame, read, processed request,
 //!   answer or timer; the trace has one line per step and replays identically from the seed.
 //!   The invariants it checks after every step ([`world::World::violations`]) are in

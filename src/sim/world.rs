@@ -32,11 +32,11 @@ use super::coordinator::{
 use super::invariants::Snapshot;
 use super::network::{AnswerFate, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network};
 use crate::config::GroupConfig;
-use crate::core::classic::{ApiMisuse, ClassicMember};
-use crate::core::events::{CloseOptions, CommitId, CommitOffset, Event, RevokeTicket};
-use crate::core::member::Member;
-use crate::core::{Machine, TopicPartition};
 use crate::error::{ConfigError, GroupError, TransportError};
+use crate::machine::classic::{ApiMisuse, ClassicMember};
+use crate::machine::events::{CloseOptions, CommitId, CommitOffset, Event, RevokeTicket};
+use crate::machine::member::Member;
+use crate::machine::{Machine, TopicPartition};
 use crate::request::{Broker, Outbound, RequestId, Response, Target};
 use crate::transport::wire::{self, BrokerVersions};
 

@@ -162,10 +162,10 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use consumer_membership::config::GroupConfig;
-use consumer_membership::core::TopicPartition;
-use consumer_membership::core::events::Event;
 use consumer_membership::driver::{GroupMember, MemberHandle, Snapshot};
 use consumer_membership::error::TransportError;
+use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::Event;
 
 /// A transport that records every request it sends.
 pub struct Recorder<T> {

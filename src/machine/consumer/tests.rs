@@ -21,12 +21,12 @@ use uuid::Uuid;
 
 use super::{ConsumerMember, UNRELEASED_RECOVERIES};
 use crate::config::{GroupConfig, GroupProtocol};
-use crate::core::TopicPartition;
-use crate::core::classic::ApiMisuse;
-use crate::core::classic::subscription::Subscription;
-use crate::core::events::{CloseOptions, CommitError, CommitOffset, Event, RevokeTicket};
-use crate::core::member::Member;
 use crate::error::{GroupError, TransportError, codes};
+use crate::machine::TopicPartition;
+use crate::machine::classic::ApiMisuse;
+use crate::machine::classic::subscription::Subscription;
+use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, RevokeTicket};
+use crate::machine::member::Member;
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
 use crate::request::{Broker, Outbound, Request, Response, Target};
 

@@ -6,8 +6,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Assignor, MemberMetadata};
-use crate::core::TopicPartition;
-use crate::core::classic::subscription::Subscription;
+use crate::machine::TopicPartition;
+use crate::machine::classic::subscription::Subscription;
 
 pub(super) type Result = BTreeMap<String, Vec<TopicPartition>>;
 
@@ -284,7 +284,7 @@ fn random_subset(rng: &mut ChaCha8Rng, names: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// 100 members x 1000 partitions (10 topics of 100), all subscribed to everything. src/core may
+/// 100 members x 1000 partitions (10 topics of 100), all subscribed to everything. src/machine may
 /// not read a clock (tests/sans_io_boundary.rs), so the time is not asserted here; the test is
 /// named `*_is_fast` so `cargo test --lib is_fast` times it, and the algorithms are O(P log P).
 pub(super) fn assert_fast(assignor: &dyn Assignor) {

@@ -41,16 +41,16 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use crate::config::GroupConfig;
-use crate::core::TopicPartition;
-use crate::core::classic::ApiMisuse;
-use crate::core::events::{
+use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
+use crate::machine::TopicPartition;
+use crate::machine::classic::ApiMisuse;
+use crate::machine::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
-use crate::core::metadata::ClusterMetadata;
-use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::core::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
-use crate::core::timer::Timer;
-use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
+use crate::machine::metadata::ClusterMetadata;
+use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
+use crate::machine::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
+use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
 use crate::request::{Broker, Fit, Outbound, Reply, Request, RequestId, Response, Target};
 
@@ -157,7 +157,7 @@ struct Registration {
 }
 
 /// A KIP-848 consumer-protocol member (sans-IO), with the same inputs, outputs and events as
-/// [`ClassicMember`](crate::core::classic::ClassicMember).
+/// [`ClassicMember`](crate::machine::classic::ClassicMember).
 #[derive(Debug)]
 pub struct ConsumerMember {
     shell: Shell<Sent>,
@@ -377,7 +377,7 @@ impl ConsumerMember {
     /// Only the consumer protocol evaluates a regex: with `group.protocol=auto`, a broker that
     /// refuses the consumer protocol stops the member with
     /// [`GroupError::RegexNeedsConsumerProtocol`] instead of falling back to classic (see
-    /// [`Member::poll_event`](crate::core::member::Member::poll_event)).
+    /// [`Member::poll_event`](crate::machine::member::Member::poll_event)).
     pub fn subscribe_regex(
         &mut self,
         pattern: impl Into<String>,

@@ -13,9 +13,9 @@ use kafka_protocol::protocol::StrBytes;
 use super::ClassicMember;
 use super::subscription::{Assignment, Subscription};
 use crate::config::GroupConfig;
-use crate::core::TopicPartition;
-use crate::core::events::{CloseOptions, CommitError, CommitOffset, Event};
 use crate::error::{GroupError, codes};
+use crate::machine::TopicPartition;
+use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event};
 use crate::request::{Outbound, Request, Response};
 
 struct Harness {
@@ -611,7 +611,7 @@ fn leaves(out: &[Outbound]) -> usize {
 
 impl Harness {
     /// A deadline at or before now that `handle_timeout(now)` leaves in place (a driver spins).
-    fn stuck_deadline(&mut self) -> Option<crate::core::timer::Timer> {
+    fn stuck_deadline(&mut self) -> Option<crate::machine::timer::Timer> {
         self.m.handle_timeout(self.now);
         self.drain();
         self.m
@@ -660,7 +660,10 @@ impl Harness {
     }
 
     /// Stable, with the Revoking ticket of an eager rebalance (REBALANCE_IN_PROGRESS) out.
-    fn revoking(instance: Option<&str>, member: &str) -> (Self, crate::core::events::RevokeTicket) {
+    fn revoking(
+        instance: Option<&str>,
+        member: &str,
+    ) -> (Self, crate::machine::events::RevokeTicket) {
         let mut h = Self::stable(instance, member);
         let hb = h.heartbeat();
         h.heartbeat_answer(&hb, 27);
@@ -788,7 +791,7 @@ fn close_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
     // Calls after close do not undo it.
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
-        Err(crate::core::classic::ApiMisuse::Stopped)
+        Err(crate::machine::classic::ApiMisuse::Stopped)
     );
     h.m.unsubscribe(h.now);
     assert_eq!(h.m.state(), "AwaitRevoke");
@@ -859,7 +862,7 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
     h.m.unsubscribe(h.now);
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
-        Err(crate::core::classic::ApiMisuse::Stopped)
+        Err(crate::machine::classic::ApiMisuse::Stopped)
     );
     h.m.poll(h.now);
     h.advance(Duration::from_secs(31));
@@ -905,7 +908,7 @@ impl Harness {
 
     /// A dynamic member ("m-1") with only `cooperative-sticky`: stable with t-0 and t-1, then a
     /// cooperative rebalance moves t-1 away: the ticket covers t-1 only, t-0 stays owned.
-    fn cooperative_revoking() -> (Self, crate::core::events::RevokeTicket) {
+    fn cooperative_revoking() -> (Self, crate::machine::events::RevokeTicket) {
         let now = crate::testutil::epoch();
         let mut c = config(None);
         c.assignors = vec!["cooperative-sticky".to_string()];
@@ -1065,7 +1068,7 @@ fn unsubscribe_during_a_revocation_leaves_without_the_ticket_after_max_poll_inte
     assert_eq!(h.m.state(), "Leaving");
     assert_eq!(
         h.m.complete_revocation(ticket, h.now),
-        Err(crate::core::classic::ApiMisuse::UnknownTicket),
+        Err(crate::machine::classic::ApiMisuse::UnknownTicket),
         "too late"
     );
     h.answer(
@@ -1176,7 +1179,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
     assert_eq!(h.m.state(), "AwaitRevoke");
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
-        Err(crate::core::classic::ApiMisuse::Stopped)
+        Err(crate::machine::classic::ApiMisuse::Stopped)
     );
     h.m.complete_revocation(ticket, h.now).unwrap();
     let leave = h.one();

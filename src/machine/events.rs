@@ -10,7 +10,7 @@ use crate::error::GroupError;
 /// Only the member creates tickets, and [`complete_revocation`] consumes one, so a member cannot
 /// acknowledge or rejoin before the application said it is done.
 ///
-/// [`complete_revocation`]: crate::core::classic::ClassicMember::complete_revocation
+/// [`complete_revocation`]: crate::machine::classic::ClassicMember::complete_revocation
 #[derive(PartialEq, Eq)]
 #[must_use = "hand the ticket back with complete_revocation once offsets are committed"]
 pub struct RevokeTicket {

@@ -393,7 +393,7 @@ mod tests {
         while let Some(o) = m.poll_request() {
             sent.push(o);
         }
-        m.close(crate::core::events::CloseOptions::Default, now);
+        m.close(crate::machine::events::CloseOptions::Default, now);
         while let Some(o) = m.poll_request() {
             sent.push(o);
         }

@@ -15,7 +15,7 @@ use kafka_protocol::messages::consumer_protocol_subscription as wire_subscriptio
 use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::core::TopicPartition;
+use crate::machine::TopicPartition;
 
 /// The newest `ConsumerProtocolSubscription` / `ConsumerProtocolAssignment` version this crate
 /// knows; it is what [`Subscription::encode`] and [`Assignment::encode`] write (Java's
@@ -565,7 +565,7 @@ mod tests {
     #[test]
     fn forged_huge_array_count_is_an_error_quickly() {
         // "Quickly": the vendored decoder caps a forged count by the bytes left before reserving,
-        // so none of these allocates more than the input. (No clock here: src/core may not read
+        // so none of these allocates more than the input. (No clock here: src/machine may not read
         // one, see tests/sans_io_boundary.rs.)
         // Subscription: v3, topics count i32::MAX and nothing else.
         let mut forged = vec![0, 3];

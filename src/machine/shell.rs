@@ -41,7 +41,7 @@ pub(crate) trait PhaseName {
 /// of its fields); `Closed` and `Fatal(GroupError)` are the stopped ones.
 macro_rules! phases {
     ($($variant:ident $({ $($named:tt)* })? $(( $($unnamed:tt)* ))?),* $(,)?) => {
-        impl $crate::core::shell::PhaseName for Phase {
+        impl $crate::machine::shell::PhaseName for Phase {
             fn name(&self) -> &'static str {
                 match self {
                     $(Phase::$variant $({ $($named)* })? $(( $($unnamed)* ))? => stringify!($variant),)*
@@ -64,14 +64,14 @@ pub(crate) use phases;
 /// generation (or epoch) field, whose partitions `take_owned` gives up.
 macro_rules! skeleton {
     ($ty:ty, $generation:ident, |$m:ident| $take_owned:expr) => {
-        impl $crate::core::shell::Skeleton for $ty {
+        impl $crate::machine::shell::Skeleton for $ty {
             type Phase = Phase;
             type Sent = Sent;
 
             fn parts(
                 &mut self,
             ) -> (
-                &mut $crate::core::shell::Shell<Sent>,
+                &mut $crate::machine::shell::Shell<Sent>,
                 &mut Phase,
                 &dyn std::fmt::Display,
                 i32,
@@ -88,11 +88,11 @@ macro_rules! skeleton {
                 &self.phase
             }
 
-            fn shell_ref(&self) -> &$crate::core::shell::Shell<Sent> {
+            fn shell_ref(&self) -> &$crate::machine::shell::Shell<Sent> {
                 &self.shell
             }
 
-            fn take_owned(&mut self) -> Vec<$crate::core::TopicPartition> {
+            fn take_owned(&mut self) -> Vec<$crate::machine::TopicPartition> {
                 let $m = self;
                 $take_owned
             }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use super::subscription::Subscription;
-use crate::core::TopicPartition;
+use crate::machine::TopicPartition;
 
 mod cooperative_sticky;
 mod range;

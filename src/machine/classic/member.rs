@@ -52,15 +52,15 @@ use kafka_protocol::protocol::StrBytes;
 use super::assignor::{self, Assignor, MemberMetadata, RebalanceProtocol};
 use super::subscription::{Assignment, Subscription};
 use crate::config::GroupConfig;
-use crate::core::TopicPartition;
-use crate::core::events::{
+use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
+use crate::machine::TopicPartition;
+use crate::machine::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
-use crate::core::metadata::ClusterMetadata;
-use crate::core::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::core::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
-use crate::core::timer::Timer;
-use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
+use crate::machine::metadata::ClusterMetadata;
+use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
+use crate::machine::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
+use crate::machine::timer::Timer;
 use crate::request::{Broker, Fit, Outbound, Reply, RequestId, Response};
 
 /// `ConsumerProtocol.PROTOCOL_TYPE`.
@@ -237,7 +237,7 @@ struct EmptyJoins {
 }
 
 /// A classic-protocol group member (sans-IO). See the module docs for the state diagram and the
-/// identity rules, and [`crate::core`] for the drive contract.
+/// identity rules, and [`crate::machine`] for the drive contract.
 #[derive(Debug)]
 pub struct ClassicMember {
     shell: Shell<Sent>,

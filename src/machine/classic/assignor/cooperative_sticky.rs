@@ -10,8 +10,8 @@ use super::{
     Assignor, MemberMetadata, RebalanceProtocol, assignable_topics, empty_assignment,
     partition_count, unique_members,
 };
-use crate::core::TopicPartition;
-use crate::core::classic::subscription::Subscription;
+use crate::machine::TopicPartition;
+use crate::machine::classic::subscription::Subscription;
 
 pub(super) const NAME: &str = "cooperative-sticky";
 
