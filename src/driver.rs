@@ -190,8 +190,8 @@ use backon::{ExponentialBuilder, Retryable};
 use tokio::sync::oneshot;
 
 use crate::config::GroupConfig;
+use crate::error::ApiMisuse;
 use crate::machine::TopicPartition;
-use crate::machine::classic::ApiMisuse;
 use crate::machine::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
     RevokeTicket,
@@ -394,7 +394,7 @@ impl MemberHandle {
             let offsets = offsets.clone();
             self.ask(|tx| Command::Commit(offsets, tx))
                 .await
-                .unwrap_or_else(|| Err(CommitError::Stopped("member task ended".into())))
+                .unwrap_or(Err(CommitError::Closed))
         };
         let retried = once
             .retry(self.retry)
@@ -410,7 +410,7 @@ impl MemberHandle {
             let partitions = partitions.clone();
             self.ask(|tx| Command::Fetch(partitions, tx))
                 .await
-                .unwrap_or_else(|| Err(CommitError::Stopped("member task ended".into())))
+                .unwrap_or(Err(CommitError::Closed))
         };
         let retried = once
             .retry(self.retry)

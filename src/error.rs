@@ -19,6 +19,31 @@ pub enum Error {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A call the member cannot take in its state (a stale ticket, a call after `close()`).
+    #[error(transparent)]
+    Misuse(#[from] ApiMisuse),
+    /// A commit or an offset fetch failed.
+    #[error(transparent)]
+    Commit(#[from] crate::machine::events::CommitError),
+}
+
+/// Misuse of the member's API by the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiMisuse {
+    /// The ticket does not belong to the revocation the member waits for.
+    #[error("this revocation ticket is not the one the member waits for")]
+    UnknownTicket,
+    /// The subscription has no topic.
+    #[error("subscribe needs at least one topic")]
+    EmptySubscription,
+    /// The member was closed (`close()` was called, also while its leave is still under way) or
+    /// stopped by a terminal error.
+    #[error("the member is closed or stopped")]
+    Stopped,
+    /// Regular-expression subscriptions are evaluated by the broker, in the consumer protocol only.
+    #[error("subscribing by regular expression needs group.protocol=consumer")]
+    RegexNeedsConsumerProtocol,
 }
 
 /// A failure of one request on a connection. Every request in flight on a connection that fails

@@ -166,7 +166,9 @@ async fn duplicate_instance_id_fences_exactly_one() {
         .await;
     match &r {
         Err(CommitError::FencedInstanceId { instance_id }) => assert_eq!(instance_id, "same"),
-        Err(CommitError::Stopped(msg)) => assert!(msg.contains("FENCED_INSTANCE_ID"), "{msg}"),
+        Err(CommitError::Fatal(e)) => {
+            assert!(matches!(e, GroupError::FencedInstanceId { .. }), "{e:?}")
+        }
         other => panic!("commit from the fenced process: {other:?}"),
     }
     let deadline = Instant::now() + T;

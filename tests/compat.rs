@@ -858,7 +858,7 @@ async fn r06_classic_duplicate_instance_id_is_fenced() {
             assert_eq!(instance_id, "same");
             "FENCED_INSTANCE_ID".to_string()
         }
-        Err(CommitError::Stopped(msg)) if msg.contains("FENCED_INSTANCE_ID") => {
+        Err(CommitError::Fatal(GroupError::FencedInstanceId { .. })) => {
             "FENCED_INSTANCE_ID (member already stopped)".to_string()
         }
         other => panic!("commit from the fenced process: {other:?}"),

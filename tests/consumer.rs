@@ -487,6 +487,6 @@ async fn regex_subscription_with_a_server_assignor() {
     .unwrap();
     assert_eq!(
         classic.subscribe_regex("x.*").await,
-        Err(consumer_membership::machine::classic::ApiMisuse::RegexNeedsConsumerProtocol)
+        Err(consumer_membership::error::ApiMisuse::RegexNeedsConsumerProtocol)
     );
 }

@@ -67,9 +67,9 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use consumer_membership::MemberId;
 use consumer_membership::config::{GroupConfig, GroupProtocol};
+use consumer_membership::error::ApiMisuse;
 use consumer_membership::error::TransportError;
 use consumer_membership::machine::TopicPartition;
-use consumer_membership::machine::classic::ApiMisuse;
 use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
 use consumer_membership::machine::consumer::ConsumerMember;
 use consumer_membership::machine::events::{

@@ -87,9 +87,12 @@ pub enum CommitError {
         /// The Kafka error code.
         code: i16,
     },
-    /// The member stopped (fatal error or closed).
-    #[error("the member is stopped: {0}")]
-    Stopped(String),
+    /// The member is closed (`close()` was called, or its task ended).
+    #[error("the member is closed")]
+    Closed,
+    /// The member stopped for good on this error (see [`Event::Fatal`]).
+    #[error("the member stopped: {0}")]
+    Fatal(GroupError),
     /// No outcome within `default.api.timeout.ms` (no coordinator reachable, or retriable
     /// errors throughout), as the Java client's `commitSync` / `committed` throw
     /// `TimeoutException`. A commit that timed out may still be applied later.

@@ -5,11 +5,12 @@
 use std::time::Instant;
 
 use super::TopicPartition;
-use super::classic::{ApiMisuse, ClassicMember};
+use super::classic::ClassicMember;
 use super::consumer::ConsumerMember;
 use super::events::{CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket};
 use super::timer::Timer;
 use crate::config::{GroupConfig, GroupProtocol};
+use crate::error::ApiMisuse;
 use crate::error::{ConfigError, GroupError, TransportError};
 use crate::request::{Broker, Outbound, RequestId, Response};
 

@@ -353,10 +353,9 @@ fn commit_error(
                     (CommitError::Retriable { code }, Some(Hint::Rediscover))
                 }
                 ErrorAction::RetryBackoff => (CommitError::Retriable { code }, None),
-                ErrorAction::Fatal(GroupError::GroupAuthorizationFailed { group }) => (
-                    CommitError::Stopped(format!("not authorized to use group {group:?}")),
-                    Some(Hint::Fatal(GroupError::GroupAuthorizationFailed { group })),
-                ),
+                ErrorAction::Fatal(error @ GroupError::GroupAuthorizationFailed { .. }) => {
+                    (CommitError::Fatal(error.clone()), Some(Hint::Fatal(error)))
+                }
                 _ => (
                     CommitError::Rejected {
                         partition: tp,

@@ -14,13 +14,13 @@ use kafka_protocol::messages::{GroupId, RequestKind};
 use kafka_protocol::protocol::StrBytes;
 
 use super::TopicPartition;
-use super::classic::ApiMisuse;
 use super::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
 use super::events::{CommitError, CommitId, CommitOffset, Event, FetchId};
 use super::offsets::OffsetQueue;
 use super::timer::{Timer, TimerTable};
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::GroupConfig;
+use crate::error::ApiMisuse;
 use crate::error::GroupError;
 use crate::request::{Broker, Fit, Outbound, Reply, Request, RequestId, RequestIds, Target};
 
@@ -35,6 +35,8 @@ pub(crate) trait PhaseName {
     fn stopped(&self) -> bool;
     /// The phase of a member stopped by `error`.
     fn fatal(error: GroupError) -> Self;
+    /// Why a commit or fetch is refused once the member stopped: `None` while it runs.
+    fn stop_error(&self) -> Option<crate::machine::events::CommitError>;
 }
 
 /// Implements [`PhaseName`] for a member's `Phase` from its variants (each with the pattern
@@ -54,6 +56,15 @@ macro_rules! phases {
 
             fn fatal(error: $crate::error::GroupError) -> Self {
                 Phase::Fatal(error)
+            }
+
+            fn stop_error(&self) -> Option<$crate::machine::events::CommitError> {
+                use $crate::machine::events::CommitError;
+                match self {
+                    Phase::Closed => Some(CommitError::Closed),
+                    Phase::Fatal(error) => Some(CommitError::Fatal(error.clone())),
+                    _ => None,
+                }
             }
         }
     };
@@ -193,8 +204,7 @@ pub(crate) trait Skeleton {
         }
         self.lose_owned("fatal error");
         tracing::error!(group = %self.shell().config.group_id, %error, "member stopped");
-        self.shell()
-            .fail_offsets(CommitError::Stopped(error.to_string()));
+        self.shell().fail_offsets(CommitError::Fatal(error.clone()));
         self.set_phase(Self::Phase::fatal(error.clone()), "fatal error");
         self.shell().events.push_back(Event::Fatal(error));
     }
@@ -202,9 +212,7 @@ pub(crate) trait Skeleton {
     /// Queues a fetch of the committed offsets of `partitions` (refused once stopped).
     fn queue_fetch(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
         self.shell().advance(now);
-        let refusal = self
-            .stopped()
-            .then(|| CommitError::Stopped(self.phase().name().into()));
+        let refusal = self.phase().stop_error();
         let shell = self.shell();
         let id = FetchId(shell.next_op());
         shell

@@ -32,8 +32,9 @@ use super::coordinator::{
 use super::invariants::Snapshot;
 use super::network::{AnswerFate, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network};
 use crate::config::GroupConfig;
+use crate::error::ApiMisuse;
 use crate::error::{ConfigError, GroupError, TransportError};
-use crate::machine::classic::{ApiMisuse, ClassicMember};
+use crate::machine::classic::ClassicMember;
 use crate::machine::events::{CloseOptions, CommitId, CommitOffset, Event, RevokeTicket};
 use crate::machine::member::Member;
 use crate::machine::{Machine, TopicPartition};

@@ -52,7 +52,9 @@ use kafka_protocol::protocol::StrBytes;
 use super::assignor::{self, Assignor, MemberMetadata, RebalanceProtocol};
 use super::subscription::{Assignment, Subscription};
 use crate::config::GroupConfig;
-use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
+use crate::error::{
+    ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
+};
 use crate::machine::TopicPartition;
 use crate::machine::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
@@ -97,25 +99,6 @@ fn fit(body: RequestKind, version: i16) -> RequestKind {
         }
         other => other,
     }
-}
-
-/// Misuse of the member's API by the caller.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ApiMisuse {
-    /// The ticket does not belong to the revocation the member waits for.
-    #[error("this revocation ticket is not the one the member waits for")]
-    UnknownTicket,
-    /// The subscription has no topic.
-    #[error("subscribe needs at least one topic")]
-    EmptySubscription,
-    /// The member was closed (`close()` was called, also while its leave is still under way) or
-    /// stopped by a terminal error.
-    #[error("the member is closed or stopped")]
-    Stopped,
-    /// Regular-expression subscriptions are evaluated by the broker, in the consumer protocol only.
-    #[error("subscribing by regular expression needs group.protocol=consumer")]
-    RegexNeedsConsumerProtocol,
 }
 
 /// Where the member stands. Each variant holds only its own data.
@@ -557,7 +540,7 @@ impl ClassicMember {
     /// Why a commit cannot go out now, if it cannot.
     fn commit_refusal(&self) -> Option<CommitError> {
         match &self.phase {
-            Phase::Closed | Phase::Fatal(_) => Some(CommitError::Stopped(self.phase.name().into())),
+            Phase::Closed | Phase::Fatal(_) => self.phase.stop_error(),
             // The Java client commits only with a stable generation (generationIfStable); while
             // revoking the member still holds its generation, so commits go through.
             Phase::Stable | Phase::AwaitRevoke { .. } if self.generation >= 0 => None,
@@ -864,8 +847,7 @@ impl ClassicMember {
 
     fn finish_leave(&mut self, then_close: bool, reason: &'static str) {
         if then_close {
-            self.shell
-                .fail_offsets(CommitError::Stopped("closed".into()));
+            self.shell.fail_offsets(CommitError::Closed);
             self.set_phase(Phase::Closed, reason);
             self.shell.events.push_back(Event::Closed);
         } else if !self.topics.is_empty() {

@@ -5,7 +5,7 @@ pub mod assignor;
 mod member;
 pub mod subscription;
 
-pub use member::{ApiMisuse, ClassicMember};
+pub use member::ClassicMember;
 
 #[cfg(test)]
 mod tests;

@@ -791,7 +791,7 @@ fn close_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
     // Calls after close do not undo it.
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
-        Err(crate::machine::classic::ApiMisuse::Stopped)
+        Err(crate::error::ApiMisuse::Stopped)
     );
     h.m.unsubscribe(h.now);
     assert_eq!(h.m.state(), "AwaitRevoke");
@@ -862,7 +862,7 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
     h.m.unsubscribe(h.now);
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
-        Err(crate::machine::classic::ApiMisuse::Stopped)
+        Err(crate::error::ApiMisuse::Stopped)
     );
     h.m.poll(h.now);
     h.advance(Duration::from_secs(31));
@@ -1068,7 +1068,7 @@ fn unsubscribe_during_a_revocation_leaves_without_the_ticket_after_max_poll_inte
     assert_eq!(h.m.state(), "Leaving");
     assert_eq!(
         h.m.complete_revocation(ticket, h.now),
-        Err(crate::machine::classic::ApiMisuse::UnknownTicket),
+        Err(crate::error::ApiMisuse::UnknownTicket),
         "too late"
     );
     h.answer(
@@ -1179,7 +1179,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
     assert_eq!(h.m.state(), "AwaitRevoke");
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
-        Err(crate::machine::classic::ApiMisuse::Stopped)
+        Err(crate::error::ApiMisuse::Stopped)
     );
     h.m.complete_revocation(ticket, h.now).unwrap();
     let leave = h.one();

@@ -41,9 +41,9 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use crate::config::GroupConfig;
+use crate::error::ApiMisuse;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
 use crate::machine::TopicPartition;
-use crate::machine::classic::ApiMisuse;
 use crate::machine::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
@@ -521,7 +521,7 @@ impl ConsumerMember {
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
         self.queue_commit(offsets, now, |m| {
             if m.stopped() {
-                Some(CommitError::Stopped(m.phase.name().into()))
+                m.phase.stop_error()
             } else if m.epoch <= 0 || !m.in_group() {
                 Some(CommitError::NotMember {
                     reason: "the member holds no epoch".into(),
@@ -760,8 +760,7 @@ impl ConsumerMember {
         self.incarnation += 1;
         match then {
             AfterLeave::Close => {
-                self.shell
-                    .fail_offsets(CommitError::Stopped("closed".into()));
+                self.shell.fail_offsets(CommitError::Closed);
                 self.set_phase(Phase::Closed, "left");
                 self.shell.events.push_back(Event::Closed);
             }

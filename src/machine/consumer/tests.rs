@@ -21,9 +21,9 @@ use uuid::Uuid;
 
 use super::{ConsumerMember, UNRELEASED_RECOVERIES};
 use crate::config::{GroupConfig, GroupProtocol};
+use crate::error::ApiMisuse;
 use crate::error::{GroupError, TransportError, codes};
 use crate::machine::TopicPartition;
-use crate::machine::classic::ApiMisuse;
 use crate::machine::classic::subscription::Subscription;
 use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, RevokeTicket};
 use crate::machine::member::Member;
