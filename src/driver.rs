@@ -198,21 +198,22 @@ use crate::machine::events::{
 };
 use crate::machine::member::Member;
 use crate::member_id::MemberId;
+use kafka_protocol::messages::{RequestKind, ResponseKind};
 
 type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
 
 enum Command {
     Subscribe(Vec<String>, oneshot::Sender<Result<(), ApiMisuse>>),
     SubscribeRegex(String, oneshot::Sender<Result<(), ApiMisuse>>),
-    Unsubscribe,
-    Poll,
+    Unsubscribe(oneshot::Sender<Result<(), ApiMisuse>>),
+    Poll(oneshot::Sender<Result<(), ApiMisuse>>),
     CompleteRevocation(RevokeTicket, oneshot::Sender<Result<(), ApiMisuse>>),
     Commit(Vec<CommitOffset>, oneshot::Sender<Result<(), CommitError>>),
     Fetch(
         Vec<TopicPartition>,
         oneshot::Sender<Result<Offsets, CommitError>>,
     ),
-    Close(CloseOptions, oneshot::Sender<()>),
+    Close(CloseOptions, oneshot::Sender<CloseOutcome>),
     Snapshot(oneshot::Sender<Snapshot>),
 }
 
@@ -238,13 +239,39 @@ pub struct Snapshot {
 /// A group member running on tokio, classic or KIP-848 by `group.protocol`: the async face of
 /// [`Member`].
 ///
+/// # Calls and events
+///
+/// Every call that the member's task answers is `async` and returns a `Result` whose error
+/// converts into [`crate::Error`] (so `?` works in a function returning it); the member
+/// itself is driven by its own task, so nothing needs to be polled for heartbeats to go out.
+/// Events come from [`next_event`](GroupMember::next_event) or, as a
+/// [`Stream`](futures_core::Stream), from the member itself. Waiting for the next event counts
+/// as the application polling (`max.poll.interval.ms`).
+///
+/// Events still arrive after [`close`](GroupMember::close): the partitions released
+/// ([`Event::Revoked`]), the state changes of the leave, and [`Event::Closed`]; drain them until
+/// `None`. [`handle`](GroupMember::handle) gives a clonable [`MemberHandle`] for other tasks
+/// (for example one that commits while this one reads events).
+///
+/// # Runtime
+///
+/// [`start`](GroupMember::start) spawns the member's task with [`tokio::spawn`]: call it within
+/// a tokio runtime (either flavour; it panics otherwise, as `tokio::spawn` does). The task ends
+/// after [`Event::Closed`], after a fatal error, or when the member and every handle are dropped
+/// (it then closes with [`CloseOptions::Default`]).
+///
+/// # Topics
+///
+/// The member never creates topics. A subscribed topic that does not exist leaves the member in
+/// the group with nothing assigned from it; the group's assignment follows once the topic is
+/// created.
+///
 /// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo() -> Result<(), consumer_membership::Error> {
 /// use std::sync::Arc;
-/// use consumer_membership::config::{ClientConfig, GroupConfig};
-/// use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
-/// use consumer_membership::driver::GroupMember;
-/// use consumer_membership::transport::TcpTransport;
+/// use consumer_membership::{
+///     ClientConfig, CloseOptions, CommitOffset, Event, GroupConfig, GroupMember, TcpTransport,
+/// };
 ///
 /// let transport = Arc::new(TcpTransport::new(ClientConfig::new("127.0.0.1:9092")?));
 /// let group = GroupConfig::new("orders").with_instance_id("orders-worker-1");
@@ -264,7 +291,8 @@ pub struct Snapshot {
 ///     }
 /// #   break;
 /// }
-/// member.close(CloseOptions::Default).await;
+/// let outcome = member.close(CloseOptions::Default).await;
+/// println!("closed: {outcome:?}");
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
@@ -274,7 +302,7 @@ pub struct GroupMember {
 }
 
 /// The command side of a [`GroupMember`]: cheap to clone, usable from any task (for example to
-/// commit while another task handles events).
+/// commit while another task handles events). Its calls are those of the member.
 #[derive(Debug, Clone)]
 pub struct MemberHandle {
     commands: mpsc::UnboundedSender<Command>,
@@ -284,6 +312,27 @@ pub struct MemberHandle {
     retry: ExponentialBuilder,
 }
 
+/// How a [`close`](GroupMember::close) ended: whether the coordinator heard the member leave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseOutcome {
+    /// The leave (LeaveGroup, or the KIP-848 heartbeat with epoch -1, or -2 for a static member
+    /// that keeps its place) was answered.
+    Left {
+        /// The Kafka error code the coordinator answered with, if not 0 (the member is closed
+        /// either way; [`error_name`](crate::error::error_name) names it).
+        error: Option<i16>,
+    },
+    /// No leave was due: [`CloseOptions::RemainInGroup`], a classic static member with
+    /// [`CloseOptions::Default`], a member that was not in the group, or one already stopped.
+    NotDue,
+    /// The leave went out but could not be delivered (the member is closed; the coordinator
+    /// drops it when its session times out).
+    Failed(TransportError),
+    /// No answer within `request.timeout.ms` (the member's task carries on closing).
+    TimedOut,
+}
+
 impl GroupMember {
     /// Validates `config` and starts the member's task (nothing is sent before `subscribe`).
     ///
@@ -291,6 +340,10 @@ impl GroupMember {
     /// client): a broker serves one request per connection at a time, so a JoinGroup parked for a
     /// rebalance would hold up every other member's heartbeats and SyncGroup on a shared
     /// coordinator connection.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (the member's task is spawned with [`tokio::spawn`]).
     pub fn start<T: Transport>(
         transport: Arc<T>,
         mut config: GroupConfig,
@@ -324,18 +377,75 @@ impl GroupMember {
         self.handle.clone()
     }
 
-    /// The next event. Waiting here counts as the application polling (`max.poll.interval.ms`).
-    /// `None` once the member's task ended.
+    /// The next event; `None` once the member's task ended (after [`Event::Closed`] or a fatal
+    /// error). Waiting here counts as the application polling (`max.poll.interval.ms`).
+    ///
+    /// Cancel-safe: a `next_event()` dropped before it finished (a `select!` branch that lost)
+    /// loses no event.
     pub async fn next_event(&mut self) -> Option<Event> {
-        self.handle.poll();
+        self.handle.mark_polled();
         self.events.recv().await
+    }
+
+    /// See [`MemberHandle::subscribe`].
+    pub async fn subscribe(
+        &self,
+        topics: impl IntoIterator<Item = String>,
+    ) -> Result<(), ApiMisuse> {
+        self.handle.subscribe(topics).await
+    }
+
+    /// See [`MemberHandle::subscribe_regex`].
+    pub async fn subscribe_regex(&self, pattern: impl Into<String>) -> Result<(), ApiMisuse> {
+        self.handle.subscribe_regex(pattern).await
+    }
+
+    /// See [`MemberHandle::unsubscribe`].
+    pub async fn unsubscribe(&self) -> Result<(), ApiMisuse> {
+        self.handle.unsubscribe().await
+    }
+
+    /// See [`MemberHandle::poll`].
+    pub async fn poll(&self) -> Result<(), ApiMisuse> {
+        self.handle.poll().await
+    }
+
+    /// See [`MemberHandle::complete_revocation`].
+    pub async fn complete_revocation(&self, ticket: RevokeTicket) -> Result<(), ApiMisuse> {
+        self.handle.complete_revocation(ticket).await
+    }
+
+    /// See [`MemberHandle::commit`].
+    pub async fn commit(&self, offsets: Vec<CommitOffset>) -> Result<(), CommitError> {
+        self.handle.commit(offsets).await
+    }
+
+    /// See [`MemberHandle::committed`].
+    pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
+        self.handle.committed(partitions).await
+    }
+
+    /// See [`MemberHandle::snapshot`].
+    pub async fn snapshot(&self) -> Option<Snapshot> {
+        self.handle.snapshot().await
+    }
+
+    /// See [`MemberHandle::close`]. Keep reading events after it until `None`.
+    pub async fn close(&self, options: CloseOptions) -> CloseOutcome {
+        self.handle.close(options).await
     }
 }
 
-impl std::ops::Deref for GroupMember {
-    type Target = MemberHandle;
-    fn deref(&self) -> &MemberHandle {
-        &self.handle
+impl futures_core::Stream for GroupMember {
+    type Item = Event;
+
+    /// The events of [`next_event`](GroupMember::next_event), with the same polling rule.
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Event>> {
+        self.handle.mark_polled();
+        self.events.poll_recv(cx)
     }
 }
 
@@ -346,15 +456,26 @@ impl MemberHandle {
         rx.await.ok()
     }
 
+    /// The member's answer to a command, [`ApiMisuse::Stopped`] once its task ended.
+    async fn call(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<(), ApiMisuse>>) -> Command,
+    ) -> Result<(), ApiMisuse> {
+        self.ask(make).await.unwrap_or(Err(ApiMisuse::Stopped))
+    }
+
+    fn mark_polled(&self) {
+        let (tx, _) = oneshot::channel();
+        let _ = self.commands.send(Command::Poll(tx));
+    }
+
     /// Subscribes to `topics` and joins the group.
     pub async fn subscribe(
         &self,
         topics: impl IntoIterator<Item = String>,
     ) -> Result<(), ApiMisuse> {
         let topics = topics.into_iter().collect();
-        self.ask(|tx| Command::Subscribe(topics, tx))
-            .await
-            .unwrap_or(Err(ApiMisuse::Stopped))
+        self.call(|tx| Command::Subscribe(topics, tx)).await
     }
 
     /// Subscribes by a regular expression the broker evaluates (RE2/J syntax; consumer protocol
@@ -363,26 +484,24 @@ impl MemberHandle {
     /// the classic protocol the member would fall back to has no broker-side regex.
     pub async fn subscribe_regex(&self, pattern: impl Into<String>) -> Result<(), ApiMisuse> {
         let pattern = pattern.into();
-        self.ask(|tx| Command::SubscribeRegex(pattern, tx))
-            .await
-            .unwrap_or(Err(ApiMisuse::Stopped))
+        self.call(|tx| Command::SubscribeRegex(pattern, tx)).await
     }
 
-    /// Unsubscribes (a static member keeps its member id and sends no LeaveGroup).
-    pub fn unsubscribe(&self) {
-        let _ = self.commands.send(Command::Unsubscribe);
+    /// Unsubscribes: owned partitions are released ([`Event::Revoked`]); a dynamic member leaves
+    /// the group, a static one keeps its member id and sends no LeaveGroup.
+    pub async fn unsubscribe(&self) -> Result<(), ApiMisuse> {
+        self.call(Command::Unsubscribe).await
     }
 
-    /// Records that the application is alive (`max.poll.interval.ms`).
-    pub fn poll(&self) {
-        let _ = self.commands.send(Command::Poll);
+    /// Records that the application is alive (`max.poll.interval.ms`) without reading an event.
+    pub async fn poll(&self) -> Result<(), ApiMisuse> {
+        self.call(Command::Poll).await
     }
 
     /// Hands back a revocation ticket (after committing the revoked partitions).
     pub async fn complete_revocation(&self, ticket: RevokeTicket) -> Result<(), ApiMisuse> {
-        self.ask(|tx| Command::CompleteRevocation(ticket, tx))
+        self.call(|tx| Command::CompleteRevocation(ticket, tx))
             .await
-            .unwrap_or(Err(ApiMisuse::Stopped))
     }
 
     /// Commits `offsets`, fenced by the member's generation; retriable failures (coordinator
@@ -430,18 +549,26 @@ impl MemberHandle {
             }))
     }
 
-    /// The member's current id, generation, state and assignment.
+    /// The member's current id, generation, state and assignment; `None` once its task ended.
     pub async fn snapshot(&self) -> Option<Snapshot> {
         self.ask(Command::Snapshot).await
     }
 
-    /// Closes the member (see [`CloseOptions`]) and waits until its LeaveGroup, if one is due,
-    /// was answered (at most `request.timeout.ms`).
-    pub async fn close(&self, options: CloseOptions) {
+    /// Closes the member (see [`CloseOptions`]; under KIP-848 `Default` sends the leave
+    /// heartbeat with epoch -1, or -2 for a static member, which keeps its place until the
+    /// session times out) and waits until its leave, if one is due, was answered (at most
+    /// `request.timeout.ms`). The outcome says whether the coordinator heard it.
+    ///
+    /// The member's events do not stop here: drain them until `None`.
+    pub async fn close(&self, options: CloseOptions) -> CloseOutcome {
         let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::Close(options, tx)).is_ok() {
-            let _ = tokio::time::timeout(self.request_timeout, rx).await;
+        if self.commands.send(Command::Close(options, tx)).is_err() {
+            return CloseOutcome::NotDue;
         }
+        tokio::time::timeout(self.request_timeout, rx)
+            .await
+            .unwrap_or(Ok(CloseOutcome::TimedOut))
+            .unwrap_or(CloseOutcome::NotDue)
     }
 }
 
@@ -452,8 +579,40 @@ struct MemberLoop {
     events: mpsc::UnboundedSender<Event>,
     commits: HashMap<CommitId, oneshot::Sender<Result<(), CommitError>>>,
     fetches: HashMap<FetchId, oneshot::Sender<Result<Offsets, CommitError>>>,
-    closing: Vec<oneshot::Sender<()>>,
+    closing: Vec<oneshot::Sender<CloseOutcome>>,
     closed: bool,
+    /// The leave request of a close, once sent, and then its outcome.
+    leave: Option<RequestId>,
+    left: Option<CloseOutcome>,
+}
+
+/// Whether `request` is a leave: LeaveGroup, or a KIP-848 heartbeat with a negative epoch
+/// (-1 leaves, -2 is a static member's temporary leave).
+fn is_leave(request: &crate::request::Request) -> bool {
+    match request {
+        crate::request::Request::Raw { body, .. } => match body.as_ref() {
+            RequestKind::LeaveGroup(_) => true,
+            RequestKind::ConsumerGroupHeartbeat(r) => r.member_epoch < 0,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// What the answer to a leave says.
+fn leave_outcome(result: &Result<Response, TransportError>) -> CloseOutcome {
+    let code = match result {
+        Err(e) => return CloseOutcome::Failed(e.clone()),
+        Ok(r) => match &r.body {
+            ResponseKind::LeaveGroup(r) => {
+                let member = r.members.iter().map(|m| m.error_code).find(|c| *c != 0);
+                Some(r.error_code).filter(|c| *c != 0).or(member)
+            }
+            ResponseKind::ConsumerGroupHeartbeat(r) => Some(r.error_code).filter(|c| *c != 0),
+            _ => None,
+        },
+    };
+    CloseOutcome::Left { error: code }
 }
 
 impl Loop<Member> for MemberLoop {
@@ -462,10 +621,16 @@ impl Loop<Member> for MemberLoop {
 
     fn sent(&mut self, out: &Outbound, now: Instant) {
         self.metrics.on_request(out.id, out.request.api_key(), now);
+        if !self.closing.is_empty() && is_leave(&out.request) {
+            self.leave = Some(out.id);
+        }
     }
 
     fn answered(&mut self, id: RequestId, result: &Result<Response, TransportError>, now: Instant) {
         self.metrics.on_response(id, result, now);
+        if self.leave == Some(id) {
+            self.left = Some(leave_outcome(result));
+        }
     }
 
     fn event(&mut self, _member: &mut Member, event: Event) {
@@ -492,8 +657,9 @@ impl Loop<Member> for MemberLoop {
         if !self.closed {
             return ControlFlow::Continue(());
         }
+        let outcome = self.left.take().unwrap_or(CloseOutcome::NotDue);
         for tx in self.closing.drain(..) {
-            let _ = tx.send(());
+            let _ = tx.send(outcome.clone());
         }
         ControlFlow::Break(())
     }
@@ -532,8 +698,16 @@ impl MemberLoop {
             Command::SubscribeRegex(pattern, tx) => {
                 drop(tx.send(member.subscribe_regex(pattern, now)))
             }
-            Command::Unsubscribe => member.unsubscribe(now),
-            Command::Poll => member.poll(now),
+            Command::Unsubscribe(tx) => {
+                let refused = member.is_closing().then_some(ApiMisuse::Stopped);
+                member.unsubscribe(now);
+                drop(tx.send(refused.map_or(Ok(()), Err)));
+            }
+            Command::Poll(tx) => {
+                let refused = member.is_closing().then_some(ApiMisuse::Stopped);
+                member.poll(now);
+                drop(tx.send(refused.map_or(Ok(()), Err)));
+            }
             Command::CompleteRevocation(ticket, tx) => {
                 drop(tx.send(member.complete_revocation(ticket, now)))
             }
@@ -576,6 +750,8 @@ async fn run_member<T: Transport>(
         fetches: HashMap::new(),
         closing: Vec::new(),
         closed: false,
+        leave: None,
+        left: None,
     };
     drive(&mut member, &transport, &mut l, Some(commands)).await
 }

@@ -40,9 +40,18 @@ pub mod request;
 pub mod sim;
 pub mod transport;
 
-pub use config::ClientConfig;
-pub use error::{ConfigError, Error, GroupError, TransportError};
+pub use config::{ClientConfig, GroupConfig, GroupProtocol};
+pub use driver::{CloseOutcome, GroupMember, MemberHandle, Snapshot};
+pub use error::{ApiMisuse, ConfigError, Error, GroupError, TransportError};
+/// The Kafka protocol types of the version this crate speaks (for requests of your own through
+/// [`Transport`](transport::Transport) and [`Request::Raw`](request::Request::Raw)).
+pub use kafka_protocol;
+pub use machine::TopicPartition;
+pub use machine::events::{
+    CloseOptions, CommitError, CommitOffset, CommittedOffset, Event, RevokeTicket,
+};
 pub use member_id::MemberId;
+pub use transport::TcpTransport;
 
 #[cfg(test)]
 pub(crate) mod testutil {

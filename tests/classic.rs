@@ -114,7 +114,7 @@ async fn suppressed_leave_rejoin_carries_the_existing_member_id() {
     let rec = common::Recorder::new(consumer_membership::transport::TcpTransport::new(config));
     let m = TestMember::start(rec.clone(), group_config(&group, Some("s1")), &[&topic]).await;
     let first = m.wait_stable(Some(2), T).await;
-    m.handle.unsubscribe();
+    m.handle.unsubscribe().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         m.snapshot().await.member_id,

@@ -786,7 +786,7 @@ async fn r05_classic_suppressed_leave_rejoins_with_the_kept_member_id() {
         .iter()
         .filter(|e| matches!(e.request, RequestKind::JoinGroup(_)))
         .count();
-    m.handle.unsubscribe();
+    m.handle.unsubscribe().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(m.snapshot().await.member_id, first.member_id, "kept");
     let started = Instant::now();

@@ -1477,7 +1477,7 @@ impl Ours {
             let h = handle.clone();
             tokio::spawn(async move {
                 loop {
-                    h.poll();
+                    let _ = h.poll().await;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             })

@@ -168,7 +168,7 @@ impl Member {
         let poller = handle.clone();
         tokio::spawn(async move {
             loop {
-                poller.poll();
+                let _ = poller.poll().await;
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         });

@@ -163,7 +163,7 @@ async fn unsubscribe_and_rejoin(config: GroupConfig) -> (Vec<String>, String, us
     let mut m = GroupMember::start(t.clone(), config).expect("valid config");
     m.subscribe(["t".to_string()]).await.expect("subscribed");
     assigned(&mut m).await;
-    m.unsubscribe();
+    m.unsubscribe().await.unwrap();
     m.subscribe(["t".to_string()])
         .await
         .expect("subscribed again");

@@ -133,6 +133,12 @@ impl Member {
         }
     }
 
+    /// Whether `close()` was called or the member stopped for good: from then on it only moves
+    /// towards [`Event::Closed`], and subscription calls change nothing.
+    pub fn is_closing(&self) -> bool {
+        delegate!(self, m => super::shell::Skeleton::closing(m))
+    }
+
     /// Unsubscribes.
     pub fn unsubscribe(&mut self, now: Instant) {
         delegate!(self, m => m.unsubscribe(now))

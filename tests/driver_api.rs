@@ -1,0 +1,220 @@
+//! The driver's public contract, end to end over the in-memory transport and a scripted
+//! one-member classic coordinator: what `close()` reports, events as a `Stream`, calls after
+//! `close()`, and errors that convert into `consumer_membership::Error`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use consumer_membership::error::error_name;
+use consumer_membership::machine::classic::subscription::Assignment;
+use consumer_membership::transport::MemoryTransport;
+use consumer_membership::{
+    ApiMisuse, CloseOptions, CloseOutcome, CommitError, Error, Event, GroupConfig, GroupMember,
+    GroupProtocol, TopicPartition,
+};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::{
+    BrokerId, FindCoordinatorResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+    RequestKind, ResponseKind, SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_owned())
+}
+
+/// A classic coordinator for one member: names it "m-1", makes it a follower, assigns `t-0`, and
+/// answers its LeaveGroup with `leave_error` on the member.
+fn coordinator(leave_error: i16) -> MemoryTransport {
+    MemoryTransport::new(move |_: &_, body: RequestKind, version: i16| {
+        Ok(match body {
+            RequestKind::FindCoordinator(r) => {
+                let node = |c: Coordinator| {
+                    c.with_node_id(BrokerId(1))
+                        .with_host(s("127.0.0.1"))
+                        .with_port(9092)
+                };
+                let mut answer = FindCoordinatorResponse::default();
+                if version >= 4 {
+                    answer.coordinators = (r.coordinator_keys.into_iter())
+                        .map(|key| node(Coordinator::default().with_key(key)))
+                        .collect();
+                } else {
+                    let c = node(Coordinator::default());
+                    answer = answer
+                        .with_node_id(c.node_id)
+                        .with_host(c.host)
+                        .with_port(c.port);
+                }
+                ResponseKind::FindCoordinator(answer)
+            }
+            RequestKind::JoinGroup(_) => ResponseKind::JoinGroup(
+                JoinGroupResponse::default()
+                    .with_generation_id(1)
+                    .with_protocol_type(Some(s("consumer")))
+                    .with_protocol_name(Some(s("range")))
+                    .with_leader(s("someone-else"))
+                    .with_member_id(s("m-1")),
+            ),
+            RequestKind::SyncGroup(_) => {
+                let assignment = Assignment {
+                    partitions: vec![TopicPartition::new("t", 0)],
+                    user_data: None,
+                };
+                ResponseKind::SyncGroup(
+                    SyncGroupResponse::default()
+                        .with_protocol_type(Some(s("consumer")))
+                        .with_protocol_name(Some(s("range")))
+                        .with_assignment(assignment.encode()),
+                )
+            }
+            RequestKind::Heartbeat(_) => ResponseKind::Heartbeat(HeartbeatResponse::default()),
+            RequestKind::LeaveGroup(r) => {
+                let member = |m: kafka_protocol::messages::leave_group_request::MemberIdentity| {
+                    MemberResponse::default()
+                        .with_member_id(m.member_id)
+                        .with_error_code(leave_error)
+                };
+                ResponseKind::LeaveGroup(
+                    LeaveGroupResponse::default()
+                        .with_members(r.members.into_iter().map(member).collect()),
+                )
+            }
+            other => panic!("the scripted coordinator does not answer {other:?}"),
+        })
+    })
+}
+
+fn config() -> GroupConfig {
+    let mut c = GroupConfig::new("g");
+    c.protocol = GroupProtocol::Classic;
+    c.heartbeat_interval = Duration::from_millis(100);
+    c.request_timeout = Duration::from_secs(5);
+    c
+}
+
+/// Starts a member on `t`, subscribes to `t` and waits for its assignment.
+async fn assigned(t: &Arc<MemoryTransport>, config: GroupConfig) -> GroupMember {
+    let mut m = GroupMember::start(t.clone(), config).expect("valid config");
+    m.subscribe(["t".to_string()]).await.expect("subscribed");
+    let within = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match m.next_event().await.expect("member running") {
+                Event::Assigned { owned, .. } => return owned,
+                Event::Fatal(e) => panic!("member stopped: {e}"),
+                _ => {}
+            }
+        }
+    });
+    let owned = within.await.expect("assigned within 20 s");
+    assert_eq!(owned, [TopicPartition::new("t", 0)]);
+    m
+}
+
+/// The events left after a close, until the stream ends.
+async fn drain(m: &mut GroupMember) -> Vec<Event> {
+    let mut events = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(e) = m.next_event().await {
+            events.push(e);
+        }
+    });
+    ended.await.expect("the event stream ends after close");
+    events
+}
+
+#[tokio::test]
+async fn close_reports_the_answered_leave_and_the_events_drain_to_closed() {
+    let t = Arc::new(coordinator(0));
+    let mut m = assigned(&t, config()).await;
+    let outcome = m.close(CloseOptions::Default).await;
+    assert_eq!(outcome, CloseOutcome::Left { error: None });
+    let events = drain(&mut m).await;
+    assert!(
+        events.contains(&Event::Revoked {
+            partitions: vec![TopicPartition::new("t", 0)]
+        }),
+        "{events:?}"
+    );
+    assert_eq!(events.last(), Some(&Event::Closed), "{events:?}");
+    // Calls after close are refused with a typed error, which converts into crate::Error.
+    let after: Result<(), Error> = m.unsubscribe().await.map_err(Error::from);
+    assert!(
+        matches!(after, Err(Error::Misuse(ApiMisuse::Stopped))),
+        "{after:?}"
+    );
+    let commit = m.commit(Vec::new()).await;
+    assert_eq!(commit, Err(CommitError::Closed));
+    assert_eq!(m.close(CloseOptions::Default).await, CloseOutcome::NotDue);
+}
+
+#[tokio::test]
+async fn close_reports_the_error_the_leave_was_answered_with() {
+    let unknown_member = 25;
+    let t = Arc::new(coordinator(unknown_member));
+    let mut m = assigned(&t, config()).await;
+    let outcome = m.close(CloseOptions::LeaveGroup).await;
+    assert_eq!(
+        outcome,
+        CloseOutcome::Left {
+            error: Some(unknown_member)
+        }
+    );
+    assert_eq!(error_name(unknown_member), "UNKNOWN_MEMBER_ID");
+    assert_eq!(drain(&mut m).await.last(), Some(&Event::Closed));
+}
+
+#[tokio::test]
+async fn a_static_member_that_stays_in_the_group_reports_no_leave_due() {
+    let t = Arc::new(coordinator(0));
+    let mut m = assigned(&t, config().with_instance_id("i-1")).await;
+    assert_eq!(m.close(CloseOptions::Default).await, CloseOutcome::NotDue);
+    assert_eq!(drain(&mut m).await.last(), Some(&Event::Closed));
+    let leaves = t.sent().into_iter();
+    let leaves = leaves.filter(|(_, body, _)| matches!(body, RequestKind::LeaveGroup(_)));
+    assert_eq!(
+        leaves.count(),
+        0,
+        "a static member's default close sends no LeaveGroup"
+    );
+}
+
+#[tokio::test]
+async fn events_are_a_stream() {
+    use futures_core::Stream;
+    let t = Arc::new(coordinator(0));
+    let mut m = assigned(&t, config()).await;
+    let _ = m.close(CloseOptions::RemainInGroup).await;
+    let mut events = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(e) = std::future::poll_fn(|cx| Pin::new(&mut m).poll_next(cx)).await {
+            events.push(e);
+        }
+    });
+    ended.await.expect("the stream ends after close");
+    assert_eq!(events.last(), Some(&Event::Closed), "{events:?}");
+}
+
+/// A whole loop in a function returning `consumer_membership::Error`: every call's error
+/// converts with `?`.
+async fn join_commit_close(t: Arc<MemoryTransport>) -> Result<CloseOutcome, Error> {
+    let mut m = GroupMember::start(t, config())?;
+    m.subscribe(["t".to_string()]).await?;
+    while let Some(event) = m.next_event().await {
+        if let Event::Assigned { .. } = event {
+            break;
+        }
+    }
+    Ok(m.close(CloseOptions::Default).await)
+}
+
+#[tokio::test]
+async fn errors_convert_into_the_crate_error() {
+    let bad = GroupMember::start(Arc::new(coordinator(0)), GroupConfig::new(""));
+    let e: Error = bad.expect_err("an empty group id is refused").into();
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    let outcome = join_commit_close(Arc::new(coordinator(0))).await;
+    assert_eq!(outcome.unwrap(), CloseOutcome::Left { error: None });
+}
