@@ -197,6 +197,7 @@ use crate::machine::events::{
     RevokeTicket,
 };
 use crate::machine::member::Member;
+use crate::machine::topics::TopicWatch;
 use crate::member_id::MemberId;
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 
@@ -615,7 +616,7 @@ fn leave_outcome(result: &Result<Response, TransportError>) -> CloseOutcome {
     CloseOutcome::Left { error: code }
 }
 
-impl Loop<Member> for MemberLoop {
+impl Loop<Watched> for MemberLoop {
     type Command = Command;
     type Output = ();
 
@@ -633,7 +634,7 @@ impl Loop<Member> for MemberLoop {
         }
     }
 
-    fn event(&mut self, _member: &mut Member, event: Event) {
+    fn event(&mut self, _member: &mut Watched, event: Event) {
         self.metrics.on_event(&event, Instant::now());
         let event = match event {
             Event::Committed { id, result } => match self.commits.remove(&id) {
@@ -653,7 +654,7 @@ impl Loop<Member> for MemberLoop {
         let _ = self.events.send(event);
     }
 
-    fn idle(&mut self, _member: &mut Member) -> ControlFlow<()> {
+    fn idle(&mut self, _member: &mut Watched) -> ControlFlow<()> {
         if !self.closed {
             return ControlFlow::Continue(());
         }
@@ -664,7 +665,7 @@ impl Loop<Member> for MemberLoop {
         ControlFlow::Break(())
     }
 
-    fn command(&mut self, member: &mut Member, command: Option<Command>) -> ControlFlow<()> {
+    fn command(&mut self, member: &mut Watched, command: Option<Command>) -> ControlFlow<()> {
         let now = Instant::now();
         let options = match command {
             // Every handle is gone: close with the default semantics.
@@ -675,6 +676,7 @@ impl Loop<Member> for MemberLoop {
             },
         };
         member.close(options, now);
+        member.topics.watch(Vec::new(), now);
         // A stopped member has nothing to leave; otherwise `Event::Closed` ends the loop once the
         // LeaveGroup (if any) was answered.
         if member.state() == "Fatal" {
@@ -689,18 +691,31 @@ impl MemberLoop {
     /// Carries out `command`; a close is left to the caller, with its options.
     fn apply(
         &mut self,
-        member: &mut Member,
+        member: &mut Watched,
         command: Command,
         now: Instant,
     ) -> Option<CloseOptions> {
         match command {
-            Command::Subscribe(topics, tx) => drop(tx.send(member.subscribe(topics, now))),
+            Command::Subscribe(topics, tx) => {
+                let topics: Vec<String> = topics;
+                let result = member.subscribe(topics.clone(), now);
+                if result.is_ok() {
+                    member.topics.watch(topics, now);
+                }
+                drop(tx.send(result))
+            }
             Command::SubscribeRegex(pattern, tx) => {
-                drop(tx.send(member.subscribe_regex(pattern, now)))
+                // The broker resolves the pattern to the topics that exist.
+                let result = member.subscribe_regex(pattern, now);
+                if result.is_ok() {
+                    member.topics.watch(Vec::new(), now);
+                }
+                drop(tx.send(result))
             }
             Command::Unsubscribe(tx) => {
                 let refused = member.is_closing().then_some(ApiMisuse::Stopped);
                 member.unsubscribe(now);
+                member.topics.watch(Vec::new(), now);
                 drop(tx.send(refused.map_or(Ok(()), Err)));
             }
             Command::Poll(tx) => {
@@ -736,8 +751,67 @@ impl MemberLoop {
     }
 }
 
+/// A member and the watch of its subscribed topics, driven as one machine.
+#[derive(Debug)]
+struct Watched {
+    member: Member,
+    topics: TopicWatch,
+}
+
+impl std::ops::Deref for Watched {
+    type Target = Member;
+    fn deref(&self) -> &Member {
+        &self.member
+    }
+}
+
+impl std::ops::DerefMut for Watched {
+    fn deref_mut(&mut self) -> &mut Member {
+        &mut self.member
+    }
+}
+
+impl Machine for Watched {
+    type Event = Event;
+
+    fn poll_request(&mut self) -> Option<Outbound> {
+        self.member
+            .poll_request()
+            .or_else(|| self.topics.poll_request())
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.member
+            .poll_event()
+            .or_else(|| self.topics.poll_event())
+    }
+
+    fn poll_timeout(&self) -> Option<(Instant, crate::machine::timer::Timer)> {
+        let (a, b) = (self.member.poll_timeout(), self.topics.poll_timeout());
+        a.into_iter().chain(b).min_by_key(|(at, _)| *at)
+    }
+
+    fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        if self.topics.is_waiting_for(id) {
+            self.topics.handle_response(id, result, now)
+        } else {
+            self.member.handle_response(id, result, now)
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.member.handle_timeout(now);
+        self.topics.handle_timeout(now);
+    }
+}
+
 async fn run_member<T: Transport>(
-    mut member: Member,
+    member: Member,
     metrics: crate::metrics::MemberMetrics,
     transport: Arc<T>,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -753,5 +827,7 @@ async fn run_member<T: Transport>(
         leave: None,
         left: None,
     };
-    drive(&mut member, &transport, &mut l, Some(commands)).await
+    let topics = TopicWatch::new(member.config());
+    let mut watched = Watched { member, topics };
+    drive(&mut watched, &transport, &mut l, Some(commands)).await
 }

@@ -15,9 +15,13 @@ use consumer_membership::{
 };
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponsePartition, MetadataResponseTopic,
+};
 use kafka_protocol::messages::{
     BrokerId, FindCoordinatorResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
-    RequestKind, ResponseKind, SyncGroupResponse,
+    MetadataRequest, MetadataResponse, RequestKind, ResponseKind, SyncGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -71,6 +75,7 @@ fn coordinator(leave_error: i16) -> MemoryTransport {
                 )
             }
             RequestKind::Heartbeat(_) => ResponseKind::Heartbeat(HeartbeatResponse::default()),
+            RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(r)),
             RequestKind::LeaveGroup(r) => {
                 let member = |m: kafka_protocol::messages::leave_group_request::MemberIdentity| {
                     MemberResponse::default()
@@ -85,6 +90,22 @@ fn coordinator(leave_error: i16) -> MemoryTransport {
             other => panic!("the scripted coordinator does not answer {other:?}"),
         })
     })
+}
+
+/// Topic `t` (one partition) exists, no other.
+fn metadata(r: MetadataRequest) -> MetadataResponse {
+    let topic = |t: MetadataRequestTopic| {
+        let name = t.name.expect("named");
+        let exists = name.0.as_str() == "t";
+        let partitions = [MetadataResponsePartition::default().with_leader_id(BrokerId(1))];
+        MetadataResponseTopic::default()
+            .with_topic_id(uuid::Uuid::from_u128(u128::from(exists)))
+            .with_error_code(if exists { 0 } else { 3 })
+            .with_partitions(if exists { partitions.to_vec() } else { vec![] })
+            .with_name(Some(name))
+    };
+    let topics = r.topics.unwrap_or_default().into_iter().map(topic);
+    MetadataResponse::default().with_topics(topics.collect())
 }
 
 fn config() -> GroupConfig {
@@ -217,4 +238,35 @@ async fn errors_convert_into_the_crate_error() {
     assert!(matches!(e, Error::Config(_)), "{e:?}");
     let outcome = join_commit_close(Arc::new(coordinator(0))).await;
     assert_eq!(outcome.unwrap(), CloseOutcome::Left { error: None });
+}
+
+#[tokio::test]
+async fn a_subscribed_topic_that_does_not_exist_is_reported() {
+    let t = Arc::new(coordinator(0));
+    let mut m = GroupMember::start(t.clone(), config()).expect("valid config");
+    m.subscribe(["t".to_string(), "nope".to_string()])
+        .await
+        .expect("subscribed");
+    let missing = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match m.next_event().await.expect("member running") {
+                Event::TopicsMissing { topics } => return topics,
+                Event::Fatal(e) => panic!("member stopped: {e}"),
+                _ => {}
+            }
+        }
+    });
+    assert_eq!(missing.await.expect("reported within 20 s"), ["nope"]);
+    let asked = t.sent().into_iter().filter_map(|(_, body, _)| match body {
+        RequestKind::Metadata(r) => Some(r.allow_auto_topic_creation),
+        _ => None,
+    });
+    assert!(
+        asked.collect::<Vec<_>>().iter().all(|create| !create),
+        "the member never asks the broker to create topics"
+    );
+    assert_eq!(
+        m.close(CloseOptions::Default).await,
+        CloseOutcome::Left { error: None }
+    );
 }

@@ -90,6 +90,14 @@ fn broker() -> MemoryTransport {
                     ),
             ),
             RequestKind::Heartbeat(_) => ResponseKind::Heartbeat(HeartbeatResponse::default()),
+            // The driver's check that the subscribed topic exists: it does.
+            RequestKind::Metadata(_) => ResponseKind::Metadata(
+                kafka_protocol::messages::MetadataResponse::default().with_topics(vec![
+                    kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
+                        .with_name(Some(s("t").into()))
+                        .with_topic_id(uuid::Uuid::from_u128(1)),
+                ]),
+            ),
             RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(
                 LeaveGroupResponse::default().with_members(
                     r.members

@@ -194,4 +194,17 @@ pub enum Event {
     Fatal(GroupError),
     /// The member closed (after its LeaveGroup, if one was due).
     Closed,
+    /// Subscribed topics that do not exist (the member never creates topics): nothing is
+    /// assigned from them until they are created. Reported once per topic, and again, as
+    /// [`TopicsAppeared`](Event::TopicsAppeared), when it exists
+    /// ([`TopicWatch`](crate::machine::topics::TopicWatch)).
+    TopicsMissing {
+        /// The topics, sorted.
+        topics: Vec<String>,
+    },
+    /// Subscribed topics reported missing exist now.
+    TopicsAppeared {
+        /// The topics, sorted.
+        topics: Vec<String>,
+    },
 }

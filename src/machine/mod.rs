@@ -16,6 +16,7 @@ pub mod metadata;
 pub mod offsets;
 mod shell;
 pub mod timer;
+pub mod topics;
 
 use std::fmt;
 use std::time::Instant;
@@ -111,3 +112,4 @@ machine!(coordinator::CoordinatorLookup, coordinator::LookupEvent);
 machine!(classic::ClassicMember, events::Event);
 machine!(consumer::ConsumerMember, events::Event);
 machine!(member::Member, events::Event);
+machine!(topics::TopicWatch, events::Event);

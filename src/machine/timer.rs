@@ -20,16 +20,19 @@ pub enum Timer {
     Rejoin,
     /// The leader checks whether the subscribed topics' partitions changed.
     MetadataRefresh,
+    /// A [`TopicWatch`](super::topics::TopicWatch) checks that the subscribed topics exist.
+    TopicCheck,
 }
 
 impl Timer {
-    const ALL: [Timer; 6] = [
+    const ALL: [Timer; 7] = [
         Timer::CoordinatorRetry,
         Timer::Heartbeat,
         Timer::Session,
         Timer::PollInterval,
         Timer::Rejoin,
         Timer::MetadataRefresh,
+        Timer::TopicCheck,
     ];
 
     fn index(self) -> usize {

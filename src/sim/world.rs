@@ -1483,6 +1483,8 @@ impl World {
             Event::OffsetsFetched { id, result } => format!("fetch {id:?}: {:?}", result.is_ok()),
             Event::Fatal(err) => format!("FATAL: {err}"),
             Event::Closed => "closed".into(),
+            Event::TopicsMissing { topics } => format!("topics missing {topics:?}"),
+            Event::TopicsAppeared { topics } => format!("topics appeared {topics:?}"),
         };
         self.log(|| format!("{name}: event {text}"));
         if self.config.trace || matches!(e, Event::Fatal(_)) {
