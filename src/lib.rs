@@ -1,28 +1,160 @@
 //! Client-side Kafka consumer-group membership.
 //!
 //! `consumer-membership` joins, heartbeats in, and leaves Kafka consumer groups for Rust consumers
-//! that bring their own fetch path: the classic protocol with static membership that keeps its
-//! member id when it skips LeaveGroup, and the KIP-848 consumer protocol with a client-generated
-//! member id (KIP-1082).
+//! that bring their own fetch path (rskafka, `kafka-protocol` users, in-house clients): it decides
+//! which partitions this process owns, when it must give them up, and fences its offset commits
+//! by its membership. Two protocols:
 //!
-//! The crate has three layers:
-//! - [`machine`]: sans-IO state machines. They are fed responses, timer ticks and an injected `now`,
-//!   and return requests to send and deadlines. No sockets, clocks, runtimes or global RNG.
-//! - [`transport`]: the [`Transport`](transport::Transport) trait, a tokio TCP implementation of
-//!   the Kafka wire protocol and an in-memory one.
-//! - [`driver`]: runs a core machine over a transport on tokio.
+//! - **classic** (JoinGroup / SyncGroup / Heartbeat / LeaveGroup), with static membership
+//!   (`group.instance.id`): a static member that skips LeaveGroup keeps its member id, so it is
+//!   never fenced by its own abandoned JoinGroup;
+//! - **consumer** (KIP-848, ConsumerGroupHeartbeat), with a member id the client draws itself
+//!   (KIP-1082) and keeps on every retry.
+//!
+//! [`GroupProtocol::Auto`] starts with the consumer protocol and falls back to classic on a
+//! broker without it.
+//!
+//! # The join loop
+//!
+//! A [`GroupMember`] runs on tokio. Subscribe, then read events: commit the partitions being
+//! revoked before handing their ticket back, never commit partitions that were lost, and drain
+//! the events after `close()` until `None`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), consumer_membership::Error> {
-//! use std::sync::Arc;
-//! use consumer_membership::{ClientConfig, driver, transport::TcpTransport};
+//! use consumer_membership::{
+//!     ClientConfig, CloseOptions, CommitOffset, Event, GroupConfig, GroupMember, GroupProtocol,
+//!     TcpTransport, TopicPartition,
+//! };
+//! use std::{collections::BTreeMap, sync::Arc, time::Duration};
 //!
-//! let config = ClientConfig::new("127.0.0.1:9092")?;
-//! let transport = Arc::new(TcpTransport::new(config.clone()));
-//! let coordinator = driver::find_coordinator(&transport, &config, "my-group").await?;
-//! println!("coordinator: {coordinator}");
+//! /// The next offset to read of each owned partition (a fetch loop, not shown, advances them).
+//! type Positions = BTreeMap<TopicPartition, i64>;
+//!
+//! fn offsets(positions: &Positions, partitions: &[TopicPartition]) -> Vec<CommitOffset> {
+//!     let at = |tp: &TopicPartition| positions.get(tp).map(|&offset| (tp.clone(), offset));
+//!     let commit = |(partition, offset)| CommitOffset { partition, offset, metadata: None };
+//!     partitions.iter().filter_map(at).map(commit).collect()
+//! }
+//!
+//! # async fn run() -> Result<(), consumer_membership::Error> {
+//! let client = ClientConfig::new("127.0.0.1:9092")?;
+//! let mut group = GroupConfig::new("orders").with_instance_id("orders-worker-1");
+//! group.protocol = GroupProtocol::Consumer; // KIP-848; or Classic, or Auto
+//! let mut member = GroupMember::start(Arc::new(TcpTransport::new(client)), group)?;
+//! member.subscribe(["orders".to_string()]).await?;
+//!
+//! let mut positions = Positions::new();
+//! let deadline = tokio::time::sleep(Duration::from_secs(60));
+//! tokio::pin!(deadline);
+//! loop {
+//!     // `next_event` is cancel-safe: losing the race to the deadline loses no event.
+//!     tokio::select! {
+//!         event = member.next_event() => match event {
+//!             Some(Event::Assigned { added, .. }) => {
+//!                 let committed = member.committed(added).await?;
+//!                 for (tp, c) in committed {
+//!                     positions.insert(tp, c.offset.unwrap_or(0));
+//!                 }
+//!             }
+//!             Some(Event::Revoking { partitions, ticket }) => {
+//!                 // Commit first: the ticket is the promise that this member is done with them.
+//!                 member.commit(offsets(&positions, &partitions)).await?;
+//!                 partitions.iter().for_each(|tp| drop(positions.remove(tp)));
+//!                 member.complete_revocation(ticket).await?;
+//!             }
+//!             Some(Event::Lost { partitions, reason }) => {
+//!                 // Another member may own them already: drop them without committing.
+//!                 eprintln!("lost {partitions:?}: {reason}");
+//!                 partitions.iter().for_each(|tp| drop(positions.remove(tp)));
+//!             }
+//!             Some(Event::TopicsMissing { topics }) => eprintln!("not created yet: {topics:?}"),
+//!             Some(Event::Fatal(error)) => return Err(error.into()),
+//!             Some(_) => {}
+//!             None => return Ok(()),
+//!         },
+//!         _ = &mut deadline => break,
+//!     }
+//! }
+//! let owned: Vec<TopicPartition> = positions.keys().cloned().collect();
+//! member.commit(offsets(&positions, &owned)).await?;
+//! let outcome = member.close(CloseOptions::Default).await;
+//! eprintln!("close: {outcome:?}");
+//! while let Some(event) = member.next_event().await {
+//!     eprintln!("after close: {event:?}"); // Revoked, StateChanged, then Closed
+//! }
 //! # Ok(()) }
 //! ```
+//!
+//! Good to know:
+//! - **Topics are never created.** A subscribed topic that does not exist is reported as
+//!   [`Event::TopicsMissing`] (and logged), and again as [`Event::TopicsAppeared`] once it
+//!   exists; meanwhile the member is in the group with nothing assigned from it.
+//! - **Closing.** [`CloseOptions::Default`]: a dynamic member leaves (LeaveGroup; under KIP-848
+//!   the heartbeat with epoch -1); a static classic member sends nothing and keeps its member
+//!   id; a static KIP-848 member sends the heartbeat with epoch -2, which keeps its place until
+//!   the session times out. [`close`](GroupMember::close) returns whether the leave was
+//!   answered ([`CloseOutcome`]).
+//! - **The consumer protocol** takes the session timeout, the heartbeat interval and the
+//!   assignor from the broker (`group.consumer.*` broker configs, `group.remote.assignor`
+//!   names one): [`GroupConfig`]'s `session_timeout`, `heartbeat_interval` and `assignors` are
+//!   used by the classic protocol only; `remote_assignor` is refused with `Classic`.
+//! - **Errors.** Every call's error converts into [`Error`] (`?` works); commits fail with a
+//!   typed [`CommitError`] and are never reported as done unless the coordinator said so.
+//! - **Your own requests** go through the same [`Transport`](transport::Transport) with
+//!   [`Request::Raw`](request::Request::Raw) and the re-exported [`kafka_protocol`] types, at the
+//!   versions you name.
+//!
+//! # Without tokio: the sans-IO machines
+//!
+//! The protocol logic lives in [`machine`]: plain state machines fed answers and the time, that
+//! return the requests to send, the events and the next deadline. They read no clock, no socket
+//! and no random source; the [`driver`] is one way to run them. With a runtime of your own:
+//!
+//! ```no_run
+//! use std::time::Instant;
+//! use consumer_membership::machine::{Machine, member::Member};
+//! use consumer_membership::request::{Outbound, Reply, RequestId};
+//! use consumer_membership::{Event, GroupConfig, MemberId};
+//!
+//! /// Your I/O: sends requests concurrently and hands back answers as they arrive.
+//! trait Io {
+//!     fn send(&mut self, out: Outbound);
+//!     /// The next answer, waiting at most until `until` (forever with `None`).
+//!     fn next_answer(&mut self, until: Option<Instant>) -> Option<(RequestId, Reply)>;
+//! }
+//!
+//! fn run(io: &mut impl Io, seed: u64) -> Result<(), consumer_membership::Error> {
+//!     // The machine draws nothing itself: the KIP-1082 member id and the jitter seed come in.
+//!     let mut group = GroupConfig::new("orders").with_member_id(MemberId::generate());
+//!     group.seed = Some(seed);
+//!     let mut member = Member::new(group, Instant::now())?;
+//!     member.subscribe(["orders".to_string()], Instant::now())?;
+//!     loop {
+//!         while let Some(out) = member.poll_request() {
+//!             io.send(out);
+//!         }
+//!         while let Some(event) = member.poll_event() {
+//!             match event {
+//!                 Event::Closed => return Ok(()),
+//!                 other => println!("{other:?}"),
+//!             }
+//!         }
+//!         let deadline = member.poll_timeout().map(|(at, _timer)| at);
+//!         match io.next_answer(deadline) {
+//!             Some((id, reply)) => member.handle_response(id, reply, Instant::now()),
+//!             None => member.handle_timeout(Instant::now()),
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! # Layers
+//!
+//! - [`machine`]: the sans-IO state machines (their module docs hold the state diagrams and the
+//!   identity rules);
+//! - [`transport`]: the [`Transport`](transport::Transport) trait, a tokio TCP implementation of
+//!   the Kafka wire protocol (TLS and SASL included) and an in-memory one;
+//! - [`driver`]: runs a machine over a transport on tokio ([`GroupMember`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
