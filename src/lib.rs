@@ -59,13 +59,13 @@
 //!             Some(Event::Revoking { partitions, ticket }) => {
 //!                 // Commit first: the ticket is the promise that this member is done with them.
 //!                 member.commit(offsets(&positions, &partitions)).await?;
-//!                 partitions.iter().for_each(|tp| drop(positions.remove(tp)));
+//!                 positions.retain(|tp, _| !partitions.contains(tp));
 //!                 member.complete_revocation(ticket).await?;
 //!             }
 //!             Some(Event::Lost { partitions, reason }) => {
 //!                 // Another member may own them already: drop them without committing.
 //!                 eprintln!("lost {partitions:?}: {reason}");
-//!                 partitions.iter().for_each(|tp| drop(positions.remove(tp)));
+//!                 positions.retain(|tp, _| !partitions.contains(tp));
 //!             }
 //!             Some(Event::TopicsMissing { topics }) => eprintln!("not created yet: {topics:?}"),
 //!             Some(Event::Fatal(error)) => return Err(error.into()),

@@ -1,0 +1,128 @@
+//! The join loop of the crate's front page as a program: joins a group, reads the committed
+//! offsets of what it is assigned, commits before handing a revocation back, and closes.
+//!
+//! ```text
+//! cargo run --example quickstart -- 127.0.0.1:9092 my-group my-topic [classic|consumer] [seconds]
+//! ```
+//!
+//! It uses only the crate's root API; tests/quickstart.rs runs two of them against a real broker.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use consumer_membership::{
+    ClientConfig, CloseOptions, CloseOutcome, CommitOffset, Error, Event, GroupConfig, GroupMember,
+    GroupProtocol, TcpTransport, TopicPartition,
+};
+
+/// The next offset to read of each owned partition.
+type Positions = BTreeMap<TopicPartition, i64>;
+
+/// What a run did.
+#[derive(Debug, Default)]
+#[allow(dead_code)] // read by tests/quickstart.rs
+pub struct Report {
+    /// Partitions ever assigned.
+    pub assigned: Vec<TopicPartition>,
+    /// Commits that succeeded.
+    pub commits: usize,
+    /// Revocations handed back after their commit.
+    pub revocations: usize,
+    /// What `close` said.
+    pub close: Option<CloseOutcome>,
+    /// The last event drained after `close`.
+    pub last_event: Option<Event>,
+}
+
+fn offsets(positions: &Positions, partitions: &[TopicPartition]) -> Vec<CommitOffset> {
+    let at = |tp: &TopicPartition| positions.get(tp).map(|&offset| (tp.clone(), offset));
+    let commit = |(partition, offset)| CommitOffset {
+        partition,
+        offset,
+        metadata: None,
+    };
+    partitions.iter().filter_map(at).map(commit).collect()
+}
+
+/// Runs one member until `stop` completes; `seen` sees every event first.
+pub async fn run(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    protocol: GroupProtocol,
+    stop: impl Future<Output = ()>,
+    mut seen: impl FnMut(&Event),
+) -> Result<Report, Error> {
+    let client = ClientConfig::new(bootstrap)?;
+    let mut config = GroupConfig::new(group);
+    config.protocol = protocol;
+    let mut member = GroupMember::start(Arc::new(TcpTransport::new(client)), config)?;
+    member.subscribe([topic.to_string()]).await?;
+    let mut report = Report::default();
+    let mut positions = Positions::new();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            event = member.next_event() => {
+                let Some(event) = event else { return Ok(report) };
+                seen(&event);
+                match event {
+                    Event::Assigned { added, .. } => {
+                        report.assigned.extend(added.iter().cloned());
+                        for (tp, c) in member.committed(added).await? {
+                            positions.insert(tp, c.offset.unwrap_or(0));
+                        }
+                    }
+                    Event::Revoking { partitions, ticket } => {
+                        member.commit(offsets(&positions, &partitions)).await?;
+                        report.commits += 1;
+                        positions.retain(|tp, _| !partitions.contains(tp));
+                        member.complete_revocation(ticket).await?;
+                        report.revocations += 1;
+                    }
+                    Event::Lost { partitions, .. } => {
+                        positions.retain(|tp, _| !partitions.contains(tp));
+                    }
+                    Event::Fatal(error) => return Err(error.into()),
+                    _ => {}
+                }
+            }
+            _ = &mut stop => break,
+        }
+    }
+    let owned: Vec<TopicPartition> = positions.keys().cloned().collect();
+    member.commit(offsets(&positions, &owned)).await?;
+    report.commits += 1;
+    report.close = Some(member.close(CloseOptions::Default).await);
+    while let Some(event) = member.next_event().await {
+        seen(&event);
+        report.last_event = Some(event);
+    }
+    Ok(report)
+}
+
+#[allow(dead_code)] // tests/quickstart.rs includes this file for `run`
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
+    let protocol = match arg(3, "consumer").as_str() {
+        "classic" => GroupProtocol::Classic,
+        _ => GroupProtocol::Consumer,
+    };
+    let seconds: u64 = arg(4, "30").parse().unwrap_or(30);
+    let stop = tokio::time::sleep(Duration::from_secs(seconds));
+    let report = run(
+        &arg(0, "127.0.0.1:9092"),
+        &arg(1, "quickstart"),
+        &arg(2, "quickstart"),
+        protocol,
+        stop,
+        |event| println!("{event:?}"),
+    )
+    .await?;
+    println!("{report:?}");
+    Ok(())
+}
