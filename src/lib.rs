@@ -160,6 +160,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod backoff;
+mod bounded;
 pub mod config;
 pub mod driver;
 pub mod error;

@@ -14,10 +14,15 @@ use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::api_versions_response::{ApiVersion, SupportedFeatureKey};
+use kafka_protocol::messages::consumer_group_describe_response as cgd;
 use kafka_protocol::messages::consumer_group_heartbeat_response as cgh;
+use kafka_protocol::messages::create_topics_response as create_topics;
+use kafka_protocol::messages::describe_groups_response as describe_groups;
+use kafka_protocol::messages::fetch_response as fetch;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_offsets_response as list_offsets;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -28,11 +33,14 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::produce_response as produce;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, ConsumerGroupHeartbeatResponse, FindCoordinatorResponse,
-    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, MetadataResponse,
-    OffsetCommitResponse, OffsetFetchResponse, ResponseKind, SaslAuthenticateResponse,
-    SaslHandshakeResponse, SyncGroupResponse, TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse, CreateTopicsResponse, DescribeGroupsResponse, FetchResponse,
+    FindCoordinatorResponse, GroupId, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+    ListOffsetsResponse, MetadataResponse, OffsetCommitResponse, OffsetFetchResponse,
+    ProduceResponse, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+    SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -319,12 +327,189 @@ fn samples(api: ApiKey) -> Vec<ResponseKind> {
                 ResponseKind::SaslAuthenticate(r),
             ]
         }
+        ApiKey::Fetch => {
+            let partition = |p: i32| {
+                fetch::PartitionData::default()
+                    .with_partition_index(p)
+                    .with_aborted_transactions(Some(vec![Default::default(), Default::default()]))
+                    .with_records(Some(Bytes::from_static(b"records")))
+            };
+            let tagged_partition = |p: i32| {
+                partition(p)
+                    .with_preferred_read_replica(BrokerId(1))
+                    .with_diverging_epoch(fetch::EpochEndOffset::default().with_epoch(1))
+                    .with_current_leader(fetch::LeaderIdAndEpoch::default().with_leader_epoch(2))
+                    .with_snapshot_id(fetch::SnapshotId::default().with_epoch(3))
+                    .with_unknown_tagged_fields(tagged())
+            };
+            let topic = |n: &str, partition: &dyn Fn(i32) -> fetch::PartitionData| {
+                fetch::FetchableTopicResponse::default()
+                    .with_topic(TopicName(s(n)))
+                    .with_topic_id(Uuid::from_u128(7))
+                    .with_partitions(vec![partition(0), partition(1)])
+            };
+            let node = |id: i32| {
+                fetch::NodeEndpoint::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(s("h"))
+                    .with_rack(Some(s("r")))
+            };
+            let plain = FetchResponse::default()
+                .with_responses(vec![topic("a", &partition), topic("b", &partition)]);
+            let rich = FetchResponse::default()
+                .with_responses(vec![
+                    topic("a", &tagged_partition),
+                    topic("b", &tagged_partition),
+                ])
+                .with_unknown_tagged_fields(tagged());
+            vec![
+                ResponseKind::Fetch(rich.clone().with_node_endpoints(vec![node(1), node(2)])),
+                ResponseKind::Fetch(rich),
+                ResponseKind::Fetch(plain),
+            ]
+        }
+        ApiKey::ListOffsets => {
+            let partition = |p: i32, epoch: i32| {
+                list_offsets::ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p)
+                    .with_leader_epoch(epoch)
+            };
+            let topics = |epoch: i32| {
+                let topic = |n: &str| {
+                    list_offsets::ListOffsetsTopicResponse::default()
+                        .with_name(TopicName(s(n)))
+                        .with_partitions(vec![partition(0, epoch), partition(1, epoch)])
+                };
+                ListOffsetsResponse::default().with_topics(vec![topic("a"), topic("b")])
+            };
+            vec![
+                ResponseKind::ListOffsets(topics(3).with_unknown_tagged_fields(tagged())),
+                ResponseKind::ListOffsets(topics(3)),
+                ResponseKind::ListOffsets(topics(-1)),
+            ]
+        }
+        ApiKey::Produce => {
+            let error = |i: i32| {
+                produce::BatchIndexAndErrorMessage::default()
+                    .with_batch_index(i)
+                    .with_batch_index_error_message(Some(s("e")))
+            };
+            let partition = |p: i32, rich: bool| {
+                let plain = produce::PartitionProduceResponse::default().with_index(p);
+                if !rich {
+                    return plain;
+                }
+                plain
+                    .with_record_errors(vec![error(0), error(1)])
+                    .with_error_message(Some(s("m")))
+                    .with_current_leader(produce::LeaderIdAndEpoch::default().with_leader_epoch(4))
+                    .with_unknown_tagged_fields(tagged())
+            };
+            let topic = |n: &str, rich: bool| {
+                produce::TopicProduceResponse::default()
+                    .with_name(TopicName(s(n)))
+                    .with_topic_id(Uuid::from_u128(9))
+                    .with_partition_responses(vec![partition(0, rich), partition(1, rich)])
+            };
+            let node = |id: i32| produce::NodeEndpoint::default().with_node_id(BrokerId(id));
+            let rich = ProduceResponse::default()
+                .with_responses(vec![topic("a", true), topic("b", true)])
+                .with_unknown_tagged_fields(tagged());
+            vec![
+                ResponseKind::Produce(rich.clone().with_node_endpoints(vec![node(1), node(2)])),
+                ResponseKind::Produce(rich),
+                ResponseKind::Produce(
+                    ProduceResponse::default()
+                        .with_responses(vec![topic("a", false), topic("b", false)]),
+                ),
+            ]
+        }
+        ApiKey::CreateTopics => {
+            let config = |n: &str| {
+                create_topics::CreatableTopicConfigs::default()
+                    .with_name(s(n))
+                    .with_value(Some(s("v")))
+            };
+            let topic = |n: &str, rich: bool| {
+                let plain = create_topics::CreatableTopicResult::default()
+                    .with_name(TopicName(s(n)))
+                    .with_error_message(Some(s("e")));
+                if !rich {
+                    return plain;
+                }
+                plain
+                    .with_topic_id(Uuid::from_u128(5))
+                    .with_topic_config_error_code(1)
+                    .with_configs(Some(vec![config("x"), config("y")]))
+                    .with_unknown_tagged_fields(tagged())
+            };
+            vec![
+                ResponseKind::CreateTopics(
+                    CreateTopicsResponse::default()
+                        .with_topics(vec![topic("a", true), topic("b", true)])
+                        .with_unknown_tagged_fields(tagged()),
+                ),
+                ResponseKind::CreateTopics(
+                    CreateTopicsResponse::default()
+                        .with_topics(vec![topic("a", false), topic("b", false)]),
+                ),
+            ]
+        }
+        ApiKey::DescribeGroups => {
+            let member = |id: &str| {
+                describe_groups::DescribedGroupMember::default()
+                    .with_member_id(s(id))
+                    .with_group_instance_id(Some(s("i")))
+                    .with_member_metadata(Bytes::from_static(b"md"))
+                    .with_member_assignment(assignment())
+            };
+            let group = |g: &str| {
+                describe_groups::DescribedGroup::default()
+                    .with_group_id(GroupId(s(g)))
+                    .with_group_state(s("Stable"))
+                    .with_members(vec![member("m"), member("n")])
+            };
+            let r = DescribeGroupsResponse::default().with_groups(vec![group("g"), group("h")]);
+            vec![
+                ResponseKind::DescribeGroups(r.clone().with_unknown_tagged_fields(tagged())),
+                ResponseKind::DescribeGroups(r),
+            ]
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            let partitions = |t: &str| {
+                cgd::TopicPartitions::default()
+                    .with_topic_id(Uuid::from_u128(3))
+                    .with_topic_name(TopicName(s(t)))
+                    .with_partitions(vec![0, 1])
+            };
+            let assignment = cgd::Assignment::default()
+                .with_topic_partitions(vec![partitions("a"), partitions("b")]);
+            let member = |id: &str| {
+                cgd::Member::default()
+                    .with_member_id(s(id))
+                    .with_rack_id(Some(s("r")))
+                    .with_subscribed_topic_names(vec![TopicName(s("a")), TopicName(s("b"))])
+                    .with_assignment(assignment.clone())
+                    .with_target_assignment(assignment.clone())
+            };
+            let group = |g: &str| {
+                cgd::DescribedGroup::default()
+                    .with_group_id(GroupId(s(g)))
+                    .with_members(vec![member("m"), member("n")])
+            };
+            vec![ResponseKind::ConsumerGroupDescribe(
+                ConsumerGroupDescribeResponse::default()
+                    .with_groups(vec![group("g"), group("h")])
+                    .with_unknown_tagged_fields(tagged()),
+            )]
+        }
         other => panic!("no sample for {other:?}"),
     }
 }
 
-/// Every response this crate's transport and members decode.
-const DECODED: [ApiKey; 12] = [
+/// Every response this crate's transport and members decode, then the ones it decodes for a
+/// `Request::Raw`.
+const DECODED: [ApiKey; 18] = [
     ApiKey::ApiVersions,
     ApiKey::SaslHandshake,
     ApiKey::SaslAuthenticate,
@@ -337,6 +522,12 @@ const DECODED: [ApiKey; 12] = [
     ApiKey::OffsetCommit,
     ApiKey::OffsetFetch,
     ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::Fetch,
+    ApiKey::ListOffsets,
+    ApiKey::Produce,
+    ApiKey::CreateTopics,
+    ApiKey::DescribeGroups,
+    ApiKey::ConsumerGroupDescribe,
 ];
 
 #[test]

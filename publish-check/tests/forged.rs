@@ -2,20 +2,40 @@
 //! (`transport::wire::decode_response` and `TcpTransport` against an in-process fake broker),
 //! with the published kafka-protocol 0.18.0 linked unpatched: each is a typed
 //! `TransportError::Decode`, never an abort and never an allocation out of proportion to the
-//! bytes received.
+//! bytes received. The same for the answers to `Request::Raw` requests of the APIs it walks
+//! (Fetch, ListOffsets, Produce, CreateTopics, DescribeGroups, ConsumerGroupDescribe), a typed
+//! refusal for any other API, and forged consumer-protocol bytes (JoinGroup member metadata,
+//! SyncGroup assignment) read by `Subscription::decode`, `Assignment::decode` and a classic
+//! member driven through the sans-IO machine.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use consumer_membership::config::{GroupConfig, GroupProtocol};
+use consumer_membership::machine::classic::ClassicMember;
+use consumer_membership::machine::classic::subscription::{
+    Assignment, ProtocolError, Subscription,
+};
 use consumer_membership::request::{Broker, Request, Target};
+use consumer_membership::transport::wire::BrokerVersions;
 use consumer_membership::transport::{TcpTransport, Transport, wire};
-use consumer_membership::{ClientConfig, TransportError};
+use consumer_membership::{ClientConfig, GroupError, TransportError};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, FindCoordinatorResponse, JoinGroupResponse,
+    MetadataResponse, RequestKind, ResponseKind, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use uuid::Uuid;
 
 /// A count or length of 2^32 - 2 (a compact size is the value + 1).
 const HUGE_VARINT: [u8; 5] = [0xff, 0xff, 0xff, 0xff, 0x0f];
@@ -185,6 +205,47 @@ fn cases() -> Vec<Case> {
             "compact string",
             b().zeros(6).huge(),
         ),
+        // The answers to `Request::Raw` requests the walk knows.
+        case(Fetch, 11, "array", b().zeros(10).i32(max)),
+        case(Fetch, 12, "compact array", b().zeros(10).huge()),
+        case(
+            Fetch,
+            13,
+            "compact bytes (records)",
+            b().zeros(10)
+                .uv(2)
+                .zeros(16)
+                .uv(2)
+                .zeros(30)
+                .uv(0)
+                .zeros(4)
+                .huge(),
+        ),
+        case(ListOffsets, 5, "array", b().zeros(4).i32(max)),
+        case(
+            ListOffsets,
+            6,
+            "nested compact array (partitions)",
+            b().zeros(4).uv(2).uv(1).huge(),
+        ),
+        case(Produce, 8, "array", b().i32(max)),
+        case(Produce, 9, "compact array", b().huge()),
+        case(CreateTopics, 4, "array", b().zeros(4).i32(max)),
+        case(CreateTopics, 7, "compact array", b().zeros(4).huge()),
+        case(DescribeGroups, 4, "array", b().zeros(4).i32(max)),
+        case(
+            DescribeGroups,
+            3,
+            "bytes (member metadata)",
+            b().zeros(4).i32(1).zeros(10).i32(1).zeros(6).i32(max),
+        ),
+        case(DescribeGroups, 5, "compact array", b().zeros(4).huge()),
+        case(
+            ConsumerGroupDescribe,
+            0,
+            "compact array",
+            b().zeros(4).huge(),
+        ),
     ]
 }
 
@@ -253,8 +314,9 @@ fn forged_sizes_decode_to_typed_errors() {
     );
 }
 
-/// Every response consumer-membership decodes.
-const DECODED: [ApiKey; 12] = [
+/// Every response consumer-membership decodes: the ones it reads itself, then the answers to
+/// `Request::Raw` requests it walks.
+const DECODED: [ApiKey; 18] = [
     ApiKey::ApiVersions,
     ApiKey::SaslHandshake,
     ApiKey::SaslAuthenticate,
@@ -267,6 +329,12 @@ const DECODED: [ApiKey; 12] = [
     ApiKey::OffsetCommit,
     ApiKey::OffsetFetch,
     ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::Fetch,
+    ApiKey::ListOffsets,
+    ApiKey::Produce,
+    ApiKey::CreateTopics,
+    ApiKey::DescribeGroups,
+    ApiKey::ConsumerGroupDescribe,
 ];
 
 struct Counting;
@@ -356,6 +424,12 @@ macro_rules! default_body {
             ApiKey::OffsetCommit => $kind::OffsetCommit(Default::default()),
             ApiKey::OffsetFetch => $kind::OffsetFetch(Default::default()),
             ApiKey::ConsumerGroupHeartbeat => $kind::ConsumerGroupHeartbeat(Default::default()),
+            ApiKey::Fetch => $kind::Fetch(Default::default()),
+            ApiKey::ListOffsets => $kind::ListOffsets(Default::default()),
+            ApiKey::Produce => $kind::Produce(Default::default()),
+            ApiKey::CreateTopics => $kind::CreateTopics(Default::default()),
+            ApiKey::DescribeGroups => $kind::DescribeGroups(Default::default()),
+            ApiKey::ConsumerGroupDescribe => $kind::ConsumerGroupDescribe(Default::default()),
             other => panic!("{other:?} is not decoded by consumer-membership"),
         }
     };
@@ -460,5 +534,224 @@ async fn forged_answers_over_tcp_are_typed_errors() {
         };
         server.abort();
         assert_forged(&c, r);
+    }
+}
+
+/// The answer of an API the walk has no layout for (DeleteTopics here) is refused with a typed
+/// error naming it, never decoded unchecked; and such a `Request::Raw` is not even sent.
+#[tokio::test]
+async fn answers_of_apis_without_a_layout_are_refused() {
+    let api = ApiKey::DeleteTopics;
+    let forged = case(api, 4, "compact array", b().zeros(4).huge());
+    let r = wire::decode_response(Bytes::from(frame(&forged, 1)), api, 4);
+    match &r {
+        Err(TransportError::Decode { api: a, reason, .. })
+            if *a == api && reason.contains("DeleteTopics") => {}
+        other => panic!("expected a typed refusal, got {other:?}"),
+    }
+    // A well-formed answer is refused just the same.
+    let valid = wire::encode_response(&ResponseKind::DeleteTopics(Default::default()), api, 4, 1)
+        .expect("encode");
+    let r = wire::decode_response(valid.freeze().slice(4..), api, 4);
+    assert!(
+        matches!(
+            r,
+            Err(TransportError::Decode {
+                api: ApiKey::DeleteTopics,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+
+    // Through TcpTransport, against a broker that advertises DeleteTopics v4.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let transport = TcpTransport::new(ClientConfig::new(&addr.to_string()).expect("config"));
+    let target = Target::Node(Broker {
+        node_id: 1,
+        host: addr.ip().to_string(),
+        port: addr.port(),
+    });
+    let server = tokio::spawn(fake_broker(listener, forged));
+    let request = Request::Raw {
+        body: Box::new(RequestKind::DeleteTopics(Default::default())),
+        versions: 4..=4,
+        fit: None,
+    };
+    let r = transport
+        .send(target, request, Duration::from_secs(5))
+        .await;
+    server.abort();
+    match &r {
+        Err(TransportError::Decode { api: a, reason, .. })
+            if *a == api && reason.starts_with("not sent") && reason.contains("DeleteTopics") =>
+        {
+            println!("Raw DeleteTopics: {reason}")
+        }
+        other => panic!("expected a typed refusal before sending, got {other:?}"),
+    }
+}
+
+/// Consumer-protocol bytes (v3) whose first array, the topics of a subscription or the assigned
+/// topics of an assignment, claims `count` entries with nothing after it.
+fn forged_consumer_protocol(count: i32) -> Bytes {
+    Bytes::from(b().i16(3).i32(count).0)
+}
+
+fn assert_malformed(what: &str, r: Result<impl std::fmt::Debug, ProtocolError>) {
+    match r {
+        Err(ProtocolError::Malformed { reason, .. }) if reason.contains("forged size") => {
+            println!("{what}: {reason}")
+        }
+        Err(ProtocolError::Malformed { reason, .. }) if reason.contains("negative") => {
+            println!("{what}: {reason}")
+        }
+        other => panic!("{what}: expected a typed ProtocolError, got {other:?}"),
+    }
+}
+
+#[test]
+fn forged_consumer_protocol_counts_are_typed_errors() {
+    // 2^31 - 1, and 2^31 (which an INT32 reads as negative).
+    for count in [i32::MAX, i32::MIN] {
+        let forged = forged_consumer_protocol(count);
+        LARGEST.with(|l| l.set(0));
+        assert_malformed("subscription", Subscription::decode(&forged));
+        assert_malformed("assignment", Assignment::decode(&forged));
+        let largest = LARGEST.with(Cell::get);
+        assert!(largest <= 64 * 1024, "allocated {largest} bytes at once");
+    }
+    // The same bytes inside well-formed JoinGroup and SyncGroup answers: the answers decode (the
+    // metadata and assignment are opaque bytes to them), their contents do not.
+    let forged = forged_consumer_protocol(i32::MAX);
+    let join = JoinGroupResponse::default().with_members(vec![
+        JoinGroupResponseMember::default().with_metadata(forged.clone()),
+    ]);
+    let sync = SyncGroupResponse::default().with_assignment(forged);
+    for (api, body) in [
+        (ApiKey::JoinGroup, ResponseKind::JoinGroup(join)),
+        (ApiKey::SyncGroup, ResponseKind::SyncGroup(sync)),
+    ] {
+        let range = api.valid_versions();
+        for v in range.min..=range.max {
+            let f = wire::encode_response(&body, api, v, 1).expect("encode");
+            let r = wire::decode_response(f.freeze().slice(4..), api, v).expect("decode");
+            match r.body {
+                ResponseKind::JoinGroup(j) => assert_malformed(
+                    "member metadata",
+                    Subscription::decode(&j.members[0].metadata),
+                ),
+                ResponseKind::SyncGroup(s) => {
+                    assert_malformed("assignment", Assignment::decode(&s.assignment))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
+
+fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_owned())
+}
+
+/// A classic member, driven through the sans-IO machine as a dependent's own driver would (every
+/// answer encoded and decoded by `wire`), leads a group whose other member sent forged metadata,
+/// then gets a forged assignment: the other member is assigned nothing, and the member stops
+/// with a typed `GroupError::InvalidResponse`.
+#[test]
+fn a_classic_member_reads_forged_consumer_protocol_bytes_as_typed_errors() {
+    let now = Instant::now();
+    let versions = BrokerVersions::all();
+    let mut config = GroupConfig::new("g");
+    config.protocol = GroupProtocol::Classic;
+    config.assignors = vec!["range".into()];
+    config.seed = Some(1);
+    let mut m = ClassicMember::new(config, now).expect("config");
+    m.subscribe(["t".to_string()], now).expect("subscribe");
+    let own = Subscription::new(["t"]).encode();
+    let mut leader_assignment = None;
+    for _ in 0..16 {
+        let Some(out) = m.poll_request() else { break };
+        let (api, version, body) = wire::build(&out.request, &versions).expect("build");
+        let answer = match body {
+            RequestKind::FindCoordinator(_) => ResponseKind::FindCoordinator(
+                FindCoordinatorResponse::default().with_coordinators(vec![
+                    Coordinator::default()
+                        .with_key(s("g"))
+                        .with_node_id(BrokerId(1))
+                        .with_host(s("127.0.0.1"))
+                        .with_port(9092),
+                ]),
+            ),
+            RequestKind::JoinGroup(_) => ResponseKind::JoinGroup(
+                JoinGroupResponse::default()
+                    .with_generation_id(1)
+                    .with_protocol_type(Some(s("consumer")))
+                    .with_protocol_name(Some(s("range")))
+                    .with_leader(s("me"))
+                    .with_member_id(s("me"))
+                    .with_members(vec![
+                        JoinGroupResponseMember::default()
+                            .with_member_id(s("me"))
+                            .with_metadata(own.clone()),
+                        JoinGroupResponseMember::default()
+                            .with_member_id(s("forger"))
+                            .with_metadata(forged_consumer_protocol(i32::MAX)),
+                    ]),
+            ),
+            RequestKind::Metadata(_) => ResponseKind::Metadata(
+                MetadataResponse::default().with_topics(vec![
+                    MetadataResponseTopic::default()
+                        .with_name(Some(TopicName(s("t"))))
+                        .with_topic_id(Uuid::from_u128(7))
+                        .with_partitions(
+                            (0..2)
+                                .map(|p| {
+                                    MetadataResponsePartition::default().with_partition_index(p)
+                                })
+                                .collect(),
+                        ),
+                ]),
+            ),
+            RequestKind::SyncGroup(sync) => {
+                leader_assignment = Some(sync.assignments.clone());
+                ResponseKind::SyncGroup(
+                    SyncGroupResponse::default()
+                        .with_protocol_type(Some(s("consumer")))
+                        .with_protocol_name(Some(s("range")))
+                        .with_assignment(forged_consumer_protocol(i32::MAX)),
+                )
+            }
+            other => panic!("unexpected request {other:?}"),
+        };
+        let frame = wire::encode_response(&answer, api, version, 1).expect("encode");
+        let response = wire::decode_response(frame.freeze().slice(4..), api, version);
+        m.handle_response(out.id, response, now);
+        while m.poll_event().is_some() {}
+    }
+    // The leader assigned both partitions to itself and nothing to the member whose
+    // subscription it could not read.
+    let assignments = leader_assignment.expect("the leader sent SyncGroup");
+    let of = |id: &str| {
+        let a = assignments
+            .iter()
+            .find(|a| a.member_id.as_str() == id)
+            .unwrap_or_else(|| panic!("no assignment for {id}"));
+        Assignment::decode(&a.assignment)
+            .expect("assignment")
+            .partitions
+    };
+    assert_eq!(of("me").len(), 2);
+    assert!(of("forger").is_empty());
+    // Its own forged assignment stops it with a typed error.
+    match m.fatal_error() {
+        Some(GroupError::InvalidResponse {
+            api: ApiKey::SyncGroup,
+            reason,
+        }) if reason.contains("forged size") => {
+            println!("member: {reason}")
+        }
+        other => panic!("expected InvalidResponse from SyncGroup, got {other:?}"),
     }
 }

@@ -1,15 +1,17 @@
-//! The size pre-check of every response body this crate decodes: a walk over the body that reads
-//! each array count and each string and bytes length exactly where kafka-protocol 0.18.0's
-//! decoder reads it, and fails when one claims more than the bytes left.
+//! The size pre-check of every response body this crate decodes: a walk (`crate::bounded`) over
+//! the body that reads each array count and each string and bytes length exactly where
+//! kafka-protocol 0.18.0's decoder reads it, and fails when one claims more than the bytes left.
 //!
 //! kafka-protocol 0.18.0 reserves `count` elements before decoding an array, so a forged count
 //! (2^32 elements in a 12-byte answer) aborts the process on the failed allocation. The walk runs
 //! first and allocates nothing; when it passes, every count the decoder will read fits in the
-//! frame (each element of these messages takes at least one byte).
+//! frame. A response of an API without a layout here is refused, never decoded unchecked.
 //!
 //! The layouts follow the Apache Kafka message schemas (`clients/src/main/resources/common/
 //! message/*Response.json`) at the versions kafka-protocol 0.18.0 generates, with flexible
-//! versions (compact lengths, tagged fields) as listed:
+//! versions (compact lengths, tagged fields) as listed. The first twelve are what the crate sends
+//! itself; the others are what users plausibly send as [`Request::Raw`](crate::request::Request)
+//! (a consumer's Fetch and ListOffsets, Produce, and the admin calls this crate's own tests make).
 //!
 //! | response | versions | flexible |
 //! |---|---|---|
@@ -25,13 +27,19 @@
 //! | OffsetCommit | 2-10 | 8+ |
 //! | OffsetFetch | 1-10 | 6+ |
 //! | ConsumerGroupHeartbeat | 0-1 | 0+ |
+//! | Fetch | 4-18 | 12+ |
+//! | ListOffsets | 1-10 | 6+ |
+//! | Produce | 3-13 | 9+ |
+//! | CreateTopics | 2-7 | 5+ |
+//! | DescribeGroups | 0-6 | 5+ |
+//! | ConsumerGroupDescribe | 0-1 | 0+ |
 //!
-//! None of these carries record batches, so no record count is decoded.
+//! The records of a Fetch answer stay bytes: kafka-protocol does not decode them as part of the
+//! response, so no record count is read here.
 
 use kafka_protocol::messages::ApiKey;
 
-/// Why a body fails the walk.
-type Walk = Result<(), String>;
+use crate::bounded::{Cursor, Walk};
 
 /// The versions of `api` this module has a layout for; `None` for an API it does not know.
 pub(super) fn known_versions(api: ApiKey) -> Option<(i16, i16)> {
@@ -48,20 +56,37 @@ pub(super) fn known_versions(api: ApiKey) -> Option<(i16, i16)> {
         ApiKey::OffsetCommit => (2, 10),
         ApiKey::OffsetFetch => (1, 10),
         ApiKey::ConsumerGroupHeartbeat => (0, 1),
+        ApiKey::Fetch => (4, 18),
+        ApiKey::ListOffsets => (1, 10),
+        ApiKey::Produce => (3, 13),
+        ApiKey::CreateTopics => (2, 7),
+        ApiKey::DescribeGroups => (0, 6),
+        ApiKey::ConsumerGroupDescribe => (0, 1),
         _ => return None,
     })
 }
 
-/// Walks the response body `body` (after the response header) of `api` at `version`. APIs
-/// without a layout here pass unchecked; versions outside a known layout fail.
-pub(super) fn check_sizes(api: ApiKey, version: i16, body: &[u8]) -> Walk {
-    let Some((lo, hi)) = known_versions(api) else {
-        return Ok(());
-    };
-    if !(lo..=hi).contains(&version) {
-        return Err(format!("no size layout for {api:?} v{version}"));
+/// Why an answer of `api` at `version` cannot be decoded safely, when this module has no layout
+/// for it.
+pub(super) fn no_layout(api: ApiKey, version: i16) -> Option<String> {
+    match known_versions(api) {
+        None => Some(format!(
+            "no size layout for {api:?} responses: not decoded unchecked (see transport::wire::decode_response)"
+        )),
+        Some((lo, hi)) if !(lo..=hi).contains(&version) => Some(format!(
+            "no size layout for {api:?} v{version} responses (v{lo}-{hi} are walked)"
+        )),
+        Some(_) => None,
     }
-    let c = &mut Cursor { rest: body };
+}
+
+/// Walks the response body `body` (after the response header) of `api` at `version`. An API or
+/// version without a layout here fails.
+pub(super) fn check_sizes(api: ApiKey, version: i16, body: &[u8]) -> Walk {
+    if let Some(reason) = no_layout(api, version) {
+        return Err(reason);
+    }
+    let c = &mut Cursor::new(body);
     let v = version;
     match api {
         ApiKey::ApiVersions => api_versions(c, v),
@@ -113,7 +138,13 @@ pub(super) fn check_sizes(api: ApiKey, version: i16, body: &[u8]) -> Walk {
         ApiKey::OffsetCommit => offset_commit(c, v),
         ApiKey::OffsetFetch => offset_fetch(c, v),
         ApiKey::ConsumerGroupHeartbeat => consumer_group_heartbeat(c),
-        _ => Ok(()),
+        ApiKey::Fetch => fetch(c, v),
+        ApiKey::ListOffsets => list_offsets(c, v),
+        ApiKey::Produce => produce(c, v),
+        ApiKey::CreateTopics => create_topics(c, v),
+        ApiKey::DescribeGroups => describe_groups(c, v),
+        ApiKey::ConsumerGroupDescribe => consumer_group_describe(c, v),
+        _ => Err(format!("no size layout for {api:?} responses")),
     }
 }
 
@@ -240,14 +271,15 @@ fn join_group(c: &mut Cursor, v: i16) -> Walk {
 fn offset_commit(c: &mut Cursor, v: i16) -> Walk {
     let flex = v >= 8;
     c.skip_if(v >= 3, 4)?;
-    c.array(flex, |c| {
-        topic_name_or_id(c, v, flex)?;
-        c.array(flex, |c| {
+    by_topic(
+        c,
+        flex,
+        |c| topic_name_or_id(c, v, flex),
+        |c| {
             c.skip(6)?;
             c.tags(flex)
-        })?;
-        c.tags(flex)
-    })?;
+        },
+    )?;
     c.tags(flex)
 }
 
@@ -291,7 +323,31 @@ fn offset_fetch(c: &mut Cursor, v: i16) -> Walk {
 
 /// The topic name (up to v9) or topic id (v10) of OffsetCommit and OffsetFetch topics.
 fn topic_name_or_id(c: &mut Cursor, v: i16, flex: bool) -> Walk {
-    if v <= 9 { c.string(flex) } else { c.skip(16) }
+    name_or_id_until(c, v, 9, flex)
+}
+
+/// A topic name up to version `last_named`, a topic id after it.
+fn name_or_id_until(c: &mut Cursor, v: i16, last_named: i16, flex: bool) -> Walk {
+    if v <= last_named {
+        c.string(flex)
+    } else {
+        c.skip(16)
+    }
+}
+
+/// An array of topics, each its `name` (or id), an array of partitions each walked by
+/// `partition`, and its tagged fields.
+fn by_topic(
+    c: &mut Cursor,
+    flex: bool,
+    name: impl Fn(&mut Cursor) -> Walk,
+    mut partition: impl FnMut(&mut Cursor) -> Walk,
+) -> Walk {
+    c.array(flex, |c| {
+        name(c)?;
+        c.array(flex, &mut partition)?;
+        c.tags(flex)
+    })
 }
 
 /// ConsumerGroupHeartbeatResponse.json: ErrorMessage, MemberId, and a nullable Assignment of
@@ -313,123 +369,190 @@ fn consumer_group_heartbeat(c: &mut Cursor) -> Walk {
     c.tags(true)
 }
 
-/// The unread part of a body.
-struct Cursor<'a> {
-    rest: &'a [u8],
+/// FetchResponse.json: Responses by topic name (v4-12) or topic id (v13+), with Partitions
+/// (AbortedTransactions, Records as bytes, and in v12+ the tagged DivergingEpoch (0),
+/// CurrentLeader (1) and SnapshotId (2)), and in v16+ the tagged NodeEndpoints (0).
+fn fetch(c: &mut Cursor, v: i16) -> Walk {
+    let flex = v >= 12;
+    c.skip(4)?;
+    c.skip_if(v >= 7, 6)?;
+    let partition = |c: &mut Cursor| {
+        c.skip(22)?;
+        c.skip_if(v >= 5, 8)?;
+        c.array(flex, |c| {
+            c.skip(16)?;
+            c.tags(flex)
+        })?;
+        c.skip_if(v >= 11, 4)?;
+        c.bytes(flex)?;
+        if !flex {
+            return Ok(());
+        }
+        // DivergingEpoch: Epoch + EndOffset; CurrentLeader: LeaderId + LeaderEpoch; SnapshotId:
+        // EndOffset + Epoch; each a struct with its own tagged fields.
+        c.tags_with(|c, tag| {
+            let fixed = match tag {
+                0 | 2 => 12,
+                1 => 8,
+                _ => return None,
+            };
+            Some(c.skip(fixed).and_then(|()| c.tags(true)))
+        })
+    };
+    by_topic(c, flex, |c| name_or_id_until(c, v, 12, flex), partition)?;
+    if !flex {
+        return Ok(());
+    }
+    c.tags_with(|c, tag| (tag == 0 && v >= 16).then(|| c.array(true, node_endpoint)))
 }
 
-impl Cursor<'_> {
-    fn skip(&mut self, n: usize) -> Walk {
-        match self.rest.get(n..) {
-            Some(rest) => {
-                self.rest = rest;
-                Ok(())
+/// The NodeEndpoints of Fetch (v16+) and Produce (v10+) answers: NodeId, Host, Port, Rack.
+fn node_endpoint(c: &mut Cursor) -> Walk {
+    c.skip(4)?;
+    c.string(true)?;
+    c.skip(4)?;
+    c.string(true)?;
+    c.tags(true)
+}
+
+/// ListOffsetsResponse.json: Topics with Partitions (Timestamp, Offset, LeaderEpoch in v4+).
+fn list_offsets(c: &mut Cursor, v: i16) -> Walk {
+    let flex = v >= 6;
+    c.skip_if(v >= 2, 4)?;
+    by_topic(
+        c,
+        flex,
+        |c| c.string(flex),
+        |c| {
+            c.skip(22)?;
+            c.skip_if(v >= 4, 4)?;
+            c.tags(flex)
+        },
+    )?;
+    c.tags(flex)
+}
+
+/// ProduceResponse.json: Responses by topic name (v3-12) or topic id (v13), with
+/// PartitionResponses (RecordErrors and ErrorMessage in v8+, the tagged CurrentLeader (0) in
+/// v10+), ThrottleTimeMs, and in v10+ the tagged NodeEndpoints (0).
+fn produce(c: &mut Cursor, v: i16) -> Walk {
+    let flex = v >= 9;
+    let partition = |c: &mut Cursor| {
+        c.skip(22)?;
+        c.skip_if(v >= 5, 8)?;
+        if v >= 8 {
+            c.array(flex, |c| {
+                c.skip(4)?;
+                c.string(flex)?;
+                c.tags(flex)
+            })?;
+            c.string(flex)?;
+        }
+        if !flex {
+            return Ok(());
+        }
+        c.tags_with(|c, tag| (tag == 0 && v >= 10).then(|| c.skip(8).and_then(|()| c.tags(true))))
+    };
+    by_topic(c, flex, |c| name_or_id_until(c, v, 12, flex), partition)?;
+    c.skip(4)?;
+    if !flex {
+        return Ok(());
+    }
+    c.tags_with(|c, tag| (tag == 0 && v >= 10).then(|| c.array(true, node_endpoint)))
+}
+
+/// CreateTopicsResponse.json: Topics (TopicId in v7+; NumPartitions, ReplicationFactor, Configs
+/// and the tagged TopicConfigErrorCode (0) in v5+).
+fn create_topics(c: &mut Cursor, v: i16) -> Walk {
+    let flex = v >= 5;
+    c.skip(4)?;
+    c.array(flex, |c| {
+        c.string(flex)?;
+        c.skip_if(v >= 7, 16)?;
+        c.skip(2)?;
+        c.string(flex)?;
+        if !flex {
+            return Ok(());
+        }
+        c.skip(6)?;
+        c.array(true, |c| {
+            c.string(true)?;
+            c.string(true)?;
+            c.skip(3)?;
+            c.tags(true)
+        })?;
+        c.tags_with(|c, tag| (tag == 0).then(|| c.skip(2)))
+    })?;
+    c.tags(flex)
+}
+
+/// DescribeGroupsResponse.json: Groups (ErrorMessage in v6+) with Members (GroupInstanceId in
+/// v4+, MemberMetadata and MemberAssignment bytes), AuthorizedOperations (v3+).
+fn describe_groups(c: &mut Cursor, v: i16) -> Walk {
+    let flex = v >= 5;
+    c.skip_if(v >= 1, 4)?;
+    c.array(flex, |c| {
+        c.skip(2)?;
+        if v >= 6 {
+            c.string(true)?;
+        }
+        for _ in 0..4 {
+            c.string(flex)?;
+        }
+        c.array(flex, |c| {
+            c.string(flex)?;
+            if v >= 4 {
+                c.string(flex)?;
             }
-            None => Err(format!("{n} bytes claimed, {} bytes left", self.rest.len())),
+            c.string(flex)?;
+            c.string(flex)?;
+            c.bytes(flex)?;
+            c.bytes(flex)?;
+            c.tags(flex)
+        })?;
+        c.skip_if(v >= 3, 4)?;
+        c.tags(flex)
+    })?;
+    c.tags(flex)
+}
+
+/// ConsumerGroupDescribeResponse.json: Groups with Members, each with its current and target
+/// Assignment (topic id, name, partitions) and MemberType (v1+).
+fn consumer_group_describe(c: &mut Cursor, v: i16) -> Walk {
+    let assignment = |c: &mut Cursor| {
+        c.array(true, |c| {
+            c.skip(16)?;
+            c.string(true)?;
+            c.array(true, |c| c.skip(4))?;
+            c.tags(true)
+        })?;
+        c.tags(true)
+    };
+    let member = |c: &mut Cursor| {
+        for _ in 0..3 {
+            c.string(true)?;
         }
-    }
-
-    fn skip_if(&mut self, present: bool, n: usize) -> Walk {
-        if present { self.skip(n) } else { Ok(()) }
-    }
-
-    /// A big-endian signed integer of `n` (1, 2 or 4) bytes.
-    fn int(&mut self, n: usize) -> Result<i64, String> {
-        let bytes = self.rest.get(..n).ok_or("body cut short")?;
-        self.rest = &self.rest[n..];
-        let sign = if bytes[0] & 0x80 != 0 { -1i64 } else { 0 };
-        Ok(bytes.iter().fold(sign, |acc, &b| (acc << 8) | i64::from(b)))
-    }
-
-    /// An unsigned varint as kafka-protocol reads it: at most five bytes, high bits dropped.
-    fn uvarint(&mut self) -> Result<u32, String> {
-        let mut value = 0u32;
-        for i in 0..5 {
-            let b = u32::from(*self.rest.first().ok_or("body cut short")?);
-            self.rest = &self.rest[1..];
-            value |= (b & 0x7f) << (i * 7);
-            if b < 0x80 {
-                break;
-            }
+        c.skip(4)?;
+        c.string(true)?;
+        c.string(true)?;
+        c.array(true, |c| c.string(true))?;
+        c.string(true)?;
+        assignment(c)?;
+        assignment(c)?;
+        c.skip_if(v >= 1, 1)?;
+        c.tags(true)
+    };
+    c.skip(4)?;
+    c.array(true, |c| {
+        c.skip(2)?;
+        for _ in 0..3 {
+            c.string(true)?;
         }
-        Ok(value)
-    }
-
-    /// A length or count: an unsigned varint holding length + 1 when `flex` (0 for null), else
-    /// a signed integer of `width` bytes (-1 for null). `None` for null.
-    fn length(&mut self, flex: bool, width: usize, what: &str) -> Result<Option<u64>, String> {
-        if flex {
-            return Ok(self.uvarint()?.checked_sub(1).map(u64::from));
-        }
-        match self.int(width)? {
-            -1 => Ok(None),
-            n if n < 0 => Err(format!("{what} length is negative ({n})")),
-            n => Ok(Some(n as u64)),
-        }
-    }
-
-    fn fits(&self, n: u64, what: &str) -> Result<usize, String> {
-        match usize::try_from(n) {
-            Ok(n) if n <= self.rest.len() => Ok(n),
-            _ => Err(format!(
-                "forged size: {what} of {n} claimed with {} bytes left",
-                self.rest.len()
-            )),
-        }
-    }
-
-    /// A STRING (INT16 length) or COMPACT_STRING, nullable or not.
-    fn string(&mut self, flex: bool) -> Walk {
-        self.sized(flex, 2, "string")
-    }
-
-    /// A BYTES (INT32 length) or COMPACT_BYTES, nullable or not.
-    fn bytes(&mut self, flex: bool) -> Walk {
-        self.sized(flex, 4, "bytes")
-    }
-
-    fn sized(&mut self, flex: bool, width: usize, what: &str) -> Walk {
-        if let Some(n) = self.length(flex, width, what)? {
-            let n = self.fits(n, what)?;
-            self.skip(n)?;
-        }
-        Ok(())
-    }
-
-    /// An ARRAY (INT32 count) or COMPACT_ARRAY whose elements `element` walks.
-    fn array(&mut self, flex: bool, mut element: impl FnMut(&mut Self) -> Walk) -> Walk {
-        if let Some(n) = self.length(flex, 4, "array")? {
-            for _ in 0..self.fits(n, "array")? {
-                element(self)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The tagged fields of a flexible version (none otherwise), all skipped by their size.
-    fn tags(&mut self, flex: bool) -> Walk {
-        if flex {
-            self.tags_with(|_, _| None)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Tagged fields: `known` walks the tags the decoder reads in place (ignoring their size)
-    /// and returns `None` for the ones it skips by size.
-    fn tags_with(&mut self, mut known: impl FnMut(&mut Self, u32) -> Option<Walk>) -> Walk {
-        let count = self.uvarint()?;
-        for _ in 0..count {
-            let tag = self.uvarint()?;
-            let size = self.uvarint()?;
-            match known(self, tag) {
-                Some(walk) => walk?,
-                None => {
-                    let size = self.fits(u64::from(size), "tagged field")?;
-                    self.skip(size)?;
-                }
-            }
-        }
-        Ok(())
-    }
+        c.skip(8)?;
+        c.string(true)?;
+        c.array(true, member)?;
+        c.skip(4)?;
+        c.tags(true)
+    })?;
+    c.tags(true)
 }

@@ -114,11 +114,15 @@ pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
 
 /// Decodes a response frame (without its size prefix) of `api` sent at `version`.
 ///
-/// For the responses this crate reads (ApiVersions, SaslHandshake, SaslAuthenticate,
-/// FindCoordinator, Metadata, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-/// OffsetFetch, ConsumerGroupHeartbeat) an array count, string or bytes length that claims more
-/// than the bytes left is a [`TransportError::Decode`] before anything is allocated for it.
-/// Answers to other APIs (sent as [`Request::Raw`]) are handed to kafka-protocol unchecked.
+/// Every body is walked before kafka-protocol decodes it: an array count, string or bytes length
+/// or tagged field size that claims more than the bytes left is a [`TransportError::Decode`]
+/// before anything is allocated for it. The walk knows the responses this crate reads
+/// (ApiVersions, SaslHandshake, SaslAuthenticate, FindCoordinator, Metadata, JoinGroup,
+/// SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ConsumerGroupHeartbeat) and the
+/// ones a [`Request::Raw`] plausibly asks for (Fetch, ListOffsets, Produce, CreateTopics,
+/// DescribeGroups, ConsumerGroupDescribe), at every version kafka-protocol 0.18.0 decodes. An
+/// answer of any other API is a [`TransportError::Decode`] naming it, never decoded unchecked
+/// ([`build`] refuses to send such a request in the first place).
 pub fn decode_response(
     mut frame: Bytes,
     api: ApiKey,
@@ -145,7 +149,8 @@ pub fn decode_response(
         reason,
     };
     // Every count and length is checked against the bytes left before kafka-protocol reserves
-    // room for it (see `layout`): the published kafka-protocol 0.18.0 does not cap them.
+    // room for it (see `layout`): the published kafka-protocol 0.18.0 does not cap them. An API
+    // or version without a layout fails here.
     super::layout::check_sizes(api, version, &frame).map_err(decode_err)?;
     let body =
         ResponseKind::decode(api, &mut frame, version).map_err(|e| decode_err(e.to_string()))?;
@@ -153,6 +158,10 @@ pub fn decode_response(
 }
 
 /// Decodes a request frame (without size prefix) as a broker would: header, then body.
+///
+/// For in-process peers ([`MemoryTransport`](super::MemoryTransport), the simulation) reading
+/// frames [`encode_request`] made: unlike [`decode_response`] it does not walk the body first, so
+/// it is not meant for bytes from the network.
 pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), TransportError> {
     let err = |e: anyhow::Error| TransportError::Decode {
         api: ApiKey::ApiVersions,
@@ -195,13 +204,36 @@ pub fn encode_response(
     Ok(buf)
 }
 
-/// Builds `request` at the version negotiated with `versions`.
+/// Builds `request` at the version negotiated with `versions`, among the versions whose answer
+/// [`decode_response`] can walk.
+///
+/// A request whose answer could not be decoded safely is not sent: for an API the walk does not
+/// know (a [`Request::Raw`] of, say, DeleteTopics), or a `Request::Raw` whose versions are all
+/// outside the walked ones, a [`TransportError::Decode`] naming the API, at the version that would
+/// have been negotiated.
 pub fn build(
     request: &Request,
     versions: &BrokerVersions,
 ) -> Result<(ApiKey, i16, RequestKind), TransportError> {
     let api = request.api_key();
-    let version = versions.negotiate(api, request.versions())?;
+    let ours = request.versions();
+    let version = versions.negotiate(api, ours.clone())?;
+    let walked = super::layout::known_versions(api)
+        .map(|(lo, hi)| *ours.start().max(&lo)..=*ours.end().min(&hi))
+        .filter(|r| !r.is_empty());
+    let version = match walked {
+        Some(walked) if walked.contains(&version) => version,
+        Some(walked) => versions.negotiate(api, walked)?,
+        None => {
+            let reason = super::layout::no_layout(api, version)
+                .unwrap_or_else(|| format!("no size layout for {api:?} v{ours:?} responses"));
+            return Err(TransportError::Decode {
+                api,
+                version,
+                reason: format!("not sent: {reason}"),
+            });
+        }
+    };
     let body = request.build(version).map_err(|e| TransportError::Encode {
         api,
         version,
@@ -344,6 +376,52 @@ mod tests {
         f.put_i32(i32::MAX);
         let r = decode_response(f.freeze(), ApiKey::ApiVersions, 2);
         assert!(matches!(r, Err(TransportError::Decode { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn answers_without_a_layout_are_refused_and_their_requests_not_built() {
+        // DeleteTopics has no size layout: its answer is refused, not decoded unchecked.
+        let frame = encode_response(
+            &ResponseKind::DeleteTopics(Default::default()),
+            ApiKey::DeleteTopics,
+            4,
+            7,
+        )
+        .unwrap()
+        .freeze();
+        let r = decode_response(frame.slice(4..), ApiKey::DeleteTopics, 4);
+        assert!(
+            matches!(&r, Err(TransportError::Decode { api: ApiKey::DeleteTopics, version: 4, reason })
+                if reason.contains("DeleteTopics")),
+            "{r:?}"
+        );
+        // ... and such a request is not sent.
+        let all = BrokerVersions::all();
+        let raw = |body: RequestKind, versions| Request::Raw {
+            body: Box::new(body),
+            versions,
+            fit: None,
+        };
+        let e = build(
+            &raw(RequestKind::DeleteTopics(Default::default()), 0..=6),
+            &all,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, TransportError::Decode { api: ApiKey::DeleteTopics, reason, .. }
+                if reason.starts_with("not sent")),
+            "{e:?}"
+        );
+        // A walked API is negotiated within the walked versions (Fetch: v4-18): a request for
+        // v0-18 goes out at 18, and not at all to a broker serving only v0-3.
+        let fetch = || RequestKind::Fetch(Default::default());
+        assert_eq!(build(&raw(fetch(), 0..=18), &all).unwrap().1, 18);
+        let mut old = BrokerVersions::all();
+        old.set(ApiKey::Fetch, Some(0..=3));
+        assert!(matches!(
+            build(&raw(fetch(), 0..=18), &old),
+            Err(TransportError::UnsupportedApi { .. })
+        ));
     }
 
     #[test]

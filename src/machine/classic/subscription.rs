@@ -7,6 +7,11 @@
 //! (3) and reads any version from 0 up; a version newer than 3 is parsed with the version-3 layout,
 //! because the schemas promise that later versions only append fields. Trailing bytes are
 //! therefore ignored, at every version, as Java does.
+//!
+//! The bytes come from other members (through the coordinator), so they are walked
+//! (`crate::bounded`) before kafka-protocol decodes them: an array count or a string or bytes
+//! length claiming more than the bytes left is a [`ProtocolError::Malformed`], and nothing is
+//! allocated for it (kafka-protocol 0.18.0 would reserve room for any count it reads).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::TopicName;
@@ -15,6 +20,7 @@ use kafka_protocol::messages::consumer_protocol_subscription as wire_subscriptio
 use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
+use crate::bounded::{Cursor, Walk};
 use crate::machine::TopicPartition;
 
 /// The newest `ConsumerProtocolSubscription` / `ConsumerProtocolAssignment` version this crate
@@ -178,14 +184,15 @@ impl Subscription {
     /// version-3 layout; an empty rack id reads as `None`, as in Java.
     pub fn decode(bytes: &[u8]) -> Result<Subscription, ProtocolError> {
         let (version, read_as, mut body) = read_version(SUBSCRIPTION, bytes)?;
-        let wire = ConsumerProtocolSubscription::decode(&mut body, read_as).map_err(|e| {
-            ProtocolError::Malformed {
-                what: SUBSCRIPTION,
-                version,
-                read_as,
-                reason: e.to_string(),
-            }
-        })?;
+        let malformed = |reason| ProtocolError::Malformed {
+            what: SUBSCRIPTION,
+            version,
+            read_as,
+            reason,
+        };
+        walk_subscription(&mut Cursor::new(&body), read_as).map_err(malformed)?;
+        let wire = ConsumerProtocolSubscription::decode(&mut body, read_as)
+            .map_err(|e| malformed(e.to_string()))?;
         Ok(Subscription {
             topics: wire.topics.iter().map(|t| t.as_str().to_owned()).collect(),
             user_data: wire.user_data,
@@ -268,14 +275,15 @@ impl Assignment {
             return Ok(Assignment::default());
         }
         let (version, read_as, mut body) = read_version(ASSIGNMENT, bytes)?;
-        let wire = ConsumerProtocolAssignment::decode(&mut body, read_as).map_err(|e| {
-            ProtocolError::Malformed {
-                what: ASSIGNMENT,
-                version,
-                read_as,
-                reason: e.to_string(),
-            }
-        })?;
+        let malformed = |reason| ProtocolError::Malformed {
+            what: ASSIGNMENT,
+            version,
+            read_as,
+            reason,
+        };
+        walk_assignment(&mut Cursor::new(&body)).map_err(malformed)?;
+        let wire = ConsumerProtocolAssignment::decode(&mut body, read_as)
+            .map_err(|e| malformed(e.to_string()))?;
         Ok(Assignment {
             partitions: wire
                 .assigned_partitions
@@ -289,6 +297,33 @@ impl Assignment {
             user_data: wire.user_data,
         })
     }
+}
+
+/// ConsumerProtocolSubscription.json at `version` (0-3, never flexible): Topics, UserData,
+/// OwnedPartitions (v1+), GenerationId (v2+), RackId (v3+). Bytes after them are ignored.
+fn walk_subscription(c: &mut Cursor, version: i16) -> Walk {
+    c.array(false, |c| c.string(false))?;
+    c.bytes(false)?;
+    if version >= 1 {
+        c.array(false, topic_partitions)?;
+    }
+    c.skip_if(version >= 2, 4)?;
+    if version >= 3 {
+        c.string(false)?;
+    }
+    Ok(())
+}
+
+/// ConsumerProtocolAssignment.json (the same layout at v0-3): AssignedPartitions, UserData.
+fn walk_assignment(c: &mut Cursor) -> Walk {
+    c.array(false, topic_partitions)?;
+    c.bytes(false)
+}
+
+/// A topic name and its partition ids (both messages' `TopicPartition`).
+fn topic_partitions(c: &mut Cursor) -> Walk {
+    c.string(false)?;
+    c.array(false, |c| c.skip(4))
 }
 
 fn str_bytes(s: &str) -> StrBytes {
@@ -564,15 +599,16 @@ mod tests {
 
     #[test]
     fn forged_huge_array_count_is_an_error_quickly() {
-        // "Quickly": the vendored decoder caps a forged count by the bytes left before reserving,
-        // so none of these allocates more than the input. (No clock here: src/machine may not read
-        // one, see tests/sans_io_boundary.rs.)
+        // "Quickly": the walk refuses a count larger than the bytes left before kafka-protocol
+        // (which does not cap it) reserves room, so none of these allocates more than the input;
+        // without the walk the first one aborts the process. (No clock here: src/machine may not
+        // read one, see tests/sans_io_boundary.rs.)
         // Subscription: v3, topics count i32::MAX and nothing else.
         let mut forged = vec![0, 3];
         forged.extend_from_slice(&i32::MAX.to_be_bytes());
         assert!(matches!(
             Subscription::decode(&forged),
-            Err(ProtocolError::Malformed { .. })
+            Err(ProtocolError::Malformed { ref reason, .. }) if reason.contains("forged size")
         ));
         // Owned partitions count forged after a valid topics array and null user data.
         let mut forged = vec![0, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff];
@@ -583,7 +619,7 @@ mod tests {
         forged.extend_from_slice(&i32::MAX.to_be_bytes());
         assert!(matches!(
             Assignment::decode(&forged),
-            Err(ProtocolError::Malformed { .. })
+            Err(ProtocolError::Malformed { ref reason, .. }) if reason.contains("forged size")
         ));
         let mut forged = vec![0, 3, 0, 0, 0, 1, 0, 1, b't'];
         forged.extend_from_slice(&i32::MAX.to_be_bytes());
