@@ -193,3 +193,8 @@ pub(crate) mod testutil {
         std::time::Instant::now()
     }
 }
+
+/// The README's Rust examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
