@@ -118,10 +118,35 @@ pub enum Request {
         /// Whether the broker may auto-create the named topics.
         allow_auto_topic_creation: bool,
     },
-    /// Any other request, built by the caller: `body` is sent as it is at every version in
-    /// `versions`, or, with a `fit`, as `fit` makes it for the version negotiated.
+    /// Any other request, built by the caller with the [`kafka_protocol`]
+    /// message types: `body` is sent as it is at every version in `versions`, or, with a `fit`,
+    /// as `fit` makes it for the version negotiated. The transport sends the highest version in
+    /// `versions` that the broker speaks (its ApiVersions answer) and decodes the answer as a
+    /// [`ResponseKind`] of that version, in [`Response::version`].
+    ///
+    /// Pick `versions` as the range whose fields your `body` sets mean the same thing in (the
+    /// message's versions are in the Kafka protocol guide and in the
+    /// [`Message::VERSIONS`](kafka_protocol::protocol::Message::VERSIONS) of its request type).
+    /// Answers are size-checked before they are decoded, for the APIs and versions
+    /// listed in the README (forged sizes are typed errors, never allocations); a request of
+    /// another API, or whose `versions` and the
+    /// broker's share none of those, is refused with
+    /// [`TransportError::Decode`] before it is sent.
+    ///
+    /// ```
+    /// use consumer_membership::kafka_protocol::messages::{ListOffsetsRequest, RequestKind};
+    /// use consumer_membership::request::Request;
+    ///
+    /// let body = ListOffsetsRequest::default().with_replica_id((-1).into());
+    /// let request = Request::Raw {
+    ///     body: Box::new(RequestKind::ListOffsets(body)),
+    ///     versions: 1..=10,
+    ///     fit: None,
+    /// };
+    /// assert_eq!(request.api_key(), consumer_membership::kafka_protocol::messages::ApiKey::ListOffsets);
+    /// ```
     Raw {
-        /// The request body.
+        /// The request body ([`RequestKind`]).
         body: Box<RequestKind>,
         /// The versions `body` can be sent at.
         versions: RangeInclusive<i16>,
