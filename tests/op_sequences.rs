@@ -21,7 +21,7 @@
 //! fuzzer bytes (this file is included there with `#[path]`; everything under `#[cfg(test)]`
 //! stays out of it).
 //!
-//! Invariants (the crate's README tables, "Identity rules"):
+//! Invariants (the identity rules in the docs of machine::classic and machine::consumer):
 //! - no panic; request ids are never reused; every request encodes at every version it allows;
 //! - no request once the member is Closed or Fatal, or after `Event::Closed` / `Event::Fatal`;
 //!   at most one of those events;

@@ -1,39 +1,4 @@
-//! The classic-protocol member: JoinGroup / SyncGroup / Heartbeat / LeaveGroup, static
-//! membership, client-side assignment, offset commit and fetch.
-//!
-//! ```text
-//!               subscribe                       JoinGroup ok             SyncGroup ok
-//! Unsubscribed ───────────► Rejoin ──► Joining ─────────────► Syncing ───────────────► Stable
-//!                             ▲  (leader: Assigning = Metadata, then SyncGroup)           │
-//!                             │                                                           │
-//!                             └─ AwaitRevoke ◄── rebalance (eager: revoke all first) ─────┘
-//!      close/unsubscribe ──► Leaving (LeaveGroup, when due) ──► Closed | Unsubscribed
-//!      (in AwaitRevoke both wait for the ticket first, or max.poll.interval.ms without it)
-//!      FENCED_INSTANCE_ID, fatal codes ──► Fatal
-//! ```
-//!
-//! Identity rules (the reason this crate exists; KAFKA-20985):
-//! - the member id survives every path that does not send LeaveGroup: unsubscribe, close with
-//!   remain-in-group (or default, for a static member), poll timeout, session expiry, coordinator
-//!   loss. Only UNKNOWN_MEMBER_ID answering the current generation, or a LeaveGroup that really
-//!   went out, clears it;
-//! - a JoinGroup with member id `""` and an instance id is not sent again while an earlier one
-//!   may still reach the broker: after such a join failed in the transport (its fate unknown),
-//!   the next empty-id join waits out the JoinGroup timeout of the first. If the first one still
-//!   lands later and replaces this member, the FENCED_INSTANCE_ID that follows is recognised as
-//!   self-inflicted (bounded by the number of such joins) and the member rejoins instead of
-//!   stopping;
-//! - a FENCED_INSTANCE_ID from a coordinator other than the one that registered the member id
-//!   (the coordinator moved since the last successful JoinGroup) is forgiven once per
-//!   coordinator: the member rejoins with `""` and its instance id. The broker writes no record
-//!   for a static replacement made while the group rebalances, so a coordinator that takes over
-//!   loads the older record and fences the live member with the previous process's member id
-//!   in mind. A second one from that coordinator is terminal (a genuine duplicate);
-//! - FENCED_INSTANCE_ID answering the current generation is otherwise terminal and typed.
-//!
-//! Every response passes one gate: it must answer a request this member sent, and join/sync
-//! answers must answer the request the member is waiting for. Errors that reset state act only
-//! when the request carried the current generation and member id (KAFKA-9823 semantics).
+//! The classic member's state machine; its rules are the docs of the parent module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -219,7 +184,7 @@ struct EmptyJoins {
     in_flight: bool,
 }
 
-/// A classic-protocol group member (sans-IO). See the module docs for the state diagram and the
+/// A classic-protocol group member (sans-IO). See [`machine::classic`](crate::machine::classic) for the state diagram and the
 /// identity rules, and [`crate::machine`] for the drive contract.
 #[derive(Debug)]
 pub struct ClassicMember {

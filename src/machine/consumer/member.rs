@@ -1,33 +1,4 @@
-//! The KIP-848 consumer-protocol member: ConsumerGroupHeartbeat v1 with a client-generated
-//! member id (KIP-1082).
-//!
-//! ```text
-//!               subscribe              answer (epoch > 0)        target differs
-//! Unsubscribed ──────────► Joining ─────────────────────► Stable ─────────────► Reconciling
-//!                            ▲                              ▲                       │ revoke first (ticket),
-//!   FENCED_MEMBER_EPOCH /    │                              │                       │ then assign
-//!   UNKNOWN_MEMBER_ID ───────┘ (same id, epoch 0)           └──── Acknowledging ◄───┘ (ack: owned partitions)
-//!   close / unsubscribe / poll timeout ──► Leaving (epoch -1, or -2 for a static member) ──► Closed | Unsubscribed | Stale
-//! ```
-//!
-//! Rules this member keeps (architecture "Identity rules"):
-//! - one [`MemberId`] per member instance, drawn at construction, sent on the first heartbeat and
-//!   on every retry, and kept through fencing, UNKNOWN_MEMBER_ID, leave and resubscribe;
-//! - a close before the first answer still sends the leave carrying that id, on the same
-//!   coordinator connection as the join (a broker reads a connection in order), so no ghost member
-//!   stays behind;
-//! - UNRELEASED_INSTANCE_ID answering a static member's epoch-0 join while this member's own
-//!   earlier join may be registered (a lost answer, or after fencing): leave with -2 and the own
-//!   id, rejoin at epoch 0, at most [`UNRELEASED_RECOVERIES`] times, then a typed fatal error
-//!   (a close or unsubscribe waiting for a revocation ticket ends the episode as it asked
-//!   instead of the rejoin); anywhere else (a dynamic member, a heartbeat that is not a join)
-//!   the broker cannot mean this member's own join, and the code is fatal as in the Java client;
-//! - answers with a negative epoch are ignored; at most one regular heartbeat is in flight and
-//!   only a leave may overlap it (a leave completed with a heartbeat still outstanding does not
-//!   free its slot, and that heartbeat's late answer is ignored); after any failure the next
-//!   heartbeat is full;
-//! - once `close()` was called, `subscribe`, `subscribe_regex` and `unsubscribe` do not change
-//!   the close (the first two answer [`ApiMisuse::Stopped`]).
+//! The consumer member's state machine; its rules are the docs of the parent module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -157,7 +128,8 @@ struct Registration {
 }
 
 /// A KIP-848 consumer-protocol member (sans-IO), with the same inputs, outputs and events as
-/// [`ClassicMember`](crate::machine::classic::ClassicMember).
+/// [`ClassicMember`](crate::machine::classic::ClassicMember); its state diagram and identity
+/// rules are the docs of [`machine::consumer`](crate::machine::consumer).
 #[derive(Debug)]
 pub struct ConsumerMember {
     shell: Shell<Sent>,
