@@ -26,13 +26,16 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
 pub mod config;
+#[cfg(feature = "tokio")]
 pub mod driver;
 pub mod error;
 pub mod machine;
 pub mod member_id;
+#[cfg(feature = "tokio")]
 pub mod metrics;
 pub mod properties;
 pub mod request;
