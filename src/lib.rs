@@ -158,14 +158,17 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
 mod bounded;
 pub mod config;
+#[cfg(feature = "tokio")]
 pub mod driver;
 pub mod error;
 pub mod machine;
 pub mod member_id;
+#[cfg(feature = "tokio")]
 pub mod metrics;
 pub mod properties;
 pub mod request;
@@ -174,6 +177,7 @@ pub mod sim;
 pub mod transport;
 
 pub use config::{ClientConfig, GroupConfig, GroupProtocol};
+#[cfg(feature = "tokio")]
 pub use driver::{CloseOutcome, GroupMember, MemberHandle, Snapshot};
 pub use error::{ApiMisuse, ConfigError, Error, GroupError, TransportError};
 /// The Kafka protocol types of the version this crate speaks (for requests of your own through
@@ -184,6 +188,7 @@ pub use machine::events::{
     CloseOptions, CommitError, CommitOffset, CommittedOffset, Event, RevokeTicket,
 };
 pub use member_id::MemberId;
+#[cfg(feature = "tokio")]
 pub use transport::TcpTransport;
 
 #[cfg(test)]

@@ -95,16 +95,28 @@ async fn static_restart(restart_leader: bool) {
     assert!(back.seen().fatal.is_none());
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_follower_restart_keeps_partitions_without_rebalance() {
     static_restart(false).await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_leader_restart_keeps_partitions_without_rebalance() {
     static_restart(true).await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suppressed_leave_rejoin_carries_the_existing_member_id() {
     let Some(b) = common::bootstrap() else { return };
@@ -136,6 +148,10 @@ async fn suppressed_leave_rejoin_carries_the_existing_member_id() {
     assert_eq!(leaves, 0, "no LeaveGroup from a static member");
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_instance_id_fences_exactly_one() {
     let Some(b) = common::bootstrap() else { return };
@@ -186,6 +202,10 @@ async fn duplicate_instance_id_fences_exactly_one() {
     assert!(second.seen().fatal.is_none());
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamic_close_leaves_and_the_group_rebalances_at_once() {
     let Some(b) = common::bootstrap() else { return };
@@ -227,6 +247,10 @@ async fn three_members(assignor: &str) -> (Vec<TestMember>, String, String) {
     (members, topic, group)
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn range_assigns_disjoint_and_complete() {
     if common::bootstrap().is_none() {
@@ -235,6 +259,10 @@ async fn range_assigns_disjoint_and_complete() {
     three_members("range").await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roundrobin_assigns_disjoint_and_complete() {
     if common::bootstrap().is_none() {
@@ -243,6 +271,10 @@ async fn roundrobin_assigns_disjoint_and_complete() {
     three_members("roundrobin").await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cooperative_sticky_fourth_member_never_revokes_a_staying_partition() {
     let Some(b) = common::bootstrap() else { return };
@@ -291,6 +323,10 @@ async fn cooperative_sticky_fourth_member_never_revokes_a_staying_partition() {
     assert_eq!(snaps[3].assignment.len(), 3, "{snaps:?}");
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_then_fetch_round_trips() {
     let Some(b) = common::bootstrap() else { return };
@@ -333,6 +369,10 @@ async fn commit_then_fetch_round_trips() {
     assert_eq!(got[&TopicPartition::new(&topic, 1)].offset, Some(7));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_rebalances_when_a_subscribed_topic_appears() {
     let Some(b) = common::bootstrap() else { return };

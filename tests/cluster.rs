@@ -10,6 +10,10 @@ use consumer_membership::machine::metadata::ClusterMetadata;
 use consumer_membership::request::{Broker, Request, Target};
 use consumer_membership::transport::Transport;
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn three_node_cluster_agrees_on_the_coordinator() {
     // Needs no KAFKA_BOOTSTRAP: it starts (and stops) a cluster of its own. Under CI it must run;

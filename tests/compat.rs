@@ -515,6 +515,10 @@ fn answer(r: &ConsumerGroupHeartbeatResponse) -> String {
 
 // ------------------------------------------------------------------------------ the rows
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r01_broker_api_versions_and_find_coordinator() {
     let Some(b) = Broker::get().await else { return };
@@ -567,6 +571,10 @@ async fn r01_broker_api_versions_and_find_coordinator() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r02_auto_protocol_follows_the_broker_and_consumes() {
     let Some(b) = Broker::get().await else { return };
@@ -648,6 +656,10 @@ async fn r02_auto_protocol_follows_the_broker_and_consumes() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r03_consumer_protocol_join() {
     let Some(b) = Broker::get().await else { return };
@@ -704,6 +716,10 @@ async fn r03_consumer_protocol_join() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r04_classic_static_leader_restart_without_rebalance() {
     let Some(b) = Broker::get().await else { return };
@@ -768,6 +784,10 @@ async fn r04_classic_static_leader_restart_without_rebalance() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r05_classic_suppressed_leave_rejoins_with_the_kept_member_id() {
     let Some(b) = Broker::get().await else { return };
@@ -825,6 +845,10 @@ async fn r05_classic_suppressed_leave_rejoins_with_the_kept_member_id() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r06_classic_duplicate_instance_id_is_fenced() {
     let Some(b) = Broker::get().await else { return };
@@ -878,6 +902,10 @@ async fn r06_classic_duplicate_instance_id_is_fenced() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r07_consumer_static_leave_and_rejoin() {
     let Some(b) = Broker::get().await else { return };
@@ -937,6 +965,10 @@ async fn r07_consumer_static_leave_and_rejoin() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r08_consumer_lost_first_answer_leaves_one_member() {
     let Some(b) = Broker::get().await else { return };
@@ -996,6 +1028,10 @@ async fn r08_consumer_lost_first_answer_leaves_one_member() {
 
 /// What the broker answers to a ConsumerGroupHeartbeat at epoch 0 from a member id it still
 /// has registered at a higher epoch (KAFKA-19233), measured with raw requests.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r09_broker_epoch_zero_from_a_registered_member_id() {
     let Some(b) = Broker::get().await else { return };
@@ -1077,6 +1113,10 @@ async fn r09_broker_epoch_zero_from_a_registered_member_id() {
 
 /// The member side of the row above: a member the broker fences while it is still
 /// registered (its heartbeat carried a wrong epoch) rejoins at epoch 0 with its kept id.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r10_consumer_fenced_while_registered_rejoins_with_its_id() {
     let Some(b) = Broker::get().await else { return };
@@ -1154,6 +1194,10 @@ async fn r10_consumer_fenced_while_registered_rejoins_with_its_id() {
 
 /// A static join while another member id holds the instance id, then that member's -2 leave,
 /// with raw requests.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r11_broker_unreleased_instance_id() {
     let Some(b) = Broker::get().await else { return };
@@ -1192,6 +1236,10 @@ async fn r11_broker_unreleased_instance_id() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r12_consumer_regex_subscription() {
     let Some(b) = Broker::get().await else { return };
@@ -1239,6 +1287,10 @@ async fn r12_consumer_regex_subscription() {
     ));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r13_online_migration_classic_to_consumer() {
     let Some(b) = Broker::get().await else { return };
@@ -1290,6 +1342,10 @@ async fn r13_online_migration_classic_to_consumer() {
 /// members must split the partitions disjointly and completely; then a member that does not
 /// lead leaves, and the cooperative rebalance must hand its partitions to the others without
 /// revoking any partition a staying member owns.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r14_classic_cooperative_sticky_with_java_members() {
     let Some(b) = Broker::get().await else { return };

@@ -30,6 +30,10 @@ async fn topic(b: &str, prefix: &str, partitions: i32) -> String {
     name
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_sends_the_generated_id_at_epoch_zero_and_reaches_stable() {
     let Some(b) = common::bootstrap() else { return };
@@ -72,6 +76,10 @@ async fn join_sends_the_generated_id_at_epoch_zero_and_reaches_stable() {
     );
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fourth_member_moves_partitions_revoke_before_assign() {
     let Some(b) = common::bootstrap() else { return };
@@ -147,6 +155,10 @@ impl Transport for LoseFirstAnswer {
     }
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_first_answer_leaves_no_ghost_member() {
     let Some(b) = common::bootstrap() else { return };
@@ -192,6 +204,10 @@ impl Transport for SlowAnswers {
     }
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_before_the_first_answer_still_leaves() {
     let Some(b) = common::bootstrap() else { return };
@@ -233,6 +249,10 @@ async fn close_before_the_first_answer_still_leaves() {
     );
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_restart_gets_the_same_partitions_back() {
     let Some(b) = common::bootstrap() else { return };
@@ -285,6 +305,10 @@ async fn static_restart_gets_the_same_partitions_back() {
     );
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_and_fetch_with_member_epoch() {
     let Some(b) = common::bootstrap() else { return };
@@ -328,6 +352,10 @@ impl Transport for Stall {
     }
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_expiry_fences_then_the_member_rejoins_with_the_same_id() {
     let Some(b) = common::bootstrap() else { return };
@@ -366,6 +394,10 @@ async fn session_expiry_fences_then_the_member_rejoins_with_the_same_id() {
     );
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_consumer_protocol_member_in_the_same_group() {
     use common::java_peer::{GroupProtocol as JavaProtocol, JavaConsumer};
@@ -406,6 +438,10 @@ async fn java_consumer_protocol_member_in_the_same_group() {
     java.stop_async().await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_and_consumer_members_in_one_group() {
     let Some(b) = common::bootstrap() else { return };
@@ -458,6 +494,10 @@ async fn classic_and_consumer_members_in_one_group() {
     assert!(classic.seen().fatal.is_none() && modern.seen().fatal.is_none());
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regex_subscription_with_a_server_assignor() {
     let Some(b) = common::bootstrap() else { return };

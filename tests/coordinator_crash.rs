@@ -110,6 +110,10 @@ const FENCED_INSTANCE_ID: i16 = 82;
 
 // ---------------------------------------------------------------------------- the test
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_recover_from_a_coordinator_crash_with_default_timeouts() {
     if common::bootstrap().is_none() {

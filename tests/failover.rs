@@ -487,11 +487,19 @@ async fn failover(protocol: GroupProtocol) {
     drop(cluster);
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_members_survive_coordinator_kill_and_freeze() {
     failover(GroupProtocol::Classic).await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_members_survive_coordinator_kill_and_freeze() {
     failover(GroupProtocol::Consumer).await;

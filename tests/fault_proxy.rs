@@ -677,6 +677,10 @@ async fn java_scenario(bootstrap: &str, shape: Shape) -> Outcome {
 }
 
 #[cfg(feature = "sim")]
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_reset_policy_is_fenced_by_its_own_abandoned_join() {
     let Some(bootstrap) = common::bootstrap() else {
@@ -685,6 +689,10 @@ async fn java_reset_policy_is_fenced_by_its_own_abandoned_join() {
     check_java(&java_scenario(&bootstrap, Shape::Backlog).await);
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keeping_the_member_id_is_never_fenced() {
     let Some(bootstrap) = common::bootstrap() else {
@@ -695,6 +703,10 @@ async fn keeping_the_member_id_is_never_fenced() {
 
 /// The seed's exact shape on a 3-node cluster of its own: Join #2's parked JoinGroup is answered
 /// FENCED_INSTANCE_ID under the Java policy; nothing is fenced under this crate's.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_join_while_the_record_replicates() {
     if common::bootstrap().is_none() {

@@ -78,21 +78,37 @@ async fn mixed_group(assignor: &str, java_class: &str, rust_first: bool) {
     java.stop_async().await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn range_with_a_java_consumer_rust_leads() {
     mixed_group("range", java_peer::RANGE, true).await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn range_with_a_java_consumer_java_leads() {
     mixed_group("range", java_peer::RANGE, false).await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cooperative_sticky_with_a_java_consumer_rust_leads() {
     mixed_group("cooperative-sticky", java_peer::COOPERATIVE_STICKY, true).await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cooperative_sticky_with_a_java_consumer_java_leads() {
     mixed_group("cooperative-sticky", java_peer::COOPERATIVE_STICKY, false).await;

@@ -168,6 +168,10 @@ impl Recorded {
 
 // ------------------------------------------------------------------------ tests
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rebalance_metrics_of_two_classic_members() {
     let globals = globals();
@@ -246,6 +250,10 @@ async fn rebalance_metrics_of_two_classic_members() {
     a2.handle.close(CloseOptions::Default).await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_state_change_is_logged_exactly_once() {
     let globals = globals();

@@ -104,11 +104,19 @@ async fn two_members(protocol: GroupProtocol) {
     }
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_front_page_program_classic() {
     two_members(GroupProtocol::Classic).await
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_front_page_program_consumer() {
     two_members(GroupProtocol::Consumer).await

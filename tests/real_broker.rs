@@ -15,6 +15,10 @@ use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, TransportError, driver};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn api_versions_negotiation_against_kafka_4() {
     let Some(b) = common::bootstrap() else { return };
@@ -40,6 +44,10 @@ async fn api_versions_negotiation_against_kafka_4() {
     }
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn a_version_the_broker_lacks_is_a_typed_error_naming_the_api() {
     let Some(b) = common::bootstrap() else { return };
@@ -61,6 +69,10 @@ async fn a_version_the_broker_lacks_is_a_typed_error_naming_the_api() {
     assert!(e.to_string().contains("JoinGroup"));
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn find_coordinator_for_a_new_group() {
     let Some(b) = common::bootstrap() else { return };
@@ -82,6 +94,10 @@ async fn find_coordinator_for_a_new_group() {
     );
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn batched_find_coordinator_resolves_several_groups_in_one_request() {
     let Some(b) = common::bootstrap() else { return };
@@ -119,6 +135,10 @@ async fn batched_find_coordinator_resolves_several_groups_in_one_request() {
     assert!(found.iter().all(|c| c.node_id == 1), "{found:?}");
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn metadata_reports_topic_ids_for_a_created_topic() {
     let Some(b) = common::bootstrap() else { return };
@@ -167,6 +187,10 @@ async fn metadata_reports_topic_ids_for_a_created_topic() {
     );
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn many_requests_in_flight_on_one_connection() {
     let Some(b) = common::bootstrap() else { return };
@@ -211,6 +235,10 @@ where
     out
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn a_response_above_the_frame_limit_is_typed() {
     let Some(b) = common::bootstrap() else { return };
@@ -369,6 +397,10 @@ async fn a_silent_coordinator_costs_one_connection_setup_timeout() {
 /// Discovery goes through any broker the cluster metadata names: once the only bootstrap address
 /// is gone, FindCoordinator still reaches the cluster through the broker a Metadata answer
 /// advertised. The bootstrap address here is a forwarder to the real broker, shut down midway.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn discovery_outlives_the_only_bootstrap_address() {
     let Some(b) = common::bootstrap() else { return };
@@ -433,6 +465,10 @@ async fn discovery_outlives_the_only_bootstrap_address() {
 /// A coordinator on the broker FindCoordinator went to takes that connection over (no second
 /// connect + ApiVersions on the rejoin path); the next bootstrap request opens a connection of
 /// its own, so a parked JoinGroup never holds up Metadata or FindCoordinator.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test]
 async fn the_coordinator_takes_over_the_bootstrap_connection_to_its_broker() {
     use common::proxy::{Proxy, What};

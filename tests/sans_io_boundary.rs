@@ -63,11 +63,14 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The lines of code of `text` (lines that are comments are skipped), numbered from 0.
+/// The lines of code of `text` (comments and `#[cfg(...)]` gates, which name cargo features such
+/// as `tokio` but no code, are skipped), numbered from 0.
 fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+    text.lines().enumerate().filter(|(_, line)| {
+        let line = line.trim();
+        let cfg_gate = line.starts_with("#[cfg(") && line.ends_with(")]");
+        !line.starts_with("//") && !cfg_gate
+    })
 }
 
 fn ident(s: &str) -> &str {

@@ -97,6 +97,10 @@ async fn join_and_commit(e: &Env, config: ClientConfig) -> Duration {
     took
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_joins_and_commits_over_tls_with_scram_sha_512() {
     let Some(e) = env() else { return };
@@ -112,6 +116,10 @@ async fn member_joins_and_commits_over_tls_with_scram_sha_512() {
     println!("SASL_SSL + SCRAM-SHA-512: stable in {took:?}");
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_joins_and_commits_over_sasl_plaintext_with_plain() {
     let Some(e) = env() else { return };
@@ -126,6 +134,10 @@ async fn member_joins_and_commits_over_sasl_plaintext_with_plain() {
     join_and_commit(&e, c).await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scram_sha_256_and_mutual_tls_connect() {
     let Some(e) = env() else { return };
@@ -146,6 +158,10 @@ async fn scram_sha_256_and_mutual_tls_connect() {
     assert!(v.get(kafka_protocol::messages::ApiKey::JoinGroup).is_some());
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_password_is_a_typed_error_at_once() {
     let Some(e) = env() else { return };
@@ -191,6 +207,10 @@ async fn wrong_password_is_a_typed_error_at_once() {
     }
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_broker_certificate_is_a_typed_tls_error() {
     let Some(e) = env() else { return };

@@ -28,11 +28,19 @@ use serde_json::Value;
 const PARTITIONS: i32 = 3;
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn classic_consumes_commits_and_resumes() {
     scenario("classic").await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn consumer_protocol_consumes_commits_and_resumes() {
     scenario("consumer").await;
@@ -40,6 +48,10 @@ async fn consumer_protocol_consumes_commits_and_resumes() {
 
 /// README's first command runs `examples/consumer.rs`: it consumes what was produced, commits,
 /// and a restart resumes from the committed offsets (both protocols).
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_consumer_consumes_commits_and_resumes() {
     let Some(bootstrap) = common::bootstrap() else {
@@ -220,11 +232,19 @@ fn flags(bootstrap: &str, topic: &str, group: &str, protocol: &str) -> Vec<Strin
 
 // ---------------------------------------------------------------------------- with Kafka's own
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn classic_shares_a_group_with_kafkas_verifiable_consumer() {
     share_with_java("classic").await;
 }
 
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn consumer_protocol_shares_a_group_with_kafkas_verifiable_consumer() {
     share_with_java("consumer").await;

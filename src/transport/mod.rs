@@ -2,14 +2,18 @@
 //! transport: it emits [`Outbound`](crate::request::Outbound) values and is handed
 //! [`Response`]s.
 //!
-//! - [`TcpTransport`]: the Kafka wire protocol over tokio TCP.
-//! - [`MemoryTransport`]: an in-process peer for tests, which still encodes and decodes every
-//!   request and response at the negotiated version.
+//! - [`TcpTransport`] (feature `tokio`): the Kafka wire protocol over tokio TCP.
+//! - [`MemoryTransport`] (feature `sim`): an in-process peer for tests, which still encodes and
+//!   decodes every request and response at the negotiated version.
 
+#[cfg(feature = "tokio")]
 mod conn;
 mod layout;
+#[cfg(feature = "sim")]
 mod memory;
+#[cfg(feature = "tokio")]
 mod sasl;
+#[cfg(feature = "tokio")]
 mod tcp;
 #[cfg(feature = "tls")]
 mod tls;
@@ -18,7 +22,9 @@ pub mod wire;
 use std::future::Future;
 use std::time::Duration;
 
+#[cfg(feature = "sim")]
 pub use memory::{Handler, MemoryTransport};
+#[cfg(feature = "tokio")]
 pub use tcp::TcpTransport;
 
 use crate::error::TransportError;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
 };
@@ -157,18 +157,20 @@ pub fn decode_response(
     Ok(Response { version, body })
 }
 
-/// Decodes a request frame (without size prefix) as a broker would: header, then body.
+/// Decodes a request frame (without size prefix) as a broker would: header, then body (feature
+/// `sim`: kafka-protocol's `broker` half).
 ///
 /// For in-process peers ([`MemoryTransport`](super::MemoryTransport), the simulation) reading
 /// frames [`encode_request`] made: unlike [`decode_response`] it does not walk the body first, so
 /// it is not meant for bytes from the network.
+#[cfg(any(test, feature = "sim"))]
 pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), TransportError> {
     let err = |e: anyhow::Error| TransportError::Decode {
         api: ApiKey::ApiVersions,
         version: -1,
         reason: format!("request: {e}"),
     };
-    if frame.remaining() < 4 {
+    if frame.len() < 4 {
         return Err(err(anyhow::anyhow!("frame shorter than a request header")));
     }
     let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]]))
@@ -180,7 +182,9 @@ pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), 
     Ok((header, body))
 }
 
-/// Encodes a response frame (size prefix included) as a broker would.
+/// Encodes a response frame (size prefix included) as a broker would (feature `sim`:
+/// kafka-protocol's `broker` half).
+#[cfg(any(test, feature = "sim"))]
 pub fn encode_response(
     body: &ResponseKind,
     api: ApiKey,

@@ -57,7 +57,7 @@ mkdir -p "$work" "$(dirname "$out")"
 
 # Build the test binaries once, before any broker runs (build time is not test time).
 log "building the test binaries"
-cargo test --locked --all-features --no-run --test compat --test classic --test consumer \
+KAFKA_BROKER_TESTS=1 CI= cargo test --locked --all-features --no-run --test compat --test classic --test consumer \
     >"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log" >&2; die "build failed"; }
 
 # The Java peers' jars of every version, also before any broker runs (the default version's
@@ -115,7 +115,7 @@ for v in "${versions[@]}"; do
         fi
         t1=$(now_ms)
         rc=0
-        KAFKA_BOOTSTRAP=$bootstrap KAFKA_VERSION=$v KAFKA_IT_DIR=$vdir COMPAT_REPORT=$res/compat.tsv CI= \
+        KAFKA_BOOTSTRAP=$bootstrap KAFKA_BROKER_TESTS=1 KAFKA_VERSION=$v KAFKA_IT_DIR=$vdir COMPAT_REPORT=$res/compat.tsv CI= \
             cargo test --locked --all-features --test "$suite" -- --test-threads=2 \
             >"$res/$suite.log" 2>&1 || rc=$?
         echo "$(($(now_ms) - t1))" >"$res/$suite.ms"

@@ -3,6 +3,9 @@
 # broker.sh, exports its address as KAFKA_BOOTSTRAP, runs the command, and stops the broker
 # (data removed) however the command ends. Exits with the command's status.
 #
+# It also exports KAFKA_BROKER_TESTS=1, from which build.rs sets `--cfg kafka_broker`: the
+# real-broker tests run (elsewhere they are reported ignored) and fail without a broker.
+#
 # KAFKA_VERSION picks the Kafka release (broker.sh start --version; default 4.4.0); it is
 # exported to the command as the version that runs, for version-aware tests
 # (tests/compat.rs).
@@ -44,5 +47,5 @@ echo "with-broker.sh: Kafka $KAFKA_VERSION broker at $bootstrap, SASL_SSL $KAFKA
     "SASL_PLAINTEXT $KAFKA_SASL_PLAINTEXT_BOOTSTRAP (ready in $(( ($(date +%s%N) - started) / 1000000 )) ms)" >&2
 
 status=0
-KAFKA_BOOTSTRAP=$bootstrap KAFKA_VERSION=$KAFKA_VERSION "$@" || status=$?
+KAFKA_BOOTSTRAP=$bootstrap KAFKA_VERSION=$KAFKA_VERSION KAFKA_BROKER_TESTS=1 "$@" || status=$?
 exit "$status"
