@@ -330,6 +330,32 @@ impl GroupMember {
         self.handle.poll();
         self.events.recv().await
     }
+
+    /// **Test only** (feature `sim`): starts the task of a member built (and adjusted) by the
+    /// caller, e.g. one with [`Member::set_java_reset_policy`], which no [`GroupConfig`] field
+    /// sets. Unlike [`start`](Self::start) nothing is drawn here: the member's config already
+    /// has the `seed` or `member_id` its sans-IO constructor asked for.
+    #[cfg(feature = "sim")]
+    pub fn start_member<T: Transport>(transport: Arc<T>, member: Member) -> Self {
+        let config = member.config().clone();
+        let now = Instant::now();
+        let metrics = crate::metrics::MemberMetrics::new(&config.group_id, member.protocol(), now);
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (event_tx, events) = mpsc::unbounded_channel();
+        tokio::spawn(run_member(member, metrics, transport, command_rx, event_tx));
+        let handle = MemberHandle {
+            commands,
+            request_timeout: config.request_timeout,
+            api_timeout: config.default_api_timeout,
+            retry: ExponentialBuilder::default()
+                .with_min_delay(config.retry_backoff)
+                .with_max_delay(config.retry_backoff_max)
+                .with_factor(2.0)
+                .with_jitter()
+                .with_total_delay(Some(config.request_timeout)),
+        };
+        Self { handle, events }
+    }
 }
 
 impl std::ops::Deref for GroupMember {
