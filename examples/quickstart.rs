@@ -56,8 +56,7 @@ pub async fn run(
     mut seen: impl FnMut(&Event),
 ) -> Result<Report, Error> {
     let client = ClientConfig::new(bootstrap)?;
-    let mut config = GroupConfig::new(group);
-    config.protocol = protocol;
+    let config = GroupConfig::new(group).with_protocol(protocol);
     let mut member = GroupMember::start(Arc::new(TcpTransport::new(client)), config)?;
     member.subscribe([topic.to_string()]).await?;
     let mut report = Report::default();

@@ -1,9 +1,46 @@
-//! Configuration, with Kafka's config names in errors.
+//! Configuration: [`ClientConfig`] (the transport), [`GroupConfig`] (the member), built with
+//! `with_*` methods named after Kafka's properties (each documents its key and default) or from
+//! Java-style properties ([`crate::properties`]); errors name the Kafka keys.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::machine::classic::assignor::{Assignor, CooperativeSticky, Range};
 use crate::member_id::MemberId;
+
+/// A chainable `with_*` method setting one field: `Some(..)` an optional field, `impl Into<T>`
+/// from anything that converts to its type `T`.
+macro_rules! setter {
+    ($(#[$doc:meta])* $name:ident => $field:ident: Some(impl Into<$ty:ty>)) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: impl Into<$ty>) -> Self {
+            self.$field = Some(value.into());
+            self
+        }
+    };
+    ($(#[$doc:meta])* $name:ident => $field:ident: Some($ty:ty)) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.$field = Some(value);
+            self
+        }
+    };
+    ($(#[$doc:meta])* $name:ident => $field:ident: impl Into<$ty:ty>) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: impl Into<$ty>) -> Self {
+            self.$field = value.into();
+            self
+        }
+    };
+    ($(#[$doc:meta])* $name:ident => $field:ident: $ty:ty) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.$field = value;
+            self
+        }
+    };
+}
 
 /// `security.protocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,34 +91,123 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// TLS and SASL settings.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// TLS and SASL settings (part of [`ClientConfig`]).
+///
+/// Built from [`SecurityConfig::default`] (`security.protocol=PLAINTEXT`, host names verified)
+/// with the `with_*` methods:
+///
+/// ```
+/// use consumer_membership::config::{SaslMechanism, Secret, SecurityConfig, SecurityProtocol};
+///
+/// let security = SecurityConfig::default()
+///     .with_protocol(SecurityProtocol::SaslSsl)
+///     .with_sasl(SaslMechanism::ScramSha512, "alice", Secret::new("s3cr3t"))
+///     .with_ssl_ca_location("/etc/kafka/ca.pem");
+/// assert!(security.ssl_verify_hostname);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SecurityConfig {
-    /// `security.protocol`.
+    /// `security.protocol` (default `PLAINTEXT`).
     pub protocol: SecurityProtocol,
-    /// `sasl.mechanism` (required for the SASL protocols).
+    /// `sasl.mechanism` (no default; required for the SASL protocols).
     pub sasl_mechanism: Option<SaslMechanism>,
-    /// `sasl.username`.
+    /// `sasl.username` (required for the SASL protocols).
     pub sasl_username: Option<String>,
-    /// `sasl.password`.
+    /// `sasl.password` (required for the SASL protocols).
     pub sasl_password: Option<Secret>,
-    /// `ssl.ca.location`: PEM file of trusted CAs; `None` uses the system roots.
+    /// `ssl.ca.location`: PEM file of trusted CAs; `None` (default) uses the system roots.
     pub ssl_ca_location: Option<std::path::PathBuf>,
-    /// `ssl.certificate.location`: PEM client certificate chain (mTLS).
+    /// `ssl.certificate.location`: PEM client certificate chain (mTLS; default none).
     pub ssl_certificate_location: Option<std::path::PathBuf>,
-    /// `ssl.key.location`: PEM private key of the client certificate.
+    /// `ssl.key.location`: PEM private key of the client certificate (default none).
     pub ssl_key_location: Option<std::path::PathBuf>,
     /// `ssl.endpoint.identification.algorithm`: `true` (default, "https") verifies the broker's
     /// host name; `false` ("") turns that off.
     pub ssl_verify_hostname: bool,
 }
 
+impl Default for SecurityConfig {
+    /// `PLAINTEXT`, no SASL, system CA roots, host names verified (Kafka's defaults).
+    fn default() -> Self {
+        Self {
+            protocol: SecurityProtocol::Plaintext,
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password: None,
+            ssl_ca_location: None,
+            ssl_certificate_location: None,
+            ssl_key_location: None,
+            ssl_verify_hostname: true,
+        }
+    }
+}
+
+impl SecurityConfig {
+    setter!(
+        /// Sets `security.protocol` (default `PLAINTEXT`).
+        with_protocol => protocol: SecurityProtocol
+    );
+
+    /// Sets `sasl.mechanism`, `sasl.username` and `sasl.password` (no defaults; all three are
+    /// required by `SASL_PLAINTEXT` and `SASL_SSL`).
+    pub fn with_sasl(
+        mut self,
+        mechanism: SaslMechanism,
+        username: impl Into<String>,
+        password: Secret,
+    ) -> Self {
+        self.sasl_mechanism = Some(mechanism);
+        self.sasl_username = Some(username.into());
+        self.sasl_password = Some(password);
+        self
+    }
+
+    setter!(
+        /// Sets `ssl.ca.location`, a PEM file of trusted CAs (default: the system roots).
+        with_ssl_ca_location => ssl_ca_location: Some(impl Into<std::path::PathBuf>)
+    );
+
+    /// Sets `ssl.certificate.location` and `ssl.key.location`, the PEM client certificate chain
+    /// and its private key for mutual TLS (default none).
+    pub fn with_ssl_client_certificate(
+        mut self,
+        certificate: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.ssl_certificate_location = Some(certificate.into());
+        self.ssl_key_location = Some(key.into());
+        self
+    }
+
+    setter!(
+        /// Sets `ssl.endpoint.identification.algorithm`: `true` ("https", the default) verifies the
+        /// broker's host name, `false` ("") does not.
+        with_ssl_verify_hostname => ssl_verify_hostname: bool
+    );
+}
+
 /// How to reach the cluster (the transport's settings).
+///
+/// Built with [`ClientConfig::new`] and the `with_*` methods (each names its Kafka property and
+/// default), or from Java-style properties with [`crate::properties::from_properties`]:
+///
+/// ```
+/// use std::time::Duration;
+/// use consumer_membership::ClientConfig;
+///
+/// let client = ClientConfig::new("kafka-1:9092,kafka-2:9092")?
+///     .with_client_id("orders-service")
+///     .with_request_timeout(Duration::from_secs(10));
+/// client.validate()?;
+/// # Ok::<(), consumer_membership::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClientConfig {
-    /// `bootstrap.servers`: `host:port` entries.
+    /// `bootstrap.servers`: `host:port` entries (no default; at least one).
     pub bootstrap_servers: Vec<String>,
-    /// `client.id`, sent in every request header.
+    /// `client.id`, sent in every request header (default `"consumer-membership"`).
     pub client_id: String,
     /// `request.timeout.ms` (default 30 s).
     pub request_timeout: Duration,
@@ -100,11 +226,12 @@ pub struct ClientConfig {
     pub retry_backoff_max: Duration,
     /// Largest response frame accepted, in bytes (default 100 MiB, the broker's
     /// `socket.request.max.bytes`); a larger size prefix fails the connection before any
-    /// allocation.
+    /// allocation. This crate's own setting (the Java client has none; errors call it
+    /// `max.response.size`).
     pub max_response_size: usize,
-    /// `client.rack`.
+    /// `client.rack` (default none).
     pub client_rack: Option<String>,
-    /// TLS and SASL.
+    /// TLS and SASL: `security.protocol`, `sasl.*`, `ssl.*` (default `PLAINTEXT`).
     pub security: SecurityConfig,
 }
 
@@ -121,10 +248,7 @@ impl Default for ClientConfig {
             retry_backoff_max: Duration::from_secs(1),
             max_response_size: 100 * 1024 * 1024,
             client_rack: None,
-            security: SecurityConfig {
-                ssl_verify_hostname: true,
-                ..SecurityConfig::default()
-            },
+            security: SecurityConfig::default(),
         }
     }
 }
@@ -144,6 +268,69 @@ impl ClientConfig {
         config.validate()?;
         Ok(config)
     }
+
+    /// Sets `bootstrap.servers`, `host:port` entries (no default; at least one).
+    pub fn with_bootstrap_servers<I, S>(mut self, servers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.bootstrap_servers = servers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    setter!(
+        /// Sets `client.id`, sent in every request header (default `"consumer-membership"`).
+        with_client_id => client_id: impl Into<String>
+    );
+
+    setter!(
+        /// Sets `request.timeout.ms` (default 30 s).
+        with_request_timeout => request_timeout: Duration
+    );
+
+    setter!(
+        /// Sets `reconnect.backoff.ms` (default 50 ms).
+        with_reconnect_backoff => reconnect_backoff: Duration
+    );
+
+    setter!(
+        /// Sets `reconnect.backoff.max.ms` (default 1 s).
+        with_reconnect_backoff_max => reconnect_backoff_max: Duration
+    );
+
+    setter!(
+        /// Sets `socket.connection.setup.timeout.ms` (default 10 s; see
+        /// [`socket_connection_setup_timeout`](Self::socket_connection_setup_timeout)).
+        with_socket_connection_setup_timeout => socket_connection_setup_timeout: Duration
+    );
+
+    setter!(
+        /// Sets `retry.backoff.ms` (default 100 ms).
+        with_retry_backoff => retry_backoff: Duration
+    );
+
+    setter!(
+        /// Sets `retry.backoff.max.ms` (default 1 s).
+        with_retry_backoff_max => retry_backoff_max: Duration
+    );
+
+    setter!(
+        /// Sets the largest response frame accepted, in bytes (default 100 MiB; see
+        /// [`max_response_size`](Self::max_response_size)).
+        with_max_response_size => max_response_size: usize
+    );
+
+    setter!(
+        /// Sets `client.rack` (default none).
+        with_client_rack => client_rack: Some(impl Into<String>)
+    );
+
+    setter!(
+        /// Sets the TLS and SASL settings (`security.protocol`, `sasl.*`, `ssl.*`; default
+        /// `PLAINTEXT`).
+        with_security => security: SecurityConfig
+    );
 
     /// Checks every value; the error names the Kafka config key and the rule.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -208,15 +395,143 @@ mod tests {
     }
 
     #[test]
+    fn security_defaults_verify_host_names() {
+        // Kafka's ssl.endpoint.identification.algorithm defaults to "https".
+        assert!(SecurityConfig::default().ssl_verify_hostname);
+        assert_eq!(ClientConfig::default().security, SecurityConfig::default());
+        let s = SecurityConfig::default()
+            .with_protocol(SecurityProtocol::Ssl)
+            .with_ssl_client_certificate("c.pem", "k.pem")
+            .with_ssl_verify_hostname(false);
+        assert_eq!(s.protocol, SecurityProtocol::Ssl);
+        assert_eq!(s.ssl_key_location.as_deref(), Some("k.pem".as_ref()));
+        assert!(!s.ssl_verify_hostname);
+    }
+
+    #[derive(Debug)]
+    struct Named(&'static str);
+
+    impl Assignor for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn protocol(&self) -> crate::machine::classic::assignor::RebalanceProtocol {
+            crate::machine::classic::assignor::RebalanceProtocol::Eager
+        }
+        fn assign(
+            &self,
+            _: &std::collections::BTreeMap<String, i32>,
+            _: &[crate::machine::classic::assignor::MemberMetadata],
+        ) -> std::collections::BTreeMap<String, Vec<crate::machine::TopicPartition>> {
+            Default::default()
+        }
+    }
+
+    #[test]
+    fn assignors_need_distinct_non_empty_names() {
+        let g = GroupConfig::new("g");
+        assert_eq!(g.assignor_names(), ["range", "cooperative-sticky"]);
+        let with = |list: Vec<Arc<dyn Assignor>>| GroupConfig::new("g").with_assignors(list);
+        assert!(
+            with(vec![Arc::new(Named("mine")), Arc::new(Range)])
+                .validate()
+                .is_ok()
+        );
+        for bad in [
+            vec![],
+            vec![Arc::new(Named("")) as Arc<dyn Assignor>],
+            vec![
+                Arc::new(Range),
+                Arc::new(Named("mine")),
+                Arc::new(Named("range")),
+            ],
+        ] {
+            let e = with(bad).validate().unwrap_err();
+            assert_eq!(e.key, "partition.assignment.strategy", "{e}");
+        }
+    }
+
+    #[test]
+    fn group_builders_set_their_fields() {
+        let s = Duration::from_secs;
+        let g = GroupConfig::new("g")
+            .with_protocol(GroupProtocol::Consumer)
+            .with_remote_assignor("uniform")
+            .with_session_timeout(s(20))
+            .with_heartbeat_interval(s(2))
+            .with_max_poll_interval(s(60))
+            .with_rack_id("r1")
+            .with_request_timeout(s(7))
+            .with_default_api_timeout(s(8))
+            .with_retry_backoff(s(1))
+            .with_retry_backoff_max(s(9))
+            .with_metadata_max_age(s(10))
+            .with_seed(5)
+            .with_assignor(Named("mine"));
+        g.validate().unwrap();
+        assert_eq!(g.protocol, GroupProtocol::Consumer);
+        assert_eq!(g.remote_assignor.as_deref(), Some("uniform"));
+        assert_eq!(
+            [
+                g.session_timeout,
+                g.heartbeat_interval,
+                g.max_poll_interval,
+                g.request_timeout,
+                g.default_api_timeout,
+                g.retry_backoff,
+                g.retry_backoff_max,
+                g.metadata_max_age
+            ],
+            [s(20), s(2), s(60), s(7), s(8), s(1), s(9), s(10)]
+        );
+        assert_eq!(g.rack_id.as_deref(), Some("r1"));
+        assert_eq!(g.seed, Some(5));
+        assert_eq!(g.assignor_names(), ["mine"]);
+
+        let ms = Duration::from_millis;
+        let c = ClientConfig::new("h:1")
+            .unwrap()
+            .with_bootstrap_servers(["a:1", "b:2"])
+            .with_client_id("me")
+            .with_request_timeout(ms(1))
+            .with_reconnect_backoff(ms(2))
+            .with_reconnect_backoff_max(ms(3))
+            .with_socket_connection_setup_timeout(ms(4))
+            .with_retry_backoff(ms(5))
+            .with_retry_backoff_max(ms(6))
+            .with_max_response_size(1024)
+            .with_client_rack("r1")
+            .with_security(SecurityConfig::default().with_protocol(SecurityProtocol::Ssl));
+        c.validate().unwrap();
+        assert_eq!(c.bootstrap_servers, ["a:1", "b:2"]);
+        assert_eq!(c.client_id, "me");
+        assert_eq!(
+            [
+                c.request_timeout,
+                c.reconnect_backoff,
+                c.reconnect_backoff_max,
+                c.socket_connection_setup_timeout,
+                c.retry_backoff,
+                c.retry_backoff_max
+            ],
+            [ms(1), ms(2), ms(3), ms(4), ms(5), ms(6)]
+        );
+        assert_eq!(c.max_response_size, 1024);
+        assert_eq!(c.client_rack.as_deref(), Some("r1"));
+        assert_eq!(c.security.protocol, SecurityProtocol::Ssl);
+    }
+
+    #[test]
     fn debug_output_of_a_config_shows_no_password() {
         let password = Secret::new("s3cr3t-value");
         assert_eq!(format!("{password:?}"), "Secret(***)");
         assert_eq!(password.expose(), "s3cr3t-value");
         let mut c = ClientConfig::new("h:1").unwrap();
-        c.security.protocol = SecurityProtocol::SaslSsl;
-        c.security.sasl_mechanism = Some(SaslMechanism::Plain);
-        c.security.sasl_username = Some("alice".into());
-        c.security.sasl_password = Some(password);
+        c = c.with_security(
+            SecurityConfig::default()
+                .with_protocol(SecurityProtocol::SaslSsl)
+                .with_sasl(SaslMechanism::Plain, "alice", password),
+        );
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cr3t-value"), "{shown}");
         assert!(shown.contains("alice"), "{shown}");
@@ -239,29 +554,49 @@ pub enum GroupProtocol {
     Auto,
 }
 
-/// Group membership settings (Kafka's consumer config names in errors).
+/// Group membership settings (Kafka's consumer config names in the docs and errors).
+///
+/// Built with [`GroupConfig::new`] and the `with_*` methods (each names its Kafka property and
+/// default), or from Java-style properties with [`crate::properties::from_properties`]. Nothing is
+/// checked until [`validate`](Self::validate) (which every member constructor and
+/// [`GroupMember::start`](crate::driver::GroupMember::start) run):
+///
+/// ```
+/// use std::time::Duration;
+/// use consumer_membership::config::GroupConfig;
+/// use consumer_membership::machine::classic::assignor::CooperativeSticky;
+///
+/// let group = GroupConfig::new("orders")
+///     .with_instance_id("orders-worker-1")
+///     .with_session_timeout(Duration::from_secs(30))
+///     .with_assignor(CooperativeSticky);
+/// group.validate()?;
+/// # Ok::<(), consumer_membership::ConfigError>(())
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GroupConfig {
-    /// `group.id`.
+    /// `group.id` (no default; required).
     pub group_id: String,
-    /// `group.instance.id`: set for a static member.
+    /// `group.instance.id`: set for a static member (default none: a dynamic member).
     pub instance_id: Option<String>,
     /// `group.protocol` (default classic, as the Java client).
     pub protocol: GroupProtocol,
-    /// `group.remote.assignor`: the server-side assignor of the consumer protocol (`None`: the
-    /// broker's default).
+    /// `group.remote.assignor`: the server-side assignor of the consumer protocol (default
+    /// `None`: the broker's default).
     pub remote_assignor: Option<String>,
-    /// `session.timeout.ms` (default 45 s).
+    /// `session.timeout.ms` (default 45 s; classic protocol).
     pub session_timeout: Duration,
-    /// `heartbeat.interval.ms` (default 3 s); must be below the session timeout.
+    /// `heartbeat.interval.ms` (default 3 s; classic protocol); must be below the session timeout.
     pub heartbeat_interval: Duration,
     /// `max.poll.interval.ms` (default 300 s): the rebalance timeout sent in JoinGroup, and the
     /// longest the application may go without [`poll`](crate::machine::classic::ClassicMember::poll).
     pub max_poll_interval: Duration,
-    /// `partition.assignment.strategy`, by protocol name, preferred first (default
-    /// `["range", "cooperative-sticky"]`, as the Java client).
-    pub assignors: Vec<String>,
-    /// `client.rack`, sent in the subscription (v3).
+    /// `partition.assignment.strategy`: the classic protocol's assignors, preferred first
+    /// (default [`Range`], [`CooperativeSticky`], as the Java client). The built-ins and an
+    /// application's own [`Assignor`]s alike; names must be distinct.
+    pub assignors: Vec<Arc<dyn Assignor>>,
+    /// `client.rack`, sent in the subscription (v3; default none).
     pub rack_id: Option<String>,
     /// `request.timeout.ms` (default 30 s).
     pub request_timeout: Duration,
@@ -278,7 +613,8 @@ pub struct GroupConfig {
     /// subscribed topic has none).
     pub metadata_max_age: Duration,
     /// Seed of the member's KIP-580 backoff jitter, and, for the consumer protocol without a
-    /// [`member_id`](Self::member_id), of its member id ([`MemberId::from_seed`]).
+    /// [`member_id`](Self::member_id), of its member id ([`MemberId::from_seed`]). No Kafka
+    /// property: the Java client draws it from its own random source (default `None`).
     ///
     /// The sans-IO core (`machine::…::new`) reads no random source of its own, so the seed is one
     /// of its inputs:
@@ -297,28 +633,18 @@ pub struct GroupConfig {
     /// OS RNG (and a missing member id from the OS CSPRNG), so driver users set neither.
     pub seed: Option<u64>,
     /// The KIP-1082 member id of the consumer protocol (also under `auto`): the same id on every
-    /// heartbeat of this member instance. Give each member instance its own.
+    /// heartbeat of this member instance. Give each member instance its own. No Kafka property:
+    /// the Java client generates it (default `None`).
     ///
     /// `None`: [`GroupMember::start`](crate::driver::GroupMember::start) draws one from the OS
     /// CSPRNG ([`MemberId::generate`]); the sans-IO core, which reads no random source, derives
     /// one from [`seed`](Self::seed) ([`MemberId::from_seed`]). The classic protocol's member id
     /// is the broker's; there this id only seeds the jitter when `seed` is `None`.
     pub member_id: Option<MemberId>,
-    /// **Test only** (feature `sim`): reproduce the Java client's behaviour (KAFKA-20985) of
-    /// wiping a classic member's id whenever a LeaveGroup is suppressed (a static member's
-    /// unsubscribe, close or poll timeout, `resetGenerationOnLeaveGroup`), with no quarantine of
-    /// an empty-id JoinGroup in doubt and no forgiveness of the self-fence that follows. A static
-    /// member with this policy rejoins with `""` and can be fenced by its own abandoned
-    /// JoinGroup; it exists so simulations and tests can show the difference. Default `false`
-    /// (this crate's policy: the member id is kept). Applies to the classic protocol only
-    /// (also after a `group.protocol=auto` fallback); see
-    /// [`ClassicMember::set_java_reset_policy`](crate::machine::classic::ClassicMember::set_java_reset_policy).
-    #[cfg(feature = "sim")]
-    pub java_reset_policy: bool,
 }
 
 impl GroupConfig {
-    /// Defaults for `group_id`.
+    /// Kafka's defaults for `group.id` = `group_id` (see each field).
     pub fn new(group_id: impl Into<String>) -> Self {
         Self {
             group_id: group_id.into(),
@@ -328,7 +654,7 @@ impl GroupConfig {
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
             max_poll_interval: Duration::from_secs(300),
-            assignors: vec!["range".into(), "cooperative-sticky".into()],
+            assignors: vec![Arc::new(Range), Arc::new(CooperativeSticky)],
             rack_id: None,
             request_timeout: Duration::from_secs(30),
             default_api_timeout: Duration::from_secs(60),
@@ -337,22 +663,116 @@ impl GroupConfig {
             metadata_max_age: Duration::from_secs(300),
             seed: None,
             member_id: None,
-            #[cfg(feature = "sim")]
-            java_reset_policy: false,
         }
     }
 
-    /// Sets `group.instance.id` (static membership).
-    pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
-        self.instance_id = Some(id.into());
+    setter!(
+        /// Sets `group.instance.id` (default none): a static member (KIP-345).
+        with_instance_id => instance_id: Some(impl Into<String>)
+    );
+
+    setter!(
+        /// Sets the KIP-1082 [`member_id`](Self::member_id) of the consumer protocol (default:
+        /// generated).
+        with_member_id => member_id: Some(MemberId)
+    );
+
+    setter!(
+        /// Sets `group.protocol` (default classic).
+        with_protocol => protocol: GroupProtocol
+    );
+
+    setter!(
+        /// Sets `group.remote.assignor`, the consumer protocol's server-side assignor (default: the
+        /// broker's).
+        with_remote_assignor => remote_assignor: Some(impl Into<String>)
+    );
+
+    setter!(
+        /// Sets `session.timeout.ms` (default 45 s; classic protocol).
+        with_session_timeout => session_timeout: Duration
+    );
+
+    setter!(
+        /// Sets `heartbeat.interval.ms` (default 3 s; classic protocol), below the session timeout.
+        with_heartbeat_interval => heartbeat_interval: Duration
+    );
+
+    setter!(
+        /// Sets `max.poll.interval.ms` (default 300 s; see
+        /// [`max_poll_interval`](Self::max_poll_interval)).
+        with_max_poll_interval => max_poll_interval: Duration
+    );
+
+    /// Sets `partition.assignment.strategy` to this one assignor (default [`Range`],
+    /// [`CooperativeSticky`]): a built-in or an application's own [`Assignor`].
+    pub fn with_assignor(self, assignor: impl Assignor + 'static) -> Self {
+        self.with_assignors([Arc::new(assignor) as Arc<dyn Assignor>])
+    }
+
+    /// Sets `partition.assignment.strategy`, preferred first (default [`Range`],
+    /// [`CooperativeSticky`]): built-ins and an application's own [`Assignor`]s, with distinct
+    /// names.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use consumer_membership::config::GroupConfig;
+    /// use consumer_membership::machine::classic::assignor::{CooperativeSticky, Range};
+    ///
+    /// let group = GroupConfig::new("g").with_assignors([Arc::new(CooperativeSticky) as _, Arc::new(Range) as _]);
+    /// assert_eq!(group.assignor_names(), ["cooperative-sticky", "range"]);
+    /// ```
+    pub fn with_assignors(
+        mut self,
+        assignors: impl IntoIterator<Item = Arc<dyn Assignor>>,
+    ) -> Self {
+        self.assignors = assignors.into_iter().collect();
         self
     }
 
-    /// Sets the KIP-1082 [`member_id`](Self::member_id) of the consumer protocol.
-    pub fn with_member_id(mut self, id: MemberId) -> Self {
-        self.member_id = Some(id);
-        self
+    /// The names of [`assignors`](Self::assignors), preferred first: the protocol names this
+    /// member offers in JoinGroup.
+    pub fn assignor_names(&self) -> Vec<&str> {
+        self.assignors.iter().map(|a| a.name()).collect()
     }
+
+    setter!(
+        /// Sets `client.rack`, sent in the classic subscription (default none).
+        with_rack_id => rack_id: Some(impl Into<String>)
+    );
+
+    setter!(
+        /// Sets `request.timeout.ms` (default 30 s).
+        with_request_timeout => request_timeout: Duration
+    );
+
+    setter!(
+        /// Sets `default.api.timeout.ms` (default 60 s; see
+        /// [`default_api_timeout`](Self::default_api_timeout)).
+        with_default_api_timeout => default_api_timeout: Duration
+    );
+
+    setter!(
+        /// Sets `retry.backoff.ms` (default 100 ms).
+        with_retry_backoff => retry_backoff: Duration
+    );
+
+    setter!(
+        /// Sets `retry.backoff.max.ms` (default 1 s).
+        with_retry_backoff_max => retry_backoff_max: Duration
+    );
+
+    setter!(
+        /// Sets `metadata.max.age.ms` (default 5 min; see
+        /// [`metadata_max_age`](Self::metadata_max_age)).
+        with_metadata_max_age => metadata_max_age: Duration
+    );
+
+    setter!(
+        /// Sets the [`seed`](Self::seed) of the member's jitter (no Kafka property; default drawn by
+        /// the driver).
+        with_seed => seed: Some(u64)
+    );
 
     /// The seed of the core's backoff jitter: [`seed`](Self::seed), else one folded from
     /// [`member_id`](Self::member_id); an error when neither is set (see [`seed`](Self::seed)).
@@ -368,15 +788,6 @@ impl GroupConfig {
                     .into(),
             }),
         }
-    }
-
-    /// **Test only** (feature `sim`): sets [`java_reset_policy`](Self::java_reset_policy), the
-    /// Java client's member-id reset on a suppressed LeaveGroup (KAFKA-20985). Never for
-    /// production: a static member with it can fence itself.
-    #[cfg(feature = "sim")]
-    pub fn with_java_reset_policy(mut self, on: bool) -> Self {
-        self.java_reset_policy = on;
-        self
     }
 
     /// Checks every value; the error names the Kafka config key and the rule.
@@ -431,13 +842,18 @@ impl GroupConfig {
                 "at least one assignor is required".into(),
             );
         }
-        for name in &self.assignors {
-            if crate::machine::classic::assignor::by_name(name).is_none() {
+        for (i, assignor) in self.assignors.iter().enumerate() {
+            let name = assignor.name();
+            if name.is_empty() {
                 return err(
                     "partition.assignment.strategy",
-                    format!(
-                        "unknown assignor {name:?}; known: range, roundrobin, cooperative-sticky"
-                    ),
+                    format!("assignor {assignor:?} has an empty name"),
+                );
+            }
+            if self.assignors[..i].iter().any(|a| a.name() == name) {
+                return err(
+                    "partition.assignment.strategy",
+                    format!("two assignors are named {name:?}; names must be distinct"),
                 );
             }
         }

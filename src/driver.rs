@@ -353,8 +353,14 @@ impl GroupMember {
         // from the OS CSPRNG (KIP-1082).
         config.seed = config.seed.or_else(|| Some(rand::random()));
         config.member_id = config.member_id.or_else(|| Some(MemberId::generate()));
+        let member = Member::new(config, Instant::now())?;
+        Ok(Self::spawn(transport, member))
+    }
+
+    /// Spawns the task that drives `member`.
+    fn spawn<T: Transport>(transport: Arc<T>, member: Member) -> Self {
+        let config = member.config().clone();
         let now = Instant::now();
-        let member = Member::new(config.clone(), now)?;
         let metrics = crate::metrics::MemberMetrics::new(&config.group_id, member.protocol(), now);
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (event_tx, events) = mpsc::unbounded_channel();
@@ -370,7 +376,7 @@ impl GroupMember {
                 .with_jitter()
                 .with_total_delay(Some(config.request_timeout)),
         };
-        Ok(Self { handle, events })
+        Self { handle, events }
     }
 
     /// A handle for other tasks.
@@ -434,6 +440,15 @@ impl GroupMember {
     /// See [`MemberHandle::close`]. Keep reading events after it until `None`.
     pub async fn close(&self, options: CloseOptions) -> CloseOutcome {
         self.handle.close(options).await
+    }
+
+    /// **Test only** (feature `sim`): starts the task of a member built (and adjusted) by the
+    /// caller, e.g. one with [`Member::set_java_reset_policy`], which no [`GroupConfig`] field
+    /// sets. Unlike [`start`](Self::start) nothing is drawn here: the member's config already
+    /// has the `seed` or `member_id` its sans-IO constructor asked for.
+    #[cfg(feature = "sim")]
+    pub fn start_member<T: Transport>(transport: Arc<T>, member: Member) -> Self {
+        Self::spawn(transport, member)
     }
 }
 

@@ -38,8 +38,9 @@
 //!
 //! # async fn run() -> Result<(), consumer_membership::Error> {
 //! let client = ClientConfig::new("127.0.0.1:9092")?;
-//! let mut group = GroupConfig::new("orders").with_instance_id("orders-worker-1");
-//! group.protocol = GroupProtocol::Consumer; // KIP-848; or Classic, or Auto
+//! let group = GroupConfig::new("orders")
+//!     .with_instance_id("orders-worker-1")
+//!     .with_protocol(GroupProtocol::Consumer); // KIP-848; or Classic, or Auto
 //! let mut member = GroupMember::start(Arc::new(TcpTransport::new(client)), group)?;
 //! member.subscribe(["orders".to_string()]).await?;
 //!
@@ -125,8 +126,9 @@
 //!
 //! fn run(io: &mut impl Io, seed: u64) -> Result<(), consumer_membership::Error> {
 //!     // The machine draws nothing itself: the KIP-1082 member id and the jitter seed come in.
-//!     let mut group = GroupConfig::new("orders").with_member_id(MemberId::generate());
-//!     group.seed = Some(seed);
+//!     let group = GroupConfig::new("orders")
+//!         .with_member_id(MemberId::generate())
+//!         .with_seed(seed);
 //!     let mut member = Member::new(group, Instant::now())?;
 //!     member.subscribe(["orders".to_string()], Instant::now())?;
 //!     loop {

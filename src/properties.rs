@@ -16,7 +16,7 @@
 //! .collect();
 //! let (client, group) = from_properties(&props)?;
 //! assert_eq!(client.bootstrap_servers.len(), 2);
-//! assert_eq!(group.assignors, ["cooperative-sticky"]);
+//! assert_eq!(group.assignor_names(), ["cooperative-sticky"]);
 //! # Ok::<(), consumer_membership::ConfigError>(())
 //! ```
 //!
@@ -48,12 +48,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{
     ClientConfig, GroupConfig, GroupProtocol, SaslMechanism, Secret, SecurityProtocol,
 };
 use crate::error::ConfigError;
+use crate::machine::classic::assignor::{self, Assignor};
 
 /// Every key [`from_properties`] understands.
 pub const KEYS: &[&str] = &[
@@ -473,27 +475,26 @@ fn list(v: &str) -> Vec<String> {
         .collect()
 }
 
-fn assignors(v: &str) -> Result<Vec<String>, ConfigError> {
+/// The built-in assignors named by `v`, by protocol name or Java class name.
+fn assignors(v: &str) -> Result<Vec<Arc<dyn Assignor>>, ConfigError> {
     list(v)
         .into_iter()
         .map(|name| {
-            if crate::machine::classic::assignor::by_name(&name).is_some() {
-                return Ok(name);
-            }
-            JAVA_ASSIGNORS
+            let ours = JAVA_ASSIGNORS
                 .iter()
                 .find(|(class, _)| *class == name)
-                .map(|(_, ours)| (*ours).to_owned())
-                .ok_or_else(|| {
-                    err(
-                        "partition.assignment.strategy",
-                        format!(
-                            "unknown assignor {name:?}; known: range, roundrobin, \
-                             cooperative-sticky (or Java's RangeAssignor, RoundRobinAssignor, \
-                             CooperativeStickyAssignor class names)"
-                        ),
-                    )
-                })
+                .map_or(name.as_str(), |(_, ours)| ours);
+            assignor::by_name(ours).ok_or_else(|| {
+                err(
+                    "partition.assignment.strategy",
+                    format!(
+                        "unknown assignor {name:?}; known: range, roundrobin, \
+                         cooperative-sticky (or Java's RangeAssignor, RoundRobinAssignor, \
+                         CooperativeStickyAssignor class names); an application's own \
+                         assignor goes in GroupConfig::assignors"
+                    ),
+                )
+            })
         })
         .collect()
 }
@@ -730,7 +731,7 @@ mod tests {
         assert_eq!(g.group_id, "orders");
         assert_eq!(g.instance_id.as_deref(), Some("worker-1"));
         assert_eq!(g.protocol, GroupProtocol::Classic);
-        assert_eq!(g.assignors, ["cooperative-sticky", "range"]);
+        assert_eq!(g.assignor_names(), ["cooperative-sticky", "range"]);
         assert_eq!(g.session_timeout, Duration::from_secs(10));
         assert_eq!(g.heartbeat_interval, Duration::from_secs(1));
         assert_eq!(g.max_poll_interval, Duration::from_secs(60));
@@ -780,7 +781,7 @@ mod tests {
         assert!(c.security.ssl_verify_hostname);
         assert_eq!(c.reconnect_backoff_max, dc.reconnect_backoff_max);
         assert_eq!(g.protocol, GroupProtocol::Classic);
-        assert_eq!(g.assignors, dg.assignors);
+        assert_eq!(g.assignor_names(), dg.assignor_names());
         assert_eq!(g.session_timeout, dg.session_timeout);
         assert_eq!(g.heartbeat_interval, dg.heartbeat_interval);
         assert_eq!(g.instance_id, None);
@@ -805,7 +806,13 @@ mod tests {
 
     #[test]
     fn assignors_by_name_and_by_java_class() {
-        let a = |v| parse(&[("partition.assignment.strategy", v)]).1.assignors;
+        let a = |v| {
+            let (_, g) = parse(&[("partition.assignment.strategy", v)]);
+            g.assignor_names()
+                .into_iter()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(a("range,roundrobin"), ["range", "roundrobin"]);
         assert_eq!(
             a("org.apache.kafka.clients.consumer.RoundRobinAssignor , \

@@ -235,8 +235,10 @@ async fn three_members(assignor: &str) -> (Vec<TestMember>, String, String) {
     let group = unique(assignor);
     let mut members = Vec::new();
     for i in 0..3 {
-        let mut c = group_config(&group, Some(&format!("m{i}")));
-        c.assignors = vec![assignor.to_string()];
+        let c = group_config(&group, Some(&format!("m{i}"))).with_assignors([
+            consumer_membership::machine::classic::assignor::by_name(assignor)
+                .expect("a built-in assignor"),
+        ]);
         members.push(TestMember::start(common::transport(b).0, c, &[&topic]).await);
     }
     let refs: Vec<&TestMember> = members.iter().collect();
@@ -288,8 +290,8 @@ async fn cooperative_sticky_fourth_member_never_revokes_a_staying_partition() {
         v
     };
     let (t, _) = common::transport(&b);
-    let mut c = group_config(&group, Some("m3"));
-    c.assignors = vec!["cooperative-sticky".into()];
+    let c = group_config(&group, Some("m3"))
+        .with_assignor(consumer_membership::machine::classic::assignor::CooperativeSticky);
     let fourth = TestMember::start(t, c, &[&topic]).await;
     let mut all: Vec<&TestMember> = members.iter().collect();
     all.push(&fourth);

@@ -1451,8 +1451,8 @@ async fn cooperative_with_java(b: &Broker, java_leads: bool) -> String {
             .spawn()
     };
     let rust = async || {
-        let mut c = classic(&group, None);
-        c.assignors = vec!["cooperative-sticky".to_string()];
+        let c = classic(&group, None)
+            .with_assignor(consumer_membership::machine::classic::assignor::CooperativeSticky);
         TestMember::start(b.transport(), c, &[topic.as_str()]).await
     };
 

@@ -109,11 +109,10 @@ fn metadata(r: MetadataRequest) -> MetadataResponse {
 }
 
 fn config() -> GroupConfig {
-    let mut c = GroupConfig::new("g");
-    c.protocol = GroupProtocol::Classic;
-    c.heartbeat_interval = Duration::from_millis(100);
-    c.request_timeout = Duration::from_secs(5);
-    c
+    GroupConfig::new("g")
+        .with_protocol(GroupProtocol::Classic)
+        .with_heartbeat_interval(Duration::from_millis(100))
+        .with_request_timeout(Duration::from_secs(5))
 }
 
 /// Starts a member on `t`, subscribes to `t` and waits for its assignment.

@@ -25,8 +25,10 @@ async fn mixed_group(assignor: &str, java_class: &str, rust_first: bool) {
             .property("heartbeat.interval.ms", "500")
             .spawn()
     };
-    let mut config = group_config(&group, None);
-    config.assignors = vec![assignor.to_string()];
+    let config = group_config(&group, None).with_assignors([
+        consumer_membership::machine::classic::assignor::by_name(assignor)
+            .expect("a built-in assignor"),
+    ]);
     let (rust, java) = if rust_first {
         let rust = TestMember::start(t, config, &[&topic]).await;
         rust.wait_stable(Some(6), T).await;

@@ -391,7 +391,7 @@ fn config(setup: &Setup) -> GroupConfig {
         c.instance_id = Some(INSTANCE.into());
     }
     if setup.variant.classic() && setup.cooperative {
-        c.assignors = vec!["cooperative-sticky".into()];
+        c = c.with_assignor(consumer_membership::machine::classic::assignor::CooperativeSticky);
     }
     c.session_timeout = Duration::from_secs(10);
     c.heartbeat_interval = Duration::from_secs(1);

@@ -1,7 +1,8 @@
 #![cfg(feature = "sim")]
-//! The test-only Java reset policy (`GroupConfig::java_reset_policy`, KAFKA-20985) reaches the
-//! classic member the async driver builds: through the public API only (`GroupMember::start`
-//! with a `GroupConfig`), over the in-memory transport and a one-member "broker".
+//! The test-only Java reset policy (`Member::set_java_reset_policy`, KAFKA-20985) reaches the
+//! classic member the async driver runs: through the public API only (`GroupMember::start_member`
+//! with a `Member` the test adjusted, and `GroupMember::start` for the default), over the
+//! in-memory transport and a one-member "broker".
 //!
 //! A static member skips the LeaveGroup (an `unsubscribe()`, or a missed `max.poll.interval.ms`)
 //! and joins again. With the policy it wipes its member id, as the Java client does, and the
@@ -10,13 +11,14 @@
 //! it. The recorded JoinGroup requests tell which policy the member ran.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::driver::GroupMember;
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::subscription::Assignment;
 use consumer_membership::machine::events::{CloseOptions, Event};
+use consumer_membership::machine::member::Member;
 use consumer_membership::transport::MemoryTransport;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -115,19 +117,35 @@ fn broker() -> MemoryTransport {
     })
 }
 
-/// The member's configuration; the reset policy as `GroupConfig::new` leaves it.
-fn default_config() -> GroupConfig {
-    let mut c = GroupConfig::new("g").with_instance_id(INSTANCE);
-    c.protocol = GroupProtocol::Classic;
-    c.session_timeout = Duration::from_secs(10);
-    c.heartbeat_interval = Duration::from_millis(200);
-    c.request_timeout = Duration::from_secs(5);
-    c.seed = Some(20985);
-    c
+/// The member's configuration (no reset policy: that is no config's business).
+fn config() -> GroupConfig {
+    GroupConfig::new("g")
+        .with_instance_id(INSTANCE)
+        .with_protocol(GroupProtocol::Classic)
+        .with_session_timeout(Duration::from_secs(10))
+        .with_heartbeat_interval(Duration::from_millis(200))
+        .with_request_timeout(Duration::from_secs(5))
+        .with_seed(20985)
 }
 
-fn config(java_policy: bool) -> GroupConfig {
-    default_config().with_java_reset_policy(java_policy)
+/// How a test starts the member under test.
+#[derive(Clone, Copy)]
+enum Start {
+    /// `GroupMember::start_member` with `set_java_reset_policy(on)`.
+    Policy(bool),
+    /// Plain `GroupMember::start`: the policy as every user gets it.
+    Default,
+}
+
+fn start(t: &Arc<MemoryTransport>, config: GroupConfig, how: Start) -> GroupMember {
+    match how {
+        Start::Policy(on) => {
+            let mut member = Member::new(config, Instant::now()).expect("valid config");
+            member.set_java_reset_policy(on);
+            GroupMember::start_member(t.clone(), member)
+        }
+        Start::Default => GroupMember::start(t.clone(), config).expect("valid config"),
+    }
 }
 
 /// The member ids the recorded JoinGroup requests carried, in order.
@@ -166,9 +184,9 @@ async fn assigned(m: &mut GroupMember) {
 
 /// A static member joins, leaves its subscription (no LeaveGroup), subscribes again; returns the
 /// member ids of its JoinGroups and its final member id.
-async fn unsubscribe_and_rejoin(config: GroupConfig) -> (Vec<String>, String, usize) {
+async fn unsubscribe_and_rejoin(how: Start) -> (Vec<String>, String, usize) {
     let t = Arc::new(broker());
-    let mut m = GroupMember::start(t.clone(), config).expect("valid config");
+    let mut m = start(&t, config(), how);
     m.subscribe(["t".to_string()]).await.expect("subscribed");
     assigned(&mut m).await;
     m.unsubscribe().await.unwrap();
@@ -183,7 +201,7 @@ async fn unsubscribe_and_rejoin(config: GroupConfig) -> (Vec<String>, String, us
 
 #[tokio::test]
 async fn java_reset_policy_reaches_the_driver_member_unsubscribe() {
-    let (joins, member_id, leaves) = unsubscribe_and_rejoin(config(true)).await;
+    let (joins, member_id, leaves) = unsubscribe_and_rejoin(Start::Policy(true)).await;
     assert_eq!(
         joins,
         ["", ""],
@@ -194,8 +212,8 @@ async fn java_reset_policy_reaches_the_driver_member_unsubscribe() {
 }
 
 /// This crate's policy: the rejoin after the suppressed leave carries the kept member id.
-async fn unsubscribe_and_rejoin_keeps_the_member_id(config: GroupConfig) {
-    let (joins, member_id, leaves) = unsubscribe_and_rejoin(config).await;
+async fn unsubscribe_and_rejoin_keeps_the_member_id(how: Start) {
+    let (joins, member_id, leaves) = unsubscribe_and_rejoin(how).await;
     assert_eq!(
         joins,
         ["", "i1-1"],
@@ -207,16 +225,15 @@ async fn unsubscribe_and_rejoin_keeps_the_member_id(config: GroupConfig) {
 
 #[tokio::test]
 async fn crate_policy_through_the_driver_keeps_the_member_id_unsubscribe() {
-    unsubscribe_and_rejoin_keeps_the_member_id(config(false)).await;
+    unsubscribe_and_rejoin_keeps_the_member_id(Start::Policy(false)).await;
 }
 
 /// The same through the driver's clock: the application misses `max.poll.interval.ms` (the
 /// member leaves without LeaveGroup) and its next poll rejoins.
 async fn poll_timeout_and_rejoin(java_policy: bool) -> Vec<String> {
     let t = Arc::new(broker());
-    let mut c = config(java_policy);
-    c.max_poll_interval = Duration::from_millis(1500);
-    let mut m = GroupMember::start(t.clone(), c).expect("valid config");
+    let c = config().with_max_poll_interval(Duration::from_millis(1500));
+    let mut m = start(&t, c, Start::Policy(java_policy));
     m.subscribe(["t".to_string()]).await.expect("subscribed");
     assigned(&mut m).await;
     // Not polling (no next_event) for longer than max.poll.interval.ms.
@@ -239,8 +256,9 @@ async fn crate_policy_through_the_driver_keeps_the_member_id_poll_timeout() {
     assert_eq!(poll_timeout_and_rejoin(false).await, ["", "i1-1"]);
 }
 
-/// A `GroupConfig` that never had `with_java_reset_policy` called runs this crate's policy.
+/// A member started from a `GroupConfig` alone (no way to ask for the policy) runs this
+/// crate's policy.
 #[tokio::test]
 async fn the_policy_is_off_unless_asked_for() {
-    unsubscribe_and_rejoin_keeps_the_member_id(default_config()).await;
+    unsubscribe_and_rejoin_keeps_the_member_id(Start::Default).await;
 }

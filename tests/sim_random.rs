@@ -96,7 +96,7 @@ fn member_config(
     c.max_poll_interval = Duration::from_millis(rng.random_range(5_000..=15_000));
     c.request_timeout = Duration::from_millis(rng.random_range(3_000..=8_000));
     if cooperative {
-        c.assignors = vec!["cooperative-sticky".into()];
+        c = c.with_assignor(consumer_membership::machine::classic::assignor::CooperativeSticky);
     }
     c.seed = Some(rng.random());
     c
@@ -153,7 +153,7 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
         let mut config = member_config(&mut rng, &name, static_member, cooperative);
         if consumer_protocol {
             config.protocol = GroupProtocol::Consumer;
-            config.assignors = vec!["range".into()];
+            config = config.with_assignor(consumer_membership::machine::classic::assignor::Range);
         }
         let spec = Spec { name, config };
         handles.push(add_or_restart(&mut w, None, &spec));

@@ -39,10 +39,7 @@ macro_rules! delegate {
 }
 
 impl Member {
-    /// A member speaking `config.protocol` (auto starts with the consumer protocol). A classic
-    /// member, also the one an `auto` fallback builds from the same config, runs the test-only
-    /// Java reset policy when `config.java_reset_policy` asks for it (feature `sim`; see
-    /// `ClassicMember::set_java_reset_policy`).
+    /// A member speaking `config.protocol` (auto starts with the consumer protocol).
     pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
         Ok(match config.protocol {
             GroupProtocol::Classic => Member::Classic(ClassicMember::new(config, now)?),
@@ -50,6 +47,17 @@ impl Member {
                 Member::Consumer(ConsumerMember::new(config, now)?)
             }
         })
+    }
+
+    /// **Test only** (feature `sim`): a classic member runs the Java client's member-id reset
+    /// (see [`ClassicMember::set_java_reset_policy`]); a consumer-protocol member has no such
+    /// policy and ignores this (an `auto` member that falls back to classic later runs this
+    /// crate's policy unless it is set again on the classic member).
+    #[cfg(feature = "sim")]
+    pub fn set_java_reset_policy(&mut self, on: bool) {
+        if let Member::Classic(m) = self {
+            m.set_java_reset_policy(on);
+        }
     }
 
     /// The protocol in use: "classic" or "consumer".

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::assignor::{self, Assignor, MemberMetadata, RebalanceProtocol};
+use super::assignor::{Assignor, MemberMetadata, RebalanceProtocol};
 use super::subscription::{Assignment, Subscription};
 use crate::config::GroupConfig;
 use crate::error::{
@@ -223,11 +223,7 @@ impl ClassicMember {
     /// A member of `config.group_id`, not yet subscribed.
     pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
-        let assignors: Vec<Arc<dyn Assignor>> = config
-            .assignors
-            .iter()
-            .map(|n| Arc::from(assignor::by_name(n).expect("validated")))
-            .collect();
+        let assignors = config.assignors.clone();
         let protocol = if assignors
             .iter()
             .all(|a| a.protocol() == RebalanceProtocol::Cooperative)
@@ -257,7 +253,7 @@ impl ClassicMember {
             failover_fence_forgiven: None,
             rejoin_reason: "subscribed",
             #[cfg(feature = "sim")]
-            java_reset_policy: config.java_reset_policy,
+            java_reset_policy: false,
             shell: Shell::new(config, now, seed),
         })
     }
@@ -312,9 +308,15 @@ impl ClassicMember {
         &self.shell.config
     }
 
-    /// Simulation only: behave like the Java client and wipe the member id whenever a LeaveGroup
-    /// is suppressed (the root of KAFKA-20985), so a simulation can show the difference. The
-    /// initial value comes from [`GroupConfig::java_reset_policy`].
+    /// **Test only** (feature `sim`): behave like the Java client (KAFKA-20985) and wipe the
+    /// member id whenever a LeaveGroup is suppressed (a static member's unsubscribe, close or
+    /// poll timeout, Java's `resetGenerationOnLeaveGroup`), with no quarantine of an empty-id
+    /// JoinGroup in doubt and no forgiveness of the self-fence that follows. A static member with
+    /// this policy rejoins with `""` and can be fenced by its own abandoned JoinGroup; it exists
+    /// so simulations and tests can show the difference. Off unless set (this crate's policy:
+    /// the member id is kept); never for production. See also
+    /// [`Member::set_java_reset_policy`](crate::machine::member::Member::set_java_reset_policy)
+    /// and [`GroupMember::start_member`](crate::driver::GroupMember::start_member) (the driver).
     #[cfg(feature = "sim")]
     pub fn set_java_reset_policy(&mut self, on: bool) {
         self.java_reset_policy = on;
@@ -869,7 +871,7 @@ impl ClassicMember {
             .iter()
             .map(|a| {
                 JoinGroupRequestProtocol::default()
-                    .with_name(StrBytes::from_static_str(a.name()))
+                    .with_name(StrBytes::from_string(a.name().to_owned()))
                     .with_metadata(metadata.clone())
             })
             .collect();

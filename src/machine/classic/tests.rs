@@ -532,30 +532,7 @@ fn leader_assigns_with_metadata_and_skip_assignment_is_honoured() {
         .with_member_id(s("i1-abc"))
         .with_members(members);
     h.answer(&join, ResponseKind::JoinGroup(r.clone()));
-    let md = h.one();
-    assert!(matches!(md.request, Request::Metadata { .. }), "{md:?}");
-    let topic = kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
-        .with_name(Some(kafka_protocol::messages::TopicName(s("t"))))
-        .with_topic_id(uuid::Uuid::from_u128(9))
-        .with_partitions(
-            (0..4)
-                .map(|p| {
-                    kafka_protocol::messages::metadata_response::MetadataResponsePartition::default(
-                    )
-                    .with_partition_index(p)
-                })
-                .collect(),
-        );
-    h.answer(
-        &md,
-        ResponseKind::Metadata(
-            kafka_protocol::messages::MetadataResponse::default().with_topics(vec![topic]),
-        ),
-    );
-    let sync = h.one();
-    let RequestKind::SyncGroup(sg) = body(&sync) else {
-        panic!("{sync:?}")
-    };
+    let sg = h.leader_sync(4);
     assert_eq!(sg.assignments.len(), 2);
     let mut all = Vec::new();
     for a in &sg.assignments {
@@ -610,6 +587,33 @@ fn leaves(out: &[Outbound]) -> usize {
 }
 
 impl Harness {
+    /// Leader: answers the outstanding Metadata request with topic "t" of `partitions`
+    /// partitions; returns the SyncGroup that follows.
+    fn leader_sync(&mut self, partitions: i32) -> kafka_protocol::messages::SyncGroupRequest {
+        use kafka_protocol::messages::metadata_response as md;
+        let out = self.one();
+        assert!(matches!(out.request, Request::Metadata { .. }), "{out:?}");
+        let topic = md::MetadataResponseTopic::default()
+            .with_name(Some(kafka_protocol::messages::TopicName(s("t"))))
+            .with_topic_id(uuid::Uuid::from_u128(9))
+            .with_partitions(
+                (0..partitions)
+                    .map(|p| md::MetadataResponsePartition::default().with_partition_index(p))
+                    .collect(),
+            );
+        self.answer(
+            &out,
+            ResponseKind::Metadata(
+                kafka_protocol::messages::MetadataResponse::default().with_topics(vec![topic]),
+            ),
+        );
+        let sync = self.one();
+        let RequestKind::SyncGroup(sg) = body(&sync) else {
+            panic!("{sync:?}")
+        };
+        sg
+    }
+
     /// A deadline at or before now that `handle_timeout(now)` leaves in place (a driver spins).
     fn stuck_deadline(&mut self) -> Option<crate::machine::timer::Timer> {
         self.m.handle_timeout(self.now);
@@ -910,8 +914,7 @@ impl Harness {
     /// cooperative rebalance moves t-1 away: the ticket covers t-1 only, t-0 stays owned.
     fn cooperative_revoking() -> (Self, crate::machine::events::RevokeTicket) {
         let now = crate::testutil::epoch();
-        let mut c = config(None);
-        c.assignors = vec!["cooperative-sticky".to_string()];
+        let c = config(None).with_assignor(super::assignor::CooperativeSticky);
         let mut h = Self {
             m: ClassicMember::new(c, now).unwrap(),
             now,
@@ -1252,8 +1255,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
 #[test]
 fn a_rejoin_that_skipped_generations_loses_the_partitions_it_owned() {
     let now = crate::testutil::epoch();
-    let mut c = config(None);
-    c.assignors = vec!["cooperative-sticky".to_string()];
+    let c = config(None).with_assignor(super::assignor::CooperativeSticky);
     let mut h = Harness {
         m: ClassicMember::new(c, now).unwrap(),
         now,
@@ -1565,4 +1567,127 @@ fn the_member_fits_its_requests_to_older_versions() {
         "LeaveGroup v5 carries a reason per member"
     );
     assert_eq!(reason(4), None);
+}
+
+/// One call of an assignor: the partition counts and the member ids it was given.
+type AssignCall = (std::collections::BTreeMap<String, i32>, Vec<String>);
+
+/// An application's own assignor: everything to the member with the greatest member id. It
+/// records the input of every call.
+#[derive(Debug, Default)]
+struct LastTakesAll {
+    calls: std::sync::Mutex<Vec<AssignCall>>,
+}
+
+impl super::assignor::Assignor for LastTakesAll {
+    fn name(&self) -> &str {
+        "last-takes-all"
+    }
+
+    fn protocol(&self) -> super::assignor::RebalanceProtocol {
+        super::assignor::RebalanceProtocol::Eager
+    }
+
+    fn assign(
+        &self,
+        partitions: &std::collections::BTreeMap<String, i32>,
+        members: &[super::assignor::MemberMetadata],
+    ) -> std::collections::BTreeMap<String, Vec<TopicPartition>> {
+        let ids: Vec<String> = members.iter().map(|m| m.member_id.clone()).collect();
+        self.calls
+            .lock()
+            .unwrap()
+            .push((partitions.clone(), ids.clone()));
+        let last = ids.iter().max().cloned().unwrap_or_default();
+        let all = partitions
+            .iter()
+            .flat_map(|(t, n)| (0..*n).map(|p| TopicPartition::new(t.as_str(), p)))
+            .collect();
+        std::collections::BTreeMap::from([(last, all)])
+    }
+}
+
+#[test]
+fn a_custom_assignor_is_offered_in_join_group_and_assigns_when_leader() {
+    let custom = std::sync::Arc::new(LastTakesAll::default());
+    let c = config(Some("i1")).with_assignors([
+        custom.clone() as std::sync::Arc<dyn super::assignor::Assignor>,
+        std::sync::Arc::new(super::assignor::Range),
+    ]);
+    let mut h = Harness {
+        m: ClassicMember::new(c, crate::testutil::epoch()).unwrap(),
+        now: crate::testutil::epoch(),
+        events: Vec::new(),
+    };
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_join();
+    let RequestKind::JoinGroup(j) = body(&join) else {
+        unreachable!()
+    };
+    let offered: Vec<(String, Vec<String>)> = j
+        .protocols
+        .iter()
+        .map(|p| {
+            let sub = Subscription::decode(&p.metadata).unwrap();
+            (p.name.to_string(), sub.topics)
+        })
+        .collect();
+    let t = vec!["t".to_string()];
+    assert_eq!(
+        offered,
+        [("last-takes-all".into(), t.clone()), ("range".into(), t)],
+        "the custom assignor is offered first, with the member's subscription"
+    );
+
+    // The group picks the custom assignor and makes this member the leader.
+    let members = ["i1-abc", "i2-def"]
+        .into_iter()
+        .map(|m| {
+            JoinGroupResponseMember::default()
+                .with_member_id(s(m))
+                .with_metadata(Subscription::new(["t"]).encode())
+        })
+        .collect();
+    h.answer(
+        &join,
+        ResponseKind::JoinGroup(
+            JoinGroupResponse::default()
+                .with_generation_id(1)
+                .with_protocol_type(Some(s("consumer")))
+                .with_protocol_name(Some(s("last-takes-all")))
+                .with_leader(s("i1-abc"))
+                .with_member_id(s("i1-abc"))
+                .with_members(members),
+        ),
+    );
+    let sg = h.leader_sync(3);
+    let plan: Vec<(String, Vec<TopicPartition>)> = sg
+        .assignments
+        .iter()
+        .map(|a| {
+            let partitions = Assignment::decode(&a.assignment).unwrap().partitions;
+            (a.member_id.to_string(), partitions)
+        })
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            ("i1-abc".into(), vec![]),
+            (
+                "i2-def".into(),
+                (0..3).map(|p| TopicPartition::new("t", p)).collect()
+            ),
+        ],
+        "the custom assignor's plan (range would have split t 2/1)"
+    );
+    let calls = custom.calls.lock().unwrap();
+    assert_eq!(
+        *calls,
+        [(
+            std::collections::BTreeMap::from([("t".to_string(), 3)]),
+            vec!["i1-abc".to_string(), "i2-def".to_string()]
+        )],
+        "called once, with the partition counts and every member"
+    );
 }

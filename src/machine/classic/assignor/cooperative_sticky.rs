@@ -4,8 +4,6 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
-use bytes::Bytes;
-
 use super::{
     Assignor, MemberMetadata, RebalanceProtocol, assignable_topics, empty_assignment,
     partition_count, unique_members,
@@ -53,7 +51,7 @@ const DEFAULT_GENERATION: i32 = -1;
 pub struct CooperativeSticky;
 
 impl Assignor for CooperativeSticky {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         NAME
     }
 
@@ -86,12 +84,15 @@ impl Assignor for CooperativeSticky {
         }
         assignment
     }
+}
 
+impl CooperativeSticky {
     /// Java's `CooperativeStickyAssignor.subscriptionUserData`: the generation as one int32
-    /// (schema `generation: INT32`). Leaders that predate subscription v2 (Kafka < 3.4) read the
-    /// generation from here.
-    fn subscription_user_data(&self, generation: i32) -> Option<Bytes> {
-        Some(Bytes::copy_from_slice(&generation.to_be_bytes()))
+    /// (schema `generation: INT32`), which leaders that predate subscription v2 (Kafka < 3.4)
+    /// read (this crate's members send subscription v3, whose `generation_id` carries it).
+    #[cfg(test)]
+    fn subscription_user_data(&self, generation: i32) -> Option<bytes::Bytes> {
+        Some(bytes::Bytes::copy_from_slice(&generation.to_be_bytes()))
     }
 }
 
@@ -592,6 +593,8 @@ impl TopicFlow {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::super::test_support::*;
     use super::*;
 

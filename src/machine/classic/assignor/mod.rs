@@ -12,8 +12,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
-
-use bytes::Bytes;
+use std::sync::Arc;
 
 use super::subscription::Subscription;
 use crate::machine::TopicPartition;
@@ -51,40 +50,141 @@ pub struct MemberMetadata {
     pub subscription: Subscription,
 }
 
-/// A partition assignment strategy run by the group leader.
+/// A partition assignment strategy of the classic protocol, run by the group leader.
+///
+/// The built-ins are [`Range`], [`RoundRobin`] and [`CooperativeSticky`]; an application may bring
+/// its own and list it in [`GroupConfig::assignors`](crate::config::GroupConfig::assignors)
+/// (`partition.assignment.strategy`) beside or instead of them. The KIP-848 consumer protocol
+/// assigns on the broker and never calls an `Assignor` (see `group.remote.assignor`).
+///
+/// **How it is used.** Every member offers each of its configured assignors in its JoinGroup, by
+/// [`name`](Self::name), preferred first, each with the member's [`Subscription`] as metadata.
+/// The coordinator picks one name that every member offers and elects a leader. The leader reads
+/// the partition counts of all subscribed topics (a Metadata request) and calls
+/// [`assign`](Self::assign) of its assignor of that name once per rebalance; it sends each member
+/// its share in SyncGroup, as is (the member does not check or fix up the result).
+///
+/// **Names.** The name is the protocol name in JoinGroup, so members of one group must use the
+/// same name for the same strategy, and a name must denote one strategy: the built-ins use Java's
+/// names (`"range"`, `"roundrobin"`, `"cooperative-sticky"`) so a group can mix this client with
+/// Java (or librdkafka) consumers. A member's assignors must have distinct, non-empty names
+/// ([`GroupConfig::validate`](crate::config::GroupConfig::validate) refuses duplicates); pick a
+/// name of your own for your own strategy rather than one of the built-in names.
+///
+/// **Rebalance protocol.** [`protocol`](Self::protocol) says how members give up partitions:
+/// - [`RebalanceProtocol::Eager`]: every member revokes all it owns before it joins, so `assign`
+///   may hand any partition to any member.
+/// - [`RebalanceProtocol::Cooperative`] (KIP-429): members keep their partitions while
+///   rebalancing and revoke only those their new assignment leaves out. `assign` must then never
+///   give a partition to a member while another member still owns it (see
+///   [`Subscription::owned_partitions`] and [`Subscription::generation_id`]): it leaves such a
+///   partition out this round; its owner revokes it and rejoins, and the follow-up rebalance
+///   hands it over.
+///
+/// A member runs the cooperative protocol only when every one of its assignors is cooperative,
+/// as the Java client does; otherwise it is eager.
+///
+/// **Determinism.** `assign` should be a function of its input only (no clock, no random source)
+/// and not depend on the order of `members`: the built-ins sort members by member id (static
+/// members first by `group.instance.id`, KIP-345), which keeps a static group's assignment across
+/// restarts.
+///
+/// # Example
+///
+/// A strategy that gives every partition to the member with the smallest member id, in a group
+/// config:
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use consumer_membership::config::GroupConfig;
+/// use consumer_membership::machine::TopicPartition;
+/// use consumer_membership::machine::classic::assignor::{
+///     Assignor, MemberMetadata, RebalanceProtocol,
+/// };
+///
+/// #[derive(Debug)]
+/// struct AllToFirst;
+///
+/// impl Assignor for AllToFirst {
+///     fn name(&self) -> &str {
+///         "all-to-first"
+///     }
+///
+///     fn protocol(&self) -> RebalanceProtocol {
+///         RebalanceProtocol::Eager
+///     }
+///
+///     fn assign(
+///         &self,
+///         partitions: &BTreeMap<String, i32>,
+///         members: &[MemberMetadata],
+///     ) -> BTreeMap<String, Vec<TopicPartition>> {
+///         // Every member gets an entry, possibly empty.
+///         let mut plan: BTreeMap<String, Vec<TopicPartition>> =
+///             members.iter().map(|m| (m.member_id.clone(), Vec::new())).collect();
+///         let Some(first) = members.iter().min_by(|a, b| a.member_id.cmp(&b.member_id)) else {
+///             return plan;
+///         };
+///         let mine = plan.get_mut(&first.member_id).expect("every member has an entry");
+///         for topic in &first.subscription.topics {
+///             // Subscribed topics that do not exist are not in `partitions`.
+///             for p in 0..partitions.get(topic).copied().unwrap_or(0) {
+///                 mine.push(TopicPartition::new(topic.as_str(), p));
+///             }
+///         }
+///         mine.sort();
+///         plan
+///     }
+/// }
+///
+/// let group = GroupConfig::new("orders").with_assignor(AllToFirst);
+/// group.validate()?;
+/// assert_eq!(group.assignor_names(), ["all-to-first"]);
+///
+/// let members = [MemberMetadata {
+///     member_id: "m-1".into(),
+///     instance_id: None,
+///     subscription: consumer_membership::machine::classic::subscription::Subscription::new(["t"]),
+/// }];
+/// let plan = AllToFirst.assign(&BTreeMap::from([("t".to_string(), 2)]), &members);
+/// assert_eq!(plan["m-1"], [TopicPartition::new("t", 0), TopicPartition::new("t", 1)]);
+/// # Ok::<(), consumer_membership::ConfigError>(())
+/// ```
 pub trait Assignor: Send + Sync + std::fmt::Debug {
-    /// Protocol name in JoinGroup; must equal Java's so mixed groups work: "range", "roundrobin",
-    /// "cooperative-sticky".
-    fn name(&self) -> &'static str;
+    /// The protocol name in JoinGroup (see **Names** above): non-empty, the same on every member
+    /// using this strategy, distinct from the member's other assignors' names.
+    fn name(&self) -> &str;
 
-    /// The rebalance protocol the assignor prefers. Java's `supportedProtocols()` lists every
-    /// protocol an assignor supports (cooperative-sticky: COOPERATIVE and EAGER) and the group uses
-    /// the highest one all members support; this returns the preferred one.
+    /// The rebalance protocol the assignor needs (see **Rebalance protocol** above). Java's
+    /// `supportedProtocols()` lists every protocol an assignor supports (cooperative-sticky:
+    /// COOPERATIVE and EAGER); this returns the preferred one.
     fn protocol(&self) -> RebalanceProtocol;
 
-    /// `partitions`: topic -> partition count, only topics that exist. Returns member_id ->
-    /// assigned partitions (every member present, possibly empty, partitions sorted).
+    /// Computes the assignment of one rebalance (called on the leader only).
+    ///
+    /// - `partitions`: topic -> partition count (partitions `0..count`), for the subscribed
+    ///   topics that exist; a subscribed topic that does not exist (yet) is absent, and its
+    ///   subscribers get nothing of it (the leader checks again and rebalances once it appears).
+    /// - `members`: every member of the generation, the leader included, with what it sent in
+    ///   JoinGroup for this assignor's name, in the coordinator's order.
+    ///
+    /// Returns member id -> the partitions that member consumes in the new generation. A member
+    /// missing from the result gets an empty assignment; ids not in `members` are ignored.
+    /// Sorted lists and an entry for every member are customary (the built-ins do both). A
+    /// partition should go to at most one member; with the cooperative protocol, see above.
     fn assign(
         &self,
         partitions: &BTreeMap<String, i32>,
         members: &[MemberMetadata],
     ) -> BTreeMap<String, Vec<TopicPartition>>;
-
-    /// The `user_data` a member using this assignor puts in its [`Subscription`], given the
-    /// generation of its current assignment (-1 before the first). Java's
-    /// `ConsumerPartitionAssignor.subscriptionUserData`; only cooperative-sticky sends any.
-    fn subscription_user_data(&self, generation: i32) -> Option<Bytes> {
-        let _ = generation;
-        None
-    }
 }
 
-/// The assignor Java calls `name`: "range", "roundrobin" or "cooperative-sticky".
-pub fn by_name(name: &str) -> Option<Box<dyn Assignor>> {
+/// The built-in assignor Java calls `name`: "range", "roundrobin" or "cooperative-sticky".
+pub fn by_name(name: &str) -> Option<Arc<dyn Assignor>> {
     match name {
-        range::NAME => Some(Box::new(Range)),
-        round_robin::NAME => Some(Box::new(RoundRobin)),
-        cooperative_sticky::NAME => Some(Box::new(CooperativeSticky)),
+        range::NAME => Some(Arc::new(Range)),
+        round_robin::NAME => Some(Arc::new(RoundRobin)),
+        cooperative_sticky::NAME => Some(Arc::new(CooperativeSticky)),
         _ => None,
     }
 }

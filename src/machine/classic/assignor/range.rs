@@ -27,7 +27,7 @@ pub(super) const NAME: &str = "range";
 pub struct Range;
 
 impl Assignor for Range {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         NAME
     }
 

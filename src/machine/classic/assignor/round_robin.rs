@@ -23,7 +23,7 @@ pub(super) const NAME: &str = "roundrobin";
 pub struct RoundRobin;
 
 impl Assignor for RoundRobin {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         NAME
     }
 
