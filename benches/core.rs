@@ -20,6 +20,7 @@ use consumer_membership::machine::classic::subscription::{
 use consumer_membership::machine::consumer::ConsumerMember;
 use consumer_membership::machine::coordinator::{CoordinatorLookup, LookupConfig};
 use consumer_membership::machine::events::Event;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::request::{Outbound, Request, RequestId, Response};
 use consumer_membership::transport::wire::{self, BrokerVersions};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -96,7 +97,7 @@ trait Member {
     fn handle_response(&mut self, id: RequestId, response: Response, now: Instant);
     fn handle_timeout(&mut self, now: Instant);
     fn poll(&mut self, now: Instant);
-    fn state(&self) -> &'static str;
+    fn state(&self) -> MemberState;
 }
 
 macro_rules! member {
@@ -117,7 +118,7 @@ macro_rules! member {
             fn poll(&mut self, now: Instant) {
                 <$t>::poll(self, now)
             }
-            fn state(&self) -> &'static str {
+            fn state(&self) -> MemberState {
                 <$t>::state(self)
             }
         }
@@ -209,7 +210,7 @@ fn stable_classic(now: Instant, versions: &BrokerVersions) -> ClassicMember {
         ),
         other => panic!("unexpected request while joining: {other:?}"),
     });
-    assert_eq!(m.state(), "Stable");
+    assert_eq!(m.state(), MemberState::Stable);
     m
 }
 
@@ -250,7 +251,7 @@ fn stable_consumer(now: Instant, versions: &BrokerVersions) -> ConsumerMember {
         }
         other => panic!("unexpected request while joining: {other:?}"),
     });
-    assert_eq!(m.state(), "Stable");
+    assert_eq!(m.state(), MemberState::Stable);
     m
 }
 
@@ -310,7 +311,11 @@ fn bench_heartbeat<M: Member>(
             }
         })
     });
-    assert_eq!(m.state(), "Stable", "{name}: still Stable after the run");
+    assert_eq!(
+        m.state(),
+        MemberState::Stable,
+        "{name}: still Stable after the run"
+    );
     assert!(m.poll_request().is_none(), "{name}: nothing else was sent");
 }
 

@@ -366,6 +366,7 @@ mod sim {
     use consumer_membership::MemberId;
     use consumer_membership::config::{GroupConfig, GroupProtocol};
     use consumer_membership::machine::consumer::ConsumerMember;
+    use consumer_membership::machine::events::MemberState;
     use consumer_membership::machine::member::Member;
     use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
     use kafka_protocol::messages::ApiKey;
@@ -394,7 +395,7 @@ mod sim {
     fn converged(w: &World, handles: &[MemberHandle], partitions: usize) -> Option<String> {
         let unstable = handles
             .iter()
-            .filter(|h| w.member(**h).state() != "Stable")
+            .filter(|h| w.member(**h).state() != MemberState::Stable)
             .count();
         if unstable > 0 {
             return Some(format!("{unstable} members not Stable"));
@@ -617,7 +618,7 @@ mod broker {
     use consumer_membership::ClientConfig;
     use consumer_membership::config::{GroupConfig, GroupProtocol};
     use consumer_membership::driver::{GroupMember, MemberHandle};
-    use consumer_membership::machine::events::{CloseOptions, Event};
+    use consumer_membership::machine::events::{CloseOptions, Event, MemberState};
     use consumer_membership::metrics::HEARTBEAT_RESPONSE_TIME_MS;
     use consumer_membership::request::{Request, Response, Target};
     use consumer_membership::transport::{TcpTransport, Transport};
@@ -986,10 +987,10 @@ mod broker {
         for h in handles {
             match h.snapshot().await {
                 Some(s) => {
-                    if s.state != "Stable" {
+                    if s.state != MemberState::Stable {
                         unstable += 1;
                     }
-                    *states.entry(s.state).or_default() += 1;
+                    *states.entry(s.state.as_str()).or_default() += 1;
                     owned.push(s.assignment);
                 }
                 None => {

@@ -740,8 +740,8 @@ impl Consumer {
                 Obj::event("member_state")
                     .str("member_id", &member_id)
                     .num(self.protocol_generation_key(), generation)
-                    .str("state", to)
-                    .str("reason", reason)
+                    .str("state", to.as_str())
+                    .str("reason", reason.as_str())
                     .emit();
             }
             Event::Fatal(e) => {

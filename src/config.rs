@@ -554,6 +554,23 @@ pub enum GroupProtocol {
     Auto,
 }
 
+impl GroupProtocol {
+    /// The `group.protocol` value: `classic`, `consumer` or `auto`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+            GroupProtocol::Auto => "auto",
+        }
+    }
+}
+
+impl std::fmt::Display for GroupProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Group membership settings (Kafka's consumer config names in the docs and errors).
 ///
 /// Built with [`GroupConfig::new`] and the `with_*` methods (each names its Kafka property and

@@ -225,16 +225,16 @@ pub struct Snapshot {
     pub member_id: String,
     /// The generation, -1 outside the group.
     pub generation: i32,
-    /// The state's name.
-    pub state: &'static str,
+    /// Where the member stands.
+    pub state: crate::machine::events::MemberState,
     /// Owned partitions.
     pub assignment: Vec<TopicPartition>,
     /// The coordinator's node id, when known.
     pub coordinator: Option<i32>,
     /// Whether the member led its last rebalance (classic only).
     pub leader: bool,
-    /// The protocol in use: "classic" or "consumer".
-    pub protocol: &'static str,
+    /// The protocol in use: classic or consumer (never `Auto`).
+    pub protocol: crate::config::GroupProtocol,
 }
 
 /// A group member running on tokio, classic or KIP-848 by `group.protocol`: the async face of
@@ -694,7 +694,7 @@ impl Loop<Watched> for MemberLoop {
         member.topics.watch(Vec::new(), now);
         // A stopped member has nothing to leave; otherwise `Event::Closed` ends the loop once the
         // LeaveGroup (if any) was answered.
-        if member.state() == "Fatal" {
+        if member.state() == crate::machine::events::MemberState::Fatal {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())

@@ -187,7 +187,8 @@ pub use error::{ApiMisuse, ConfigError, Error, GroupError, TransportError};
 pub use kafka_protocol;
 pub use machine::TopicPartition;
 pub use machine::events::{
-    CloseOptions, CommitError, CommitOffset, CommittedOffset, Event, RevokeTicket,
+    CloseOptions, CommitError, CommitOffset, CommittedOffset, Event, MemberState, Reason,
+    RevokeTicket,
 };
 pub use member_id::MemberId;
 #[cfg(feature = "tokio")]

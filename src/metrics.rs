@@ -64,8 +64,9 @@ use ::metrics::{
 };
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
+use crate::config::GroupProtocol;
 use crate::error::{GroupError, TransportError, codes};
-use crate::machine::events::{CommitError, Event};
+use crate::machine::events::{CommitError, Event, MemberState, Reason};
 use crate::request::{RequestId, Response};
 
 /// Successful rebalances (counter).
@@ -90,15 +91,6 @@ pub const COMMIT_FAILED_TOTAL: &str = "consumer_coordinator.commit_failed_total"
 pub const FENCED_TOTAL: &str = "consumer_coordinator.fenced_total";
 /// Partitions the member owns (gauge).
 pub const ASSIGNED_PARTITIONS: &str = "consumer_coordinator.assigned_partitions";
-
-/// State-change reasons that mean the coordinator fenced the member (the strings the core's
-/// `set_phase` calls use).
-const FENCING_REASONS: &[&str] = &[
-    "UNKNOWN_MEMBER_ID",
-    "ILLEGAL_GENERATION",
-    "FENCED_MEMBER_EPOCH",
-    "self-fenced",
-];
 
 /// More requests in flight than this means answers went missing; the oldest timings are dropped
 /// rather than kept for ever.
@@ -176,9 +168,9 @@ pub struct MemberMetrics {
 }
 
 impl MemberMetrics {
-    /// An observer for a member of `group` speaking `protocol` ("classic" or "consumer"), started
-    /// at `now`.
-    pub fn new(group: &str, protocol: &'static str, now: Instant) -> Self {
+    /// An observer for a member of `group` speaking `protocol` (classic or consumer), started at
+    /// `now`.
+    pub fn new(group: &str, protocol: GroupProtocol, now: Instant) -> Self {
         let group = SharedString::from_shared(Arc::<str>::from(group));
         Self {
             labels: Self::labels_for(&group, protocol),
@@ -193,10 +185,10 @@ impl MemberMetrics {
         }
     }
 
-    fn labels_for(group: &SharedString, protocol: &'static str) -> Vec<Label> {
+    fn labels_for(group: &SharedString, protocol: GroupProtocol) -> Vec<Label> {
         vec![
             Label::new("group", group.clone()),
-            Label::new("protocol", protocol),
+            Label::new("protocol", protocol.as_str()),
         ]
     }
 
@@ -211,7 +203,7 @@ impl MemberMetrics {
         match event {
             Event::StateChanged {
                 from, to, reason, ..
-            } => self.on_state_changed(from, to, reason, now),
+            } => self.on_state_changed(*from, *to, *reason, now),
             Event::Assigned { owned, .. } => {
                 if !self.assigned_once {
                     self.assigned_once = true;
@@ -250,20 +242,28 @@ impl MemberMetrics {
         }
     }
 
-    fn on_state_changed(&mut self, from: &str, to: &str, reason: &'static str, now: Instant) {
-        if (from, to) == ("Consumer", "Classic") {
+    fn on_state_changed(
+        &mut self,
+        from: MemberState,
+        to: MemberState,
+        reason: Reason,
+        now: Instant,
+    ) {
+        if (from, to) == (MemberState::Consumer, MemberState::Classic) {
             // group.protocol=auto fell back: the refused consumer-protocol join was not a failed
             // rebalance, and the classic join continues it.
-            self.labels = Self::labels_for(&self.group, "classic");
+            self.labels = Self::labels_for(&self.group, GroupProtocol::Classic);
             self.rebalance = self.ended_fatal.take().or(self.rebalance);
             self.failure_counted = false;
             return;
         }
-        if let Some(reason) = FENCING_REASONS.iter().find(|r| **r == reason) {
-            self.fenced(reason);
+        // The coordinator fenced the member (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+        // FENCED_MEMBER_EPOCH) or a static member was replaced (self-fenced).
+        if reason.is_fencing() {
+            self.fenced(reason.as_str());
         }
         match to {
-            "Stable" => {
+            MemberState::Stable => {
                 if let Some(started) = self.rebalance.take() {
                     counter!(REBALANCE_TOTAL, self.labels.iter()).increment(1);
                     histogram!(REBALANCE_LATENCY_MS, self.labels.iter())
@@ -272,14 +272,25 @@ impl MemberMetrics {
                 self.failure_counted = false;
             }
             // The Event::Fatal that follows decides (see `ended_fatal`).
-            "Fatal" => self.ended_fatal = self.rebalance.take(),
+            MemberState::Fatal => self.ended_fatal = self.rebalance.take(),
             // May end in Closed or Unsubscribed, or rejoin: decided by the next state.
-            "Leaving" => {}
-            "Unsubscribed" | "Closed" | "PollExpired" | "Stale" => {
+            MemberState::Leaving => {}
+            MemberState::Unsubscribed
+            | MemberState::Closed
+            | MemberState::PollExpired
+            | MemberState::Stale => {
                 self.rebalance = None;
                 self.failure_counted = false;
             }
-            _ => {
+            // Only the auto fallback above moves between these.
+            MemberState::Consumer | MemberState::Classic => {}
+            MemberState::Rejoin
+            | MemberState::AwaitRevoke
+            | MemberState::Joining
+            | MemberState::Assigning
+            | MemberState::Syncing
+            | MemberState::Reconciling
+            | MemberState::Acknowledging => {
                 self.rebalance.get_or_insert(now);
                 self.failure_counted = false;
             }
@@ -380,6 +391,7 @@ mod tests {
     use super::*;
     use crate::machine::TopicPartition;
     use crate::machine::events::CommitId;
+    use crate::machine::events::{MemberState as S, Reason as R};
 
     /// Metric name + sorted labels -> value, from one snapshot.
     type Values = BTreeMap<(String, Vec<(String, String)>), DebugValue>;
@@ -430,7 +442,7 @@ mod tests {
         }
     }
 
-    fn state(from: &'static str, to: &'static str, reason: &'static str) -> Event {
+    fn state(from: S, to: S, reason: R) -> Event {
         Event::StateChanged {
             from,
             to,
@@ -450,14 +462,14 @@ mod tests {
     fn first_join_and_later_rebalance_are_counted_and_timed() {
         let t0 = Instant::now();
         let values = run(|| {
-            let mut m = MemberMetrics::new("g", "classic", t0);
-            m.on_event(&state("Unsubscribed", "Rejoin", "subscribed"), t0 + MS);
+            let mut m = MemberMetrics::new("g", GroupProtocol::Classic, t0);
+            m.on_event(&state(S::Unsubscribed, S::Rejoin, R::Subscribed), t0 + MS);
             m.on_event(
-                &state("Rejoin", "Joining", "sending JoinGroup"),
+                &state(S::Rejoin, S::Joining, R::SendingJoinGroup),
                 t0 + 2 * MS,
             );
             m.on_event(
-                &state("Joining", "Syncing", "sending SyncGroup"),
+                &state(S::Joining, S::Syncing, R::SendingSyncGroup),
                 t0 + 5 * MS,
             );
             m.on_event(
@@ -469,20 +481,23 @@ mod tests {
                 t0 + 40 * MS,
             );
             m.on_event(
-                &state("Syncing", "Stable", "SyncGroup answered"),
+                &state(S::Syncing, S::Stable, R::SyncGroupAnswered),
                 t0 + 41 * MS,
             );
             // A second rebalance: cooperative revoke of one partition.
             m.on_event(
-                &state("Stable", "Rejoin", "REBALANCE_IN_PROGRESS"),
+                &state(S::Stable, S::Rejoin, R::RebalanceInProgress),
                 t0 + 1000 * MS,
             );
             m.on_event(
-                &state("Rejoin", "Joining", "sending JoinGroup"),
+                &state(S::Rejoin, S::Joining, R::SendingJoinGroup),
                 t0 + 1001 * MS,
             );
             m.on_event(&Event::Revoked { partitions: tps(1) }, t0 + 1002 * MS);
-            m.on_event(&state("Joining", "Stable", "x"), t0 + 1100 * MS);
+            m.on_event(
+                &state(S::Joining, S::Stable, R::SyncGroupAnswered),
+                t0 + 1100 * MS,
+            );
             // Assigned again: time to first assignment is recorded once only.
             m.on_event(
                 &Event::Assigned {
@@ -507,19 +522,28 @@ mod tests {
     fn consumer_protocol_reconciliation_is_a_rebalance() {
         let t0 = Instant::now();
         let values = run(|| {
-            let mut m = MemberMetrics::new("g", "consumer", t0);
-            m.on_event(&state("Unsubscribed", "Joining", "subscribed"), t0);
-            m.on_event(&state("Joining", "Reconciling", "x"), t0 + 10 * MS);
+            let mut m = MemberMetrics::new("g", GroupProtocol::Consumer, t0);
+            m.on_event(&state(S::Unsubscribed, S::Joining, R::Subscribed), t0);
             m.on_event(
-                &state("Reconciling", "Stable", "assignment reconciled"),
+                &state(S::Joining, S::Reconciling, R::AwaitingTopicMetadata),
+                t0 + 10 * MS,
+            );
+            m.on_event(
+                &state(S::Reconciling, S::Stable, R::AssignmentReconciled),
                 t0 + 30 * MS,
             );
             m.on_event(
-                &state("Stable", "Reconciling", "new assignment"),
+                &state(S::Stable, S::Reconciling, R::AwaitingTopicMetadata),
                 t0 + 50 * MS,
             );
-            m.on_event(&state("Reconciling", "Acknowledging", "x"), t0 + 55 * MS);
-            m.on_event(&state("Acknowledging", "Stable", "x"), t0 + 60 * MS);
+            m.on_event(
+                &state(S::Reconciling, S::Acknowledging, R::AcknowledgingAssignment),
+                t0 + 55 * MS,
+            );
+            m.on_event(
+                &state(S::Acknowledging, S::Stable, R::AssignmentReconciled),
+                t0 + 60 * MS,
+            );
         });
         let consumer = |name: &str| match values.get(&(
             name.to_owned(),
@@ -539,29 +563,32 @@ mod tests {
     fn lost_or_fatal_during_a_rebalance_fails_it_once() {
         let t0 = Instant::now();
         let values = run(|| {
-            let mut m = MemberMetrics::new("g", "classic", t0);
+            let mut m = MemberMetrics::new("g", GroupProtocol::Classic, t0);
             // Fenced while syncing: partitions lost, rejoin, then stable.
-            m.on_event(&state("Stable", "Rejoin", "REBALANCE_IN_PROGRESS"), t0);
-            m.on_event(&state("Rejoin", "Syncing", "x"), t0);
+            m.on_event(&state(S::Stable, S::Rejoin, R::RebalanceInProgress), t0);
+            m.on_event(&state(S::Rejoin, S::Syncing, R::SendingSyncGroup), t0);
             m.on_event(
                 &Event::Lost {
                     partitions: tps(2),
-                    reason: "UNKNOWN_MEMBER_ID",
+                    reason: Reason::UnknownMemberId,
                 },
                 t0,
             );
-            m.on_event(&state("Syncing", "Rejoin", "UNKNOWN_MEMBER_ID"), t0);
-            m.on_event(&state("Rejoin", "Stable", "x"), t0 + 10 * MS);
+            m.on_event(&state(S::Syncing, S::Rejoin, R::UnknownMemberId), t0);
+            m.on_event(
+                &state(S::Rejoin, S::Stable, R::SyncGroupAnswered),
+                t0 + 10 * MS,
+            );
             // Fatal during a rebalance with partitions: Lost + Fatal count once.
-            m.on_event(&state("Stable", "Rejoin", "REBALANCE_IN_PROGRESS"), t0);
+            m.on_event(&state(S::Stable, S::Rejoin, R::RebalanceInProgress), t0);
             m.on_event(
                 &Event::Lost {
                     partitions: tps(1),
-                    reason: "fatal error",
+                    reason: Reason::FatalError,
                 },
                 t0,
             );
-            m.on_event(&state("Rejoin", "Fatal", "fatal error"), t0);
+            m.on_event(&state(S::Rejoin, S::Fatal, R::FatalError), t0);
             m.on_event(
                 &Event::Fatal(GroupError::Fatal {
                     api: ApiKey::JoinGroup,
@@ -570,8 +597,8 @@ mod tests {
                 t0,
             );
             // Fatal during a join without partitions: counted by the Fatal.
-            m.on_event(&state("Unsubscribed", "Rejoin", "subscribed"), t0);
-            m.on_event(&state("Rejoin", "Fatal", "fatal error"), t0);
+            m.on_event(&state(S::Unsubscribed, S::Rejoin, R::Subscribed), t0);
+            m.on_event(&state(S::Rejoin, S::Fatal, R::FatalError), t0);
             m.on_event(
                 &Event::Fatal(GroupError::FencedInstanceId {
                     group: "g".into(),
@@ -580,7 +607,7 @@ mod tests {
                 t0,
             );
             // Fatal while stable is no failed rebalance.
-            m.on_event(&state("Stable", "Fatal", "fatal error"), t0);
+            m.on_event(&state(S::Stable, S::Fatal, R::FatalError), t0);
             m.on_event(
                 &Event::Fatal(GroupError::GroupAuthorizationFailed { group: "g".into() }),
                 t0,
@@ -589,11 +616,11 @@ mod tests {
             m.on_event(
                 &Event::Lost {
                     partitions: tps(1),
-                    reason: "ILLEGAL_GENERATION",
+                    reason: Reason::IllegalGeneration,
                 },
                 t0,
             );
-            m.on_event(&state("Stable", "Rejoin", "ILLEGAL_GENERATION"), t0);
+            m.on_event(&state(S::Stable, S::Rejoin, R::IllegalGeneration), t0);
         });
         assert_eq!(counter(&values, FAILED_REBALANCE_TOTAL, &[]), 3);
         assert_eq!(counter(&values, REBALANCE_TOTAL, &[]), 1);
@@ -616,22 +643,28 @@ mod tests {
     fn abandoned_rebalances_are_neither_counted_nor_timed() {
         let t0 = Instant::now();
         let values = run(|| {
-            let mut m = MemberMetrics::new("g", "classic", t0);
-            m.on_event(&state("Unsubscribed", "Rejoin", "subscribed"), t0);
-            m.on_event(&state("Rejoin", "Unsubscribed", "unsubscribed"), t0);
+            let mut m = MemberMetrics::new("g", GroupProtocol::Classic, t0);
+            m.on_event(&state(S::Unsubscribed, S::Rejoin, R::Subscribed), t0);
+            m.on_event(&state(S::Rejoin, S::Unsubscribed, R::Unsubscribed), t0);
             m.on_event(
-                &state("Unsubscribed", "Rejoin", "subscribed"),
+                &state(S::Unsubscribed, S::Rejoin, R::Subscribed),
                 t0 + 100 * MS,
             );
             m.on_event(
-                &state("Rejoin", "PollExpired", "poll timeout"),
+                &state(S::Rejoin, S::PollExpired, R::PollTimeout),
                 t0 + 150 * MS,
             );
             // The rejoin after the poll timeout is a new rebalance.
-            m.on_event(&state("PollExpired", "Rejoin", "polled"), t0 + 200 * MS);
-            m.on_event(&state("Rejoin", "Stable", "x"), t0 + 210 * MS);
-            m.on_event(&state("Stable", "Leaving", "closing"), t0 + 300 * MS);
-            m.on_event(&state("Leaving", "Closed", "left"), t0 + 301 * MS);
+            m.on_event(
+                &state(S::PollExpired, S::Rejoin, R::PolledAfterPollTimeout),
+                t0 + 200 * MS,
+            );
+            m.on_event(
+                &state(S::Rejoin, S::Stable, R::SyncGroupAnswered),
+                t0 + 210 * MS,
+            );
+            m.on_event(&state(S::Stable, S::Leaving, R::Closed), t0 + 300 * MS);
+            m.on_event(&state(S::Leaving, S::Closed, R::Left), t0 + 301 * MS);
             m.on_event(&Event::Closed, t0 + 301 * MS);
         });
         assert_eq!(counter(&values, REBALANCE_TOTAL, &[]), 1);
@@ -643,20 +676,22 @@ mod tests {
     fn auto_fallback_resumes_the_join_as_classic() {
         let t0 = Instant::now();
         let values = run(|| {
-            let mut m = MemberMetrics::new("g", "consumer", t0);
-            m.on_event(&state("Unsubscribed", "Joining", "subscribed"), t0);
-            m.on_event(&state("Joining", "Fatal", "fatal error"), t0 + MS);
+            let mut m = MemberMetrics::new("g", GroupProtocol::Consumer, t0);
+            m.on_event(&state(S::Unsubscribed, S::Joining, R::Subscribed), t0);
+            m.on_event(&state(S::Joining, S::Fatal, R::FatalError), t0 + MS);
             // The member replaces the Fatal event with this one.
             m.on_event(
-                &state(
-                    "Consumer",
-                    "Classic",
-                    "broker refused the consumer protocol (group.protocol=auto)",
-                ),
+                &state(S::Consumer, S::Classic, R::ConsumerProtocolRefused),
                 t0 + MS,
             );
-            m.on_event(&state("Unsubscribed", "Rejoin", "subscribed"), t0 + 2 * MS);
-            m.on_event(&state("Rejoin", "Stable", "x"), t0 + 20 * MS);
+            m.on_event(
+                &state(S::Unsubscribed, S::Rejoin, R::Subscribed),
+                t0 + 2 * MS,
+            );
+            m.on_event(
+                &state(S::Rejoin, S::Stable, R::SyncGroupAnswered),
+                t0 + 20 * MS,
+            );
         });
         assert_eq!(counter(&values, FAILED_REBALANCE_TOTAL, &[]), 0);
         assert_eq!(counter(&values, REBALANCE_TOTAL, &[]), 1);
@@ -667,10 +702,10 @@ mod tests {
     fn fencing_reasons_and_failed_commits() {
         let t0 = Instant::now();
         let values = run(|| {
-            let mut m = MemberMetrics::new("g", "classic", t0);
-            m.on_event(&state("Stable", "Joining", "FENCED_MEMBER_EPOCH"), t0);
-            m.on_event(&state("Joining", "Rejoin", "self-fenced"), t0);
-            m.on_event(&state("Joining", "Rejoin", "MEMBER_ID_REQUIRED"), t0);
+            let mut m = MemberMetrics::new("g", GroupProtocol::Classic, t0);
+            m.on_event(&state(S::Stable, S::Joining, R::FencedMemberEpoch), t0);
+            m.on_event(&state(S::Joining, S::Rejoin, R::SelfFenced), t0);
+            m.on_event(&state(S::Joining, S::Rejoin, R::MemberIdRequired), t0);
             for result in [
                 Err(CommitError::RebalanceInProgress),
                 Err(CommitError::Retriable {
@@ -715,7 +750,7 @@ mod tests {
         let t0 = Instant::now();
         let ok = |body| -> Result<Response, TransportError> { Ok(Response { version: 4, body }) };
         let values = run(|| {
-            let mut m = MemberMetrics::new("g", "classic", t0);
+            let mut m = MemberMetrics::new("g", GroupProtocol::Classic, t0);
             let answers = [
                 (
                     1,
@@ -794,7 +829,7 @@ mod tests {
     #[test]
     fn in_flight_timings_are_bounded() {
         let t0 = Instant::now();
-        let mut m = MemberMetrics::new("g", "classic", t0);
+        let mut m = MemberMetrics::new("g", GroupProtocol::Classic, t0);
         for id in 0..(3 * MAX_IN_FLIGHT as u64) {
             m.on_request(RequestId(id), ApiKey::Heartbeat, t0);
         }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use common::{TestMember, group_config, unique, wait_balanced};
 use consumer_membership::GroupError;
 use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitError, CommitOffset};
 
 const T: Duration = Duration::from_secs(30);
@@ -198,7 +199,7 @@ async fn duplicate_instance_id_fences_exactly_one() {
     // The second keeps the partitions and is not fenced.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let s = second.snapshot().await;
-    assert_eq!((s.state, s.assignment.len()), ("Stable", 3));
+    assert_eq!((s.state, s.assignment.len()), (MemberState::Stable, 3));
     assert!(second.seen().fatal.is_none());
 }
 

@@ -34,6 +34,7 @@ use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::driver::Snapshot;
 use consumer_membership::error::error_name;
 use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitError, CommitOffset};
 use consumer_membership::request::{Request, Response, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
@@ -595,9 +596,9 @@ async fn r02_auto_protocol_follows_the_broker_and_consumes() {
     let s = m.wait_stable(Some(3), T).await;
     let took = started.elapsed();
     let want = if b.release.consumer_protocol() {
-        "consumer"
+        GroupProtocol::Consumer
     } else {
-        "classic"
+        GroupProtocol::Classic
     };
     assert_eq!(s.protocol, want, "Kafka {}", b.release);
     assert!(m.seen().fatal.is_none(), "{:?}", m.seen().fatal);
@@ -615,7 +616,7 @@ async fn r02_auto_protocol_follows_the_broker_and_consumes() {
         .iter()
         .filter(|e| matches!(e.request, RequestKind::JoinGroup(_)))
         .count();
-    if want == "classic" {
+    if want == GroupProtocol::Classic {
         assert!(joins > 0, "fell back without a JoinGroup");
     } else {
         assert_eq!(joins, 0, "a consumer-protocol member sent JoinGroup");
@@ -645,7 +646,7 @@ async fn r02_auto_protocol_follows_the_broker_and_consumes() {
     m.handle.close(CloseOptions::Default).await;
     row.cell(format!(
         "{} ({first}); Stable with 3 partitions in {}; consumed {}/{} records, committed",
-        if want == "classic" {
+        if want == GroupProtocol::Classic {
             "falls back to classic"
         } else {
             "stays on consumer"
@@ -693,7 +694,7 @@ async fn r03_consumer_protocol_join() {
     }
     let s = m.wait_stable(Some(3), T).await;
     let took = started.elapsed();
-    assert_eq!(s.protocol, "consumer");
+    assert_eq!(s.protocol, GroupProtocol::Consumer);
     let hb = wire.heartbeats();
     let (_, first, answer0) = hb.first().expect("a heartbeat");
     assert_eq!(
@@ -894,7 +895,7 @@ async fn r06_classic_duplicate_instance_id_is_fenced() {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let s = second.snapshot().await;
-    assert_eq!((s.state, s.assignment.len()), ("Stable", 3));
+    assert_eq!((s.state, s.assignment.len()), (MemberState::Stable, 3));
     assert!(second.seen().fatal.is_none());
     row.cell(format!(
         "new process Stable with the partitions in {}; old process: commit -> {commit}, then Fatal(FencedInstanceId); new one not fenced",
@@ -1314,8 +1315,8 @@ async fn r13_online_migration_classic_to_consumer() {
         let (a, m) = (old.snapshot().await, new.snapshot().await);
         let x: BTreeSet<TopicPartition> = a.assignment.iter().cloned().collect();
         let y: BTreeSet<TopicPartition> = m.assignment.iter().cloned().collect();
-        if a.state == "Stable"
-            && m.state == "Stable"
+        if a.state == MemberState::Stable
+            && m.state == MemberState::Stable
             && !x.is_empty()
             && !y.is_empty()
             && x.is_disjoint(&y)
@@ -1409,7 +1410,7 @@ impl Mixed {
             let union: BTreeSet<&JavaTp> = sets.iter().flatten().collect();
             let sizes: Vec<usize> = sets.iter().map(BTreeSet::len).collect();
             let (min, max) = (sizes.iter().min(), sizes.iter().max());
-            if snaps.iter().all(|s| s.state == "Stable")
+            if snaps.iter().all(|s| s.state == MemberState::Stable)
                 && min.is_some_and(|&m| m > 0)
                 && max.zip(min).is_some_and(|(a, b)| a - b <= 1)
                 && sizes.iter().sum::<usize>() == all.len()

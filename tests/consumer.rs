@@ -10,6 +10,7 @@ use common::{Recorder, TestMember, unique, wait_balanced};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::error::TransportError;
 use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitOffset};
 use consumer_membership::request::{Request, Response, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
@@ -47,7 +48,7 @@ async fn join_sends_the_generated_id_at_epoch_zero_and_reaches_stable() {
     let s = m.wait_stable(Some(3), T).await;
     println!("KIP-848 join -> 3 partitions in {:?}", started.elapsed());
     assert!(s.generation > 0, "epoch {}", s.generation);
-    assert_eq!(s.protocol, "consumer");
+    assert_eq!(s.protocol, GroupProtocol::Consumer);
     let first = rec
         .sent
         .lock()
@@ -419,7 +420,7 @@ async fn java_consumer_protocol_member_in_the_same_group() {
             .map(|tp| (tp.topic.clone(), tp.partition))
             .collect();
         let theirs = java.assignment();
-        if s.state == "Stable"
+        if s.state == MemberState::Stable
             && !mine.is_empty()
             && !theirs.is_empty()
             && mine.is_disjoint(&theirs)
@@ -467,8 +468,8 @@ async fn classic_and_consumer_members_in_one_group() {
         let (a, m) = (classic.snapshot().await, modern.snapshot().await);
         let x: BTreeSet<TopicPartition> = a.assignment.iter().cloned().collect();
         let y: BTreeSet<TopicPartition> = m.assignment.iter().cloned().collect();
-        if a.state == "Stable"
-            && m.state == "Stable"
+        if a.state == MemberState::Stable
+            && m.state == MemberState::Stable
             && !x.is_empty()
             && !y.is_empty()
             && x.is_disjoint(&y)

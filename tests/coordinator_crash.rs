@@ -88,6 +88,7 @@ use common::proxy::{ConnPolicy, Proxy, What};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::driver::{self, GroupMember, MemberHandle, Snapshot};
 use consumer_membership::machine::TopicPartition;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
 use consumer_membership::request::{Request, Target};
 use consumer_membership::transport::TcpTransport;
@@ -1251,7 +1252,8 @@ impl Pair {
             };
             let app: BTreeSet<i32> = m.current();
             let own: BTreeSet<i32> = s.assignment.iter().map(|tp| tp.partition).collect();
-            if s.state != "Stable" || s.coordinator.is_none() || s.coordinator == not_on {
+            if s.state != MemberState::Stable || s.coordinator.is_none() || s.coordinator == not_on
+            {
                 return Err(format!("{}: {} on {:?}", m.label, s.state, s.coordinator));
             }
             if own.is_empty() || own != app {

@@ -40,6 +40,7 @@ use consumer_membership::driver::{GroupMember, MemberHandle, Snapshot};
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::events::CommitOffset;
 use consumer_membership::machine::events::Event;
+use consumer_membership::machine::events::MemberState;
 
 const NAME: &str = "kafka-it-failover";
 const PARTITIONS: usize = 6;
@@ -262,11 +263,11 @@ async fn wait_recovered(
             .all(|s| s.coordinator.is_some() && s.coordinator != not_on);
         let all: Vec<&TopicPartition> = snaps.iter().flat_map(|s| s.assignment.iter()).collect();
         let distinct: BTreeSet<&TopicPartition> = all.iter().copied().collect();
-        let same_generation = snaps
-            .windows(2)
-            .all(|w| w[0].generation == w[1].generation || w[0].protocol == "consumer");
+        let same_generation = snaps.windows(2).all(|w| {
+            w[0].generation == w[1].generation || w[0].protocol == GroupProtocol::Consumer
+        });
         if moved
-            && snaps.iter().all(|s| s.state == "Stable")
+            && snaps.iter().all(|s| s.state == MemberState::Stable)
             && same_generation
             && all.len() == PARTITIONS
             && distinct.len() == PARTITIONS
@@ -390,7 +391,7 @@ async fn failover(protocol: GroupProtocol) {
             }
             if seen
                 .iter()
-                .any(|(state, released)| *state != "Stable" || *released > 0)
+                .any(|(state, released)| *state != MemberState::Stable || *released > 0)
             {
                 break Some(seen);
             }
@@ -436,9 +437,9 @@ async fn failover(protocol: GroupProtocol) {
         let owned: BTreeSet<&TopicPartition> =
             snaps.iter().flat_map(|s| s.assignment.iter()).collect();
         if recovered_frozen.is_none()
-            && snaps
-                .iter()
-                .all(|s| s.state == "Stable" && s.coordinator.is_some_and(|c| c != frozen_node))
+            && snaps.iter().all(|s| {
+                s.state == MemberState::Stable && s.coordinator.is_some_and(|c| c != frozen_node)
+            })
             && owned.len() == PARTITIONS
         {
             recovered_frozen = Some(freeze.elapsed());

@@ -46,6 +46,7 @@ use consumer_membership::driver;
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::ClassicMember;
 use consumer_membership::machine::events::Event;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::request::{Request, RequestId, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, GroupError, TransportError};
@@ -61,7 +62,7 @@ type Cmd = Box<dyn FnOnce(&mut ClassicMember, Instant) + Send>;
 /// What the driven member looks like now.
 #[derive(Debug, Clone, Default)]
 struct View {
-    state: &'static str,
+    state: MemberState,
     member_id: String,
     generation: i32,
     assignment: Vec<TopicPartition>,
@@ -382,7 +383,7 @@ async fn scenario(bootstrap: &str, java: bool, shape: Shape) -> Outcome {
     member.command(move |m, now| m.subscribe([t], now).expect("subscribe"));
     let first = member
         .wait(Duration::from_secs(30), "first Stable", |v| {
-            v.state == "Stable" && v.assignment.len() == PARTITIONS
+            v.state == MemberState::Stable && v.assignment.len() == PARTITIONS
         })
         .await;
     proxy.note(format!(
@@ -541,7 +542,7 @@ async fn scenario(bootstrap: &str, java: bool, shape: Shape) -> Outcome {
         tokio::time::sleep(Duration::from_secs(3)).await;
         member
             .wait(Duration::from_secs(20), "Stable again", |v| {
-                v.state == "Stable" && v.assignment.len() == PARTITIONS
+                v.state == MemberState::Stable && v.assignment.len() == PARTITIONS
             })
             .await
     };
@@ -634,7 +635,7 @@ fn check_java(o: &Outcome) {
         "the member got FENCED_INSTANCE_ID in a {:?} answer",
         seen[0].api
     );
-    assert_eq!(o.end.state, "Fatal");
+    assert_eq!(o.end.state, MemberState::Fatal);
     assert!(
         matches!(o.end.fatal, Some(GroupError::FencedInstanceId { .. })),
         "typed FENCED_INSTANCE_ID, got {:?}",
@@ -652,7 +653,7 @@ fn check_crate(o: &Outcome) {
         fences.is_empty(),
         "no FENCED_INSTANCE_ID anywhere: {fences:#?}"
     );
-    assert_eq!(o.end.state, "Stable");
+    assert_eq!(o.end.state, MemberState::Stable);
     assert_eq!(o.end.assignment.len(), PARTITIONS);
     assert_eq!(o.end.member_id, o.first.member_id, "the member id survives");
     assert!(o.end.fatal.is_none());

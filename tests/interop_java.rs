@@ -54,7 +54,7 @@ async fn mixed_group(assignor: &str, java_class: &str, rust_first: bool) {
             .collect();
         let theirs = java.assignment();
         let snap = rust.snapshot().await;
-        let stable = snap.state == "Stable";
+        let stable = snap.state == consumer_membership::machine::events::MemberState::Stable;
         if stable
             && !ours.is_empty()
             && !theirs.is_empty()

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::{TestMember, group_config, unique, wait_balanced};
 use consumer_membership::driver::GroupMember;
-use consumer_membership::machine::events::{CloseOptions, Event};
+use consumer_membership::machine::events::{CloseOptions, Event, MemberState};
 use consumer_membership::metrics::{
     HEARTBEAT_RESPONSE_TIME_MS, REBALANCE_LATENCY_MS, REBALANCE_TOTAL, TIME_TO_FIRST_ASSIGNMENT_MS,
 };
@@ -279,7 +279,7 @@ async fn each_state_change_is_logged_exactly_once() {
                 from, to, reason, ..
             } => {
                 reported.push(format!("{from} -> {to} ({reason})"));
-                if to == "Stable" && !closing {
+                if to == MemberState::Stable && !closing {
                     closing = true;
                     member.close(CloseOptions::LeaveGroup).await;
                 }

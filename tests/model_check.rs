@@ -97,6 +97,7 @@ use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::error::TransportError;
 use consumer_membership::machine::classic::ClassicMember;
 use consumer_membership::machine::consumer::ConsumerMember;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
 use consumer_membership::machine::member::Member;
 use consumer_membership::request::{Outbound, RequestId, Response, Target};
@@ -335,7 +336,10 @@ impl ModelWorld {
         w.settle();
         if setup.warm {
             for _ in 0..200 {
-                if w.slots.iter().all(|s| s.member.state() == "Stable") {
+                if w.slots
+                    .iter()
+                    .all(|s| s.member.state() == MemberState::Stable)
+                {
                     break;
                 }
                 let next = w
@@ -348,7 +352,9 @@ impl ModelWorld {
                 }
             }
             assert!(
-                w.slots.iter().all(|s| s.member.state() == "Stable"),
+                w.slots
+                    .iter()
+                    .all(|s| s.member.state() == MemberState::Stable),
                 "the warm-up reaches Stable"
             );
             w.log(|| "=== warm-up done: every member is Stable".into());
@@ -598,7 +604,7 @@ impl ModelWorld {
         let all_stopped = self
             .slots
             .iter()
-            .all(|s| matches!(s.member.state(), "Fatal" | "Closed"));
+            .all(|s| matches!(s.member.state(), MemberState::Fatal | MemberState::Closed));
         let transit = self.in_transit();
         let quiet =
             transit.is_empty() && (0..self.slots.len()).all(|s| !self.network.has_pending(s));
@@ -630,15 +636,18 @@ impl ModelWorld {
         }
         for (i, s) in self.slots.iter().enumerate() {
             let state = s.member.state();
-            let stopped = matches!(state, "Fatal" | "Closed");
+            let stopped = matches!(state, MemberState::Fatal | MemberState::Closed);
             if fault && self.setup.reset_conn && s.coordinator.is_some() && !stopped {
                 v.push(Choice::Reset(i as u8));
             }
-            if s.resubscribes < self.setup.resubscribes && !stopped && state != "Unsubscribed" {
+            if s.resubscribes < self.setup.resubscribes
+                && !stopped
+                && state != MemberState::Unsubscribed
+            {
                 v.push(Choice::Resubscribe(i as u8));
             }
             if s.commits < self.setup.commits
-                && state == "Stable"
+                && state == MemberState::Stable
                 && !s.member.assignment().is_empty()
             {
                 v.push(Choice::Commit(i as u8));
@@ -836,7 +845,7 @@ impl ModelWorld {
         // No partition owned by two live members in the same generation.
         let mut owners: BTreeMap<(String, i32), usize> = BTreeMap::new();
         for (i, s) in self.slots.iter().enumerate() {
-            if matches!(s.member.state(), "Fatal" | "Closed") {
+            if matches!(s.member.state(), MemberState::Fatal | MemberState::Closed) {
                 continue;
             }
             let g = s.member.generation();
@@ -887,7 +896,7 @@ impl ModelWorld {
             // with a live epoch (a static member's -2 leave keeps it with epoch -2).
             for (i, s) in self.slots.iter().enumerate() {
                 let quiet = !self.network.has_pending(i);
-                if s.member.state() == "Closed"
+                if s.member.state() == MemberState::Closed
                     && quiet
                     && !s.leave_failed
                     && let Some(m) = members
@@ -1146,7 +1155,7 @@ struct State {
     summary: Arc<str>,
     enabled: Arc<Vec<Choice>>,
     flags: Flags,
-    states: Vec<&'static str>,
+    states: Vec<MemberState>,
 }
 
 impl Hash for State {
@@ -1249,7 +1258,7 @@ impl Model for MembershipModel {
             Property::<Self>::always(NO_DOUBLE_OWNER, |_, s| s.flags.double_owner.is_none()),
             Property::<Self>::always(NO_PANIC, |_, s| s.flags.panic.is_none()),
             Property::<Self>::sometimes(REACHES_STABLE, |_, s| {
-                s.states.iter().all(|st| *st == "Stable")
+                s.states.iter().all(|st| *st == MemberState::Stable)
             }),
         ];
         if self

@@ -72,6 +72,7 @@ use consumer_membership::error::TransportError;
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
 use consumer_membership::machine::consumer::ConsumerMember;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{
     CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
@@ -325,7 +326,7 @@ struct Step {
 struct Snapshot {
     member_id: String,
     generation: i32,
-    state: &'static str,
+    state: MemberState,
     coordinator: bool,
 }
 
@@ -453,7 +454,7 @@ pub struct Run {
     commits_reported: BTreeSet<CommitId>,
     fetches: BTreeSet<FetchId>,
     fetches_reported: BTreeSet<FetchId>,
-    terminal: Option<&'static str>,
+    terminal: Option<MemberState>,
     broker: BrokerModel,
     /// Classic static: empty-id joins that failed in the transport, not yet forgiven.
     self_fence_credit: u32,
@@ -567,8 +568,8 @@ impl Run {
         )
     }
 
-    fn stopped(state: &str) -> bool {
-        matches!(state, "Closed" | "Fatal")
+    fn stopped(state: MemberState) -> bool {
+        matches!(state, MemberState::Closed | MemberState::Fatal)
     }
 
     /// Applies one op, drains the member and checks every invariant.
@@ -725,7 +726,7 @@ impl Run {
         } else {
             self.tickets.pop().expect("not empty")
         };
-        let awaited = before.state == "AwaitRevoke" && seq == self.tickets_issued;
+        let awaited = before.state == MemberState::AwaitRevoke && seq == self.tickets_issued;
         let r = self.member.complete_revocation(ticket, self.now);
         let ok = r.is_ok();
         self.reach(format!("complete_revocation ok={ok}"));
@@ -850,7 +851,12 @@ impl Run {
                 if member_id != CONSUMER_ID {
                     self.violation(&format!("state event with member id {member_id:?}"));
                 }
-                if from == "Leaving" || matches!(to, "Closed" | "Unsubscribed" | "Stale") {
+                if from == MemberState::Leaving
+                    || matches!(
+                        to,
+                        MemberState::Closed | MemberState::Unsubscribed | MemberState::Stale
+                    )
+                {
                     self.join_sent = false;
                 }
             }
@@ -868,9 +874,9 @@ impl Run {
             }
             Event::Fatal(_) | Event::Closed => {
                 let name = if matches!(e, Event::Closed) {
-                    "Closed"
+                    MemberState::Closed
                 } else {
-                    "Fatal"
+                    MemberState::Fatal
                 };
                 if let Some(t) = self.terminal {
                     self.violation(&format!("{name} after {t}"));
@@ -1650,14 +1656,14 @@ impl Run {
         // Close: the leave owed is sent, and none that is not owed.
         if let Op::Close(kind) = op
             && !Self::stopped(before.state)
-            && before.state != "Leaving"
+            && before.state != MemberState::Leaving
         {
             self.check_close(*kind, before, join_sent_before, step);
         }
         // Classic: an unsubscribe during a revocation waits for the ticket as a close does.
         if self.setup.variant.classic()
             && matches!(op, Op::Unsubscribe)
-            && before.state == "AwaitRevoke"
+            && before.state == MemberState::AwaitRevoke
             && !self.closing
         {
             self.check_unsubscribe_during_revocation(&after, step);
@@ -1707,20 +1713,20 @@ impl Run {
                     ));
                 }
             }
-            if waited && after.state == "AwaitRevoke" {
+            if waited && after.state == MemberState::AwaitRevoke {
                 self.violation(&format!(
                     "{deferred:?} still waits for the revocation ticket max.poll.interval.ms after \
                      it was issued"
                 ));
             }
         }
-        if after.state != "AwaitRevoke" {
+        if after.state != MemberState::AwaitRevoke {
             self.deferred = None;
             self.deferred_since = None;
         }
         // After a close the member only moves towards Closed (it may first wait for an
         // outstanding revocation ticket).
-        let waiting = after.state == "AwaitRevoke";
+        let waiting = after.state == MemberState::AwaitRevoke;
         if self.closing
             && matches!(op, Op::Subscribe(_) | Op::SubscribeRegex | Op::Unsubscribe)
             && (!step.requests.is_empty() || step.events > 0 || after != *before)
@@ -1730,7 +1736,13 @@ impl Run {
                 step.requests
             ));
         }
-        if self.closing && !matches!(after.state, "Leaving" | "Closed" | "Fatal") && !waiting {
+        if self.closing
+            && !matches!(
+                after.state,
+                MemberState::Leaving | MemberState::Closed | MemberState::Fatal
+            )
+            && !waiting
+        {
             self.violation(&format!(
                 "a closed member went on to {} (from {})",
                 after.state, before.state
@@ -1806,7 +1818,7 @@ impl Run {
                 step.requests
             ));
         }
-        if after.state != "AwaitRevoke" {
+        if after.state != MemberState::AwaitRevoke {
             self.violation(&format!(
                 "unsubscribe during a revocation went on to {} without the ticket",
                 after.state
@@ -1830,9 +1842,9 @@ impl Run {
         let owed =
             !self.setup.variant.is_static() && !before.member_id.is_empty() && before.coordinator;
         let (leaves, state) = if owed {
-            (vec![0], "Leaving")
+            (vec![0], MemberState::Leaving)
         } else {
-            (vec![], "Unsubscribed")
+            (vec![], MemberState::Unsubscribed)
         };
         if step.leaves != leaves || after.state != state {
             self.violation(&format!(
@@ -1845,7 +1857,7 @@ impl Run {
 
     fn check_close(&mut self, kind: CloseKind, before: &Snapshot, join_sent: bool, step: &Step) {
         let is_static = self.setup.variant.is_static();
-        if before.state == "AwaitRevoke" && !step.revocation_completed {
+        if before.state == MemberState::AwaitRevoke && !step.revocation_completed {
             // The leave waits for the ticket (the partitions being revoked must not move
             // before the application committed them).
             if !step.leaves.is_empty() {
@@ -1871,7 +1883,10 @@ impl Run {
             };
             let in_group = !before.member_id.is_empty()
                 && before.coordinator
-                && !matches!(before.state, "Unsubscribed" | "PollExpired");
+                && !matches!(
+                    before.state,
+                    MemberState::Unsubscribed | MemberState::PollExpired
+                );
             if owed && in_group && step.leaves.is_empty() {
                 self.violation("close owed a LeaveGroup and sent none");
             }
@@ -1887,7 +1902,11 @@ impl Run {
             };
             let in_group = matches!(
                 before.state,
-                "Joining" | "Reconciling" | "AwaitRevoke" | "Acknowledging" | "Stable"
+                MemberState::Joining
+                    | MemberState::Reconciling
+                    | MemberState::AwaitRevoke
+                    | MemberState::Acknowledging
+                    | MemberState::Stable
             );
             let known = join_sent || before.generation > 0;
             let coordinator = before.coordinator && self.member.coordinator().is_some();
@@ -2277,7 +2296,7 @@ mod regressions {
         let (mut h, _sync) = leader_syncing(Variant::ClassicDynamic);
         h.advance(1000);
         // A heartbeat goes out; the SyncGroup is still unanswered.
-        assert_eq!(h.m.state(), "Syncing");
+        assert_eq!(h.m.state(), MemberState::Syncing);
         assert_eq!(
             h.stuck_deadline(),
             None,
@@ -2292,7 +2311,7 @@ mod regressions {
     fn classic_returning_static_leader_with_skip_assignment_is_not_stuck() {
         let (mut h, sync) = leader_syncing(Variant::ClassicStatic);
         h.answer(&sync, sync_answer());
-        assert_eq!(h.m.state(), "Stable");
+        assert_eq!(h.m.state(), MemberState::Stable);
         h.drain();
         // max.poll.interval.ms (30 s) passes without poll(): the static member leaves without
         // LeaveGroup and keeps its id. On the way, heartbeats and the leader's metadata
@@ -2309,13 +2328,13 @@ mod regressions {
                 }
             }
         }
-        assert_eq!(h.m.state(), "PollExpired");
+        assert_eq!(h.m.state(), MemberState::PollExpired);
         h.m.poll(h.now);
         let join = h.one(ApiKey::JoinGroup);
         h.answer(&join, join_answer("m-1", 2, true, true));
         let sync = h.one(ApiKey::SyncGroup);
         h.answer(&sync, sync_answer());
-        assert_eq!(h.m.state(), "Stable");
+        assert_eq!(h.m.state(), MemberState::Stable);
         h.drain();
         h.advance(1000);
         h.drain();
@@ -2340,14 +2359,18 @@ mod regressions {
             &sync,
             ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(29)),
         );
-        assert_eq!(h.m.state(), "Fatal");
+        assert_eq!(h.m.state(), MemberState::Fatal);
         h.drain();
         // The heartbeat sent before it is answered ILLEGAL_GENERATION.
         h.answer(
             &heartbeat,
             ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(22)),
         );
-        assert_eq!(h.m.state(), "Fatal", "the stopped member started rejoining");
+        assert_eq!(
+            h.m.state(),
+            MemberState::Fatal,
+            "the stopped member started rejoining"
+        );
         assert!(h.drain().is_empty(), "a stopped member sent requests");
     }
 
@@ -2396,7 +2419,7 @@ mod regressions {
                     .with_member_epoch(-1),
             ),
         );
-        assert_eq!(h.m.state(), "Stale");
+        assert_eq!(h.m.state(), MemberState::Stale);
         h.m.poll(h.now);
         let out = h.drain();
         assert!(
@@ -2431,7 +2454,11 @@ mod regressions {
             &leave,
             ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
         );
-        assert_eq!(h.m.state(), "Closed", "unsubscribe() cancelled the close");
+        assert_eq!(
+            h.m.state(),
+            MemberState::Closed,
+            "unsubscribe() cancelled the close"
+        );
         assert_eq!(h.m.member_id(), "", "a LeaveGroup went out");
     }
 
@@ -2447,12 +2474,12 @@ mod regressions {
         let _ = h.m.subscribe(["t0".to_string()], h.now);
         h.advance(30_000);
         h.drain();
-        assert_eq!(h.m.state(), "Leaving", "the close was cancelled");
+        assert_eq!(h.m.state(), MemberState::Leaving, "the close was cancelled");
         h.answer(
             &leave,
             ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
         );
-        assert_eq!(h.m.state(), "Closed");
+        assert_eq!(h.m.state(), MemberState::Closed);
     }
 
     /// `consumer_unreleased_outside_a_join`, static member: a close deferred during a
@@ -2468,7 +2495,7 @@ mod regressions {
         h.answer(&metadata, metadata_answer());
         let ack = h.one(ApiKey::ConsumerGroupHeartbeat);
         h.answer(&ack, consumer_heartbeat_answer(2, &[]));
-        assert_eq!(h.m.state(), "AwaitRevoke");
+        assert_eq!(h.m.state(), MemberState::AwaitRevoke);
         h.drain();
         h.m.close(CloseOptions::Default, h.now);
         h.advance(1000);
@@ -2493,7 +2520,13 @@ mod regressions {
             );
         }
         assert!(
-            matches!(h.m.state(), "AwaitRevoke" | "Leaving" | "Closed" | "Fatal"),
+            matches!(
+                h.m.state(),
+                MemberState::AwaitRevoke
+                    | MemberState::Leaving
+                    | MemberState::Closed
+                    | MemberState::Fatal
+            ),
             "a closing member went on to {}",
             h.m.state()
         );
@@ -2519,7 +2552,7 @@ mod regressions {
                 ticket = Some(t);
             }
         }
-        assert_eq!(h.m.state(), "AwaitRevoke");
+        assert_eq!(h.m.state(), MemberState::AwaitRevoke);
         h.drain();
         h.m.close(CloseOptions::Default, h.now);
         h.m.unsubscribe(h.now);
@@ -2535,7 +2568,11 @@ mod regressions {
                     .with_member_epoch(-1),
             ),
         );
-        assert_eq!(h.m.state(), "Closed", "unsubscribe() cancelled the close");
+        assert_eq!(
+            h.m.state(),
+            MemberState::Closed,
+            "unsubscribe() cancelled the close"
+        );
     }
 
     /// Reported (not found here; the harness did not check unsubscribe during a revocation
@@ -2562,7 +2599,7 @@ mod regressions {
                 ticket = Some(t);
             }
         }
-        assert_eq!(h.m.state(), "AwaitRevoke");
+        assert_eq!(h.m.state(), MemberState::AwaitRevoke);
         h.m.unsubscribe(h.now);
         let out = h.drain();
         assert!(
@@ -2570,7 +2607,7 @@ mod regressions {
                 .all(|o| o.request.api_key() != ApiKey::LeaveGroup),
             "LeaveGroup before the ticket is back: {out:#?}"
         );
-        assert_eq!(h.m.state(), "AwaitRevoke");
+        assert_eq!(h.m.state(), MemberState::AwaitRevoke);
         h.m.complete_revocation(ticket.expect("a ticket"), h.now)
             .unwrap();
         let leave = h.one(ApiKey::LeaveGroup);
@@ -2578,7 +2615,7 @@ mod regressions {
             &leave,
             ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
         );
-        assert_eq!(h.m.state(), "Unsubscribed");
+        assert_eq!(h.m.state(), MemberState::Unsubscribed);
     }
 
     /// `consumer_unreleased_outside_a_join`, dynamic member.

@@ -17,7 +17,7 @@ use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::driver::GroupMember;
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::subscription::Assignment;
-use consumer_membership::machine::events::{CloseOptions, Event};
+use consumer_membership::machine::events::{CloseOptions, Event, MemberState};
 use consumer_membership::machine::member::Member;
 use consumer_membership::transport::MemoryTransport;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -239,7 +239,7 @@ async fn poll_timeout_and_rejoin(java_policy: bool) -> Vec<String> {
     // Not polling (no next_event) for longer than max.poll.interval.ms.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let state = m.snapshot().await.expect("running").state;
-    assert_eq!(state, "PollExpired");
+    assert_eq!(state, MemberState::PollExpired);
     assigned(&mut m).await;
     m.close(CloseOptions::Default).await;
     assert_eq!(leave_groups(&t), 0, "a static member sends no LeaveGroup");

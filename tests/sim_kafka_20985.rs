@@ -23,6 +23,7 @@
 use std::time::Duration;
 
 use consumer_membership::config::GroupConfig;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::sim::codes;
 use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
 
@@ -54,7 +55,10 @@ fn scenario(java_policy: bool) -> (World, MemberHandle) {
         .add_classic("m", config(), |c| c.set_java_reset_policy(java_policy))
         .unwrap();
     w.subscribe(m, &["t"]);
-    let stable = w.run_until(|w| w.member(m).state() == "Stable", Duration::from_secs(30));
+    let stable = w.run_until(
+        |w| w.member(m).state() == MemberState::Stable,
+        Duration::from_secs(30),
+    );
     w.check(stable, "the lone static member reaches Stable");
     let first_id = w.member(m).member_id();
     w.run_for(Duration::from_millis(1500));
@@ -77,7 +81,7 @@ fn scenario(java_policy: bool) -> (World, MemberHandle) {
     w.subscribe(m, &["t"]);
     w.run_for(Duration::from_millis(20));
     w.check(
-        w.member(m).state() == "Joining",
+        w.member(m).state() == MemberState::Joining,
         "Join #1 is in flight behind HB2",
     );
     w.check(
@@ -176,7 +180,7 @@ fn java_reset_policy_fences_itself() {
     // member has neither the quarantine nor the forgiveness, so it stops the same way.
     let state = w.member(m).state();
     w.check(
-        state == "Fatal",
+        state == MemberState::Fatal,
         format!("ends Fatal like the Java client, got {state}"),
     );
     w.check(
@@ -210,7 +214,7 @@ fn keeping_the_member_id_never_fences() {
         format!("no violations: {:?}", w.violations()),
     );
     w.check(
-        w.member(m).state() == "Stable",
+        w.member(m).state() == MemberState::Stable,
         format!("ends Stable, got {}", w.member(m).state()),
     );
     let owned = w.member(m).assignment();

@@ -8,6 +8,7 @@ use consumer_membership::MemberId;
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::machine::consumer::ConsumerMember;
 use consumer_membership::machine::events::CloseOptions;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::member::Member;
 use consumer_membership::sim::network::NetConfig;
 use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
@@ -59,7 +60,7 @@ fn lost_first_heartbeat_answer_leaves_one_member() {
         );
         lose_answers(&mut w, false);
         let stable = w.run_until(
-            |w| w.member(k).state() == "Stable" || w.member(k).fatal_error().is_some(),
+            |w| w.member(k).state() == MemberState::Stable || w.member(k).fatal_error().is_some(),
             Duration::from_secs(60),
         );
         w.run_for(Duration::from_secs(5));
@@ -70,7 +71,7 @@ fn lost_first_heartbeat_answer_leaves_one_member() {
             format!("exactly our member at the coordinator: {members:?}"),
         );
         w.check(
-            stable && w.member(k).state() == "Stable",
+            stable && w.member(k).state() == MemberState::Stable,
             format!(
                 "{instance:?}: the member recovers to Stable, got {} ({:?})",
                 w.member(k).state(),
@@ -106,7 +107,7 @@ fn close_before_the_first_answer_leaves_no_ghost() {
         format!("no ghost member: {:?}", w.coordinator().members()),
     );
     w.check(
-        w.member(k).state() == "Closed",
+        w.member(k).state() == MemberState::Closed,
         format!("closed, got {}", w.member(k).state()),
     );
 }

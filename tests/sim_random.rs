@@ -27,6 +27,7 @@ use consumer_membership::MemberId;
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::machine::consumer::ConsumerMember;
 use consumer_membership::machine::events::CloseOptions;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::member::Member;
 use consumer_membership::sim::codes;
 use consumer_membership::sim::network::NetConfig;
@@ -258,7 +259,7 @@ fn settled(w: &World) -> bool {
         if m.fatal_error().is_some() {
             continue;
         }
-        if m.state() != "Stable" {
+        if m.state() != MemberState::Stable {
             return false;
         }
         ids.insert(m.member_id());

@@ -6,6 +6,8 @@ use std::fmt;
 use super::TopicPartition;
 use crate::error::GroupError;
 
+pub use super::state::{MemberState, Reason};
+
 /// Proof that the application finished with partitions being revoked (committed their offsets).
 /// Only the member creates tickets, and [`complete_revocation`] consumes one, so a member cannot
 /// acknowledge or rejoin before the application said it is done.
@@ -161,16 +163,16 @@ pub enum Event {
         /// The partitions lost.
         partitions: Vec<TopicPartition>,
         /// Why.
-        reason: &'static str,
+        reason: Reason,
     },
     /// The member changed state (logged once as `from -> to (reason)`).
     StateChanged {
-        /// Previous state name.
-        from: &'static str,
-        /// New state name.
-        to: &'static str,
+        /// Previous state.
+        from: MemberState,
+        /// New state.
+        to: MemberState,
         /// Why.
-        reason: &'static str,
+        reason: Reason,
         /// The member id now.
         member_id: String,
         /// The generation (classic) or member epoch now.

@@ -7,7 +7,9 @@ use std::time::Instant;
 use super::TopicPartition;
 use super::classic::ClassicMember;
 use super::consumer::ConsumerMember;
-use super::events::{CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket};
+use super::events::{
+    CloseOptions, CommitId, CommitOffset, Event, FetchId, MemberState, Reason, RevokeTicket,
+};
 use super::timer::Timer;
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::ApiMisuse;
@@ -60,11 +62,12 @@ impl Member {
         }
     }
 
-    /// The protocol in use: "classic" or "consumer".
-    pub fn protocol(&self) -> &'static str {
+    /// The protocol in use: [`GroupProtocol::Classic`] or [`GroupProtocol::Consumer`] (never
+    /// `Auto`: an `auto` member speaks one of the two).
+    pub fn protocol(&self) -> GroupProtocol {
         match self {
-            Member::Classic(_) => "classic",
-            Member::Consumer(_) => "consumer",
+            Member::Classic(_) => GroupProtocol::Classic,
+            Member::Consumer(_) => GroupProtocol::Consumer,
         }
     }
 
@@ -91,8 +94,8 @@ impl Member {
         }
     }
 
-    /// The state's name.
-    pub fn state(&self) -> &'static str {
+    /// Where the member stands.
+    pub fn state(&self) -> MemberState {
         delegate!(self, m => m.state())
     }
 
@@ -214,7 +217,13 @@ impl Member {
     pub fn poll_event(&mut self) -> Option<Event> {
         let event = delegate!(self, m => m.poll_event())?;
         // The consumer member's own "-> Fatal" state change is not news when it falls back.
-        if let (Event::StateChanged { to: "Fatal", .. }, Member::Consumer(c)) = (&event, &*self)
+        if let (
+            Event::StateChanged {
+                to: MemberState::Fatal,
+                ..
+            },
+            Member::Consumer(c),
+        ) = (&event, &*self)
             && c.config().protocol == GroupProtocol::Auto
             && !c.answered_once()
             && c.fatal_error() == Some(&GroupError::ConsumerProtocolUnsupported)
@@ -246,9 +255,9 @@ impl Member {
                 }
                 *self = Member::Classic(classic);
                 return Some(Event::StateChanged {
-                    from: "Consumer",
-                    to: "Classic",
-                    reason: "broker refused the consumer protocol (group.protocol=auto)",
+                    from: MemberState::Consumer,
+                    to: MemberState::Classic,
+                    reason: Reason::ConsumerProtocolRefused,
                     member_id: String::new(),
                     generation: -1,
                 });
@@ -428,7 +437,7 @@ mod tests {
         while let Some(e) = m.poll_event() {
             events.push(e);
         }
-        assert_eq!(m.protocol(), "consumer", "{events:?}");
+        assert_eq!(m.protocol(), GroupProtocol::Consumer, "{events:?}");
         assert!(events.contains(&Event::Closed), "{events:?}");
         assert!(m.poll_request().is_none());
     }
@@ -489,7 +498,7 @@ mod tests {
             now,
         );
         let (_, events) = drain(&mut m);
-        assert_eq!(m.protocol(), "classic", "{events:?}");
+        assert_eq!(m.protocol(), GroupProtocol::Classic, "{events:?}");
         let (out, _) = drain(&mut m);
         let find = out
             .first()
@@ -519,6 +528,6 @@ mod tests {
             !events.iter().any(|e| matches!(e, Event::Fatal(_))),
             "{events:?}"
         );
-        assert_eq!(m.state(), "Joining");
+        assert_eq!(m.state(), MemberState::Joining);
     }
 }

@@ -15,6 +15,7 @@ pub mod member;
 pub mod metadata;
 pub mod offsets;
 mod shell;
+mod state;
 pub mod timer;
 pub mod topics;
 

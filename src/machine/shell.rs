@@ -15,7 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::TopicPartition;
 use super::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
-use super::events::{CommitError, CommitId, CommitOffset, Event, FetchId};
+use super::events::{CommitError, CommitId, CommitOffset, Event, FetchId, MemberState, Reason};
 use super::offsets::OffsetQueue;
 use super::timer::{Timer, TimerTable};
 use crate::backoff::{ExponentialBackoff, JitterRng};
@@ -27,10 +27,10 @@ use crate::request::{Broker, Fit, Outbound, Reply, Request, RequestId, RequestId
 /// Where a member's coordinator lookup numbers its requests: far above the member's own ids.
 pub(crate) const LOOKUP_IDS: u64 = 1 << 48;
 
-/// A member's phase: a name for logs, events and tests.
+/// A member's phase, as the application sees it: a [`MemberState`].
 pub(crate) trait PhaseName {
-    /// The phase's name.
-    fn name(&self) -> &'static str;
+    /// The phase's public state.
+    fn state(&self) -> MemberState;
     /// Closed or stopped by a terminal error: the member only answers calls from now on.
     fn stopped(&self) -> bool;
     /// The phase of a member stopped by `error`.
@@ -40,13 +40,16 @@ pub(crate) trait PhaseName {
 }
 
 /// Implements [`PhaseName`] for a member's `Phase` from its variants (each with the pattern
-/// of its fields); `Closed` and `Fatal(GroupError)` are the stopped ones.
+/// of its fields), each the [`MemberState`] variant of the same name; `Closed` and
+/// `Fatal(GroupError)` are the stopped ones.
 macro_rules! phases {
     ($($variant:ident $({ $($named:tt)* })? $(( $($unnamed:tt)* ))?),* $(,)?) => {
         impl $crate::machine::shell::PhaseName for Phase {
-            fn name(&self) -> &'static str {
+            fn state(&self) -> $crate::machine::events::MemberState {
                 match self {
-                    $(Phase::$variant $({ $($named)* })? $(( $($unnamed)* ))? => stringify!($variant),)*
+                    $(Phase::$variant $({ $($named)* })? $(( $($unnamed)* ))? => {
+                        $crate::machine::events::MemberState::$variant
+                    })*
                 }
             }
 
@@ -191,7 +194,7 @@ pub(crate) trait Skeleton {
     }
 
     /// The one funnel for state changes (see [`Shell::set_phase`]).
-    fn set_phase(&mut self, next: Self::Phase, reason: &'static str) {
+    fn set_phase(&mut self, next: Self::Phase, reason: Reason) {
         let (shell, phase, member_id, generation) = self.parts();
         shell.set_phase(phase, next, reason, member_id, generation);
     }
@@ -202,10 +205,10 @@ pub(crate) trait Skeleton {
         if self.stopped() {
             return;
         }
-        self.lose_owned("fatal error");
+        self.lose_owned(Reason::FatalError);
         tracing::error!(group = %self.shell().config.group_id, %error, "member stopped");
         self.shell().fail_offsets(CommitError::Fatal(error.clone()));
-        self.set_phase(Self::Phase::fatal(error.clone()), "fatal error");
+        self.set_phase(Self::Phase::fatal(error.clone()), Reason::FatalError);
         self.shell().events.push_back(Event::Fatal(error));
     }
 
@@ -257,7 +260,7 @@ pub(crate) trait Skeleton {
 
     /// The member lost its partitions without a revocation (fenced, stopped, poll timeout):
     /// [`Event::Lost`].
-    fn lose_owned(&mut self, reason: &'static str) {
+    fn lose_owned(&mut self, reason: Reason) {
         let partitions = self.take_owned();
         if !partitions.is_empty() {
             self.shell()
@@ -494,18 +497,18 @@ impl<S> Shell<S> {
         }
     }
 
-    /// The one funnel for state changes: moves `phase` to `next`, and when the name changes logs
+    /// The one funnel for state changes: moves `phase` to `next`, and when the state changes logs
     /// `from -> to (reason)` and tells the application.
     pub(crate) fn set_phase<P: PhaseName>(
         &mut self,
         phase: &mut P,
         next: P,
-        reason: &'static str,
+        reason: Reason,
         member_id: &dyn fmt::Display,
         generation: i32,
     ) {
-        let from = phase.name();
-        let to = next.name();
+        let from = phase.state();
+        let to = next.state();
         *phase = next;
         if from != to {
             tracing::info!(group = %self.config.group_id, member_id = %member_id, generation, "{from} -> {to} ({reason})");

@@ -21,17 +21,19 @@ use super::coordinator;
 use super::coordinator::SimCoordinator;
 use super::network::Queued;
 use super::world::{Action, World, fmt_partitions};
+use crate::config::GroupProtocol;
 use crate::machine::TopicPartition;
 #[cfg(doc)]
 use crate::machine::events::Event;
+use crate::machine::events::MemberState;
 
 /// What the invariants read from a live member, refreshed after the steps that touch it.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Snapshot {
-    protocol: &'static str,
+    protocol: GroupProtocol,
     member_id: String,
     generation: i32,
-    state: &'static str,
+    state: MemberState,
     owned: Vec<TopicPartition>,
     /// Partitions of revocation tickets the application still holds.
     revoking: Vec<TopicPartition>,
@@ -210,7 +212,7 @@ impl World {
                 }
             }
             match self.procs[i].snapshot.as_ref().map(|s| s.protocol) {
-                Some("consumer") => self.observe_epoch(i),
+                Some(GroupProtocol::Consumer) => self.observe_epoch(i),
                 Some(_) => self.observe_generation(i),
                 None => {}
             }
@@ -296,7 +298,7 @@ impl World {
     fn observe_classic_ownership(&mut self, changed: &[usize]) {
         for &i in changed {
             let next: Vec<(TopicPartition, i32)> = match self.procs[i].snapshot.as_ref() {
-                Some(m) if m.protocol != "consumer" => m
+                Some(m) if m.protocol != GroupProtocol::Consumer => m
                     .owned
                     .iter()
                     .map(|tp| (tp.clone(), m.generation))
@@ -342,7 +344,7 @@ impl World {
         let Some(m) = p.snapshot.as_ref() else {
             return Vec::new();
         };
-        if m.protocol != "consumer" {
+        if m.protocol != GroupProtocol::Consumer {
             return Vec::new();
         }
         let held = self
@@ -351,7 +353,11 @@ impl World {
             .is_some();
         let in_group = matches!(
             m.state,
-            "Joining" | "Reconciling" | "AwaitRevoke" | "Acknowledging" | "Stable"
+            MemberState::Joining
+                | MemberState::Reconciling
+                | MemberState::AwaitRevoke
+                | MemberState::Acknowledging
+                | MemberState::Stable
         );
         if !held && in_group {
             return Vec::new();

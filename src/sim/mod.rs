@@ -23,6 +23,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use consumer_membership::config::GroupConfig;
+//! use consumer_membership::machine::events::MemberState;
 //! use consumer_membership::sim::world::{SimConfig, World};
 //!
 //! let mut world = World::new(SimConfig::new(7).with_topic("t", 4));
@@ -31,7 +32,7 @@
 //! config.heartbeat_interval = Duration::from_secs(1);
 //! let m = world.add_classic("m1", config, |_| {}).unwrap();
 //! world.subscribe(m, &["t"]);
-//! assert!(world.run_until(|w| w.member(m).state() == "Stable", Duration::from_secs(30)));
+//! assert!(world.run_until(|w| w.member(m).state() == MemberState::Stable, Duration::from_secs(30)));
 //! ```
 
 pub mod coordinator;

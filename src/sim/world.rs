@@ -31,11 +31,13 @@ use super::coordinator::{
 };
 use super::invariants::Snapshot;
 use super::network::{AnswerFate, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network};
-use crate::config::GroupConfig;
+use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::ApiMisuse;
 use crate::error::{ConfigError, GroupError, TransportError};
 use crate::machine::classic::ClassicMember;
-use crate::machine::events::{CloseOptions, CommitId, CommitOffset, Event, RevokeTicket};
+use crate::machine::events::{
+    CloseOptions, CommitId, CommitOffset, Event, MemberState, RevokeTicket,
+};
 use crate::machine::member::Member;
 use crate::machine::{Machine, TopicPartition};
 use crate::request::{Broker, Outbound, RequestId, Response, Target};
@@ -60,8 +62,8 @@ pub trait SimMember: Machine<Event = Event> + fmt::Debug {
     fn member_id(&self) -> String;
     /// The generation (classic) or member epoch (consumer).
     fn generation(&self) -> i32;
-    /// The state's name.
-    fn state(&self) -> &'static str;
+    /// Where the member stands.
+    fn state(&self) -> MemberState;
     /// The partitions the member owns.
     fn assignment(&self) -> Vec<TopicPartition>;
     /// The coordinator, when known.
@@ -70,9 +72,9 @@ pub trait SimMember: Machine<Event = Event> + fmt::Debug {
     fn instance_id(&self) -> Option<String>;
     /// The terminal error, once stopped on one.
     fn fatal_error(&self) -> Option<GroupError>;
-    /// The group protocol the member speaks: "classic" or "consumer" (KIP-848). The world
-    /// checks each protocol's invariants (see [`World::violations`]).
-    fn protocol(&self) -> &'static str;
+    /// The group protocol the member speaks: classic or consumer (KIP-848). The world checks
+    /// each protocol's invariants (see [`World::violations`]).
+    fn protocol(&self) -> GroupProtocol;
 }
 
 /// Implements [`SimMember`] for a member type whose inherent methods of the same names do the
@@ -108,7 +110,7 @@ macro_rules! sim_member {
             fn generation(&self) -> i32 {
                 $ty::generation(self)
             }
-            fn state(&self) -> &'static str {
+            fn state(&self) -> MemberState {
                 $ty::state(self)
             }
             fn assignment(&self) -> Vec<TopicPartition> {
@@ -123,7 +125,7 @@ macro_rules! sim_member {
             fn fatal_error(&self) -> Option<GroupError> {
                 $ty::fatal_error(self).cloned()
             }
-            fn protocol(&self) -> &'static str {
+            fn protocol(&self) -> GroupProtocol {
                 $ty::protocol(self)
             }
         }
@@ -1102,7 +1104,7 @@ impl World {
                     let state = self.procs[p]
                         .member
                         .as_deref()
-                        .map_or("dead", |m| m.state());
+                        .map_or("dead", |m| m.state().as_str());
                     let msg = format!(
                         "{}: deadline in the past not cleared by handle_timeout at {:?} (state {state}); a driver would spin",
                         self.procs[p].name,
@@ -1610,7 +1612,7 @@ impl World {
             .procs
             .iter()
             .filter_map(|p| p.member.as_deref())
-            .all(|m| m.state() == "Stable");
+            .all(|m| m.state() == MemberState::Stable);
         let members: BTreeSet<String> = self
             .coordinator
             .members()

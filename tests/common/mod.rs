@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use consumer_membership::ClientConfig;
+use consumer_membership::config::GroupProtocol;
+use consumer_membership::machine::events::MemberState;
 use consumer_membership::request::{Request, Response, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -371,7 +373,7 @@ impl TestMember {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let s = self.snapshot().await;
-            if s.state == "Stable" && count.is_none_or(|c| s.assignment.len() == c) {
+            if s.state == MemberState::Stable && count.is_none_or(|c| s.assignment.len() == c) {
                 return s;
             }
             assert!(
@@ -399,10 +401,10 @@ pub async fn wait_balanced(
         let all: Vec<&TopicPartition> = snaps.iter().flat_map(|s| s.assignment.iter()).collect();
         let distinct: BTreeSet<&TopicPartition> = all.iter().copied().collect();
         // Classic members of one generation agree on it; KIP-848 member epochs may differ.
-        let same_generation = snaps
-            .windows(2)
-            .all(|w| w[0].generation == w[1].generation || w[0].protocol == "consumer");
-        if snaps.iter().all(|s| s.state == "Stable")
+        let same_generation = snaps.windows(2).all(|w| {
+            w[0].generation == w[1].generation || w[0].protocol == GroupProtocol::Consumer
+        });
+        if snaps.iter().all(|s| s.state == MemberState::Stable)
             && same_generation
             && all.len() == total
             && distinct.len() == total

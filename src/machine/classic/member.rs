@@ -16,13 +16,14 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::assignor::{Assignor, MemberMetadata, RebalanceProtocol};
 use super::subscription::{Assignment, Subscription};
-use crate::config::GroupConfig;
+use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::{
     ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
 };
 use crate::machine::TopicPartition;
 use crate::machine::events::{
-    CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
+    CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, MemberState, Reason,
+    RevokeTicket,
 };
 use crate::machine::metadata::ClusterMetadata;
 use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
@@ -130,14 +131,14 @@ pub(crate) struct DeferredLeave {
 
 impl DeferredLeave {
     /// The reason logged and sent with the LeaveGroup, for `close` or `unsubscribe` and `why`.
-    fn reason(self, why: Why) -> &'static str {
+    fn reason(self, why: Why) -> Reason {
         match (self.then_close, why) {
-            (true, Why::Ticket) => "closed after the revocation completed",
-            (false, Why::Ticket) => "unsubscribed after the revocation completed",
-            (true, Why::Deadline) => "closed without the revocation ticket",
-            (false, Why::Deadline) => "unsubscribed without the revocation ticket",
-            (true, Why::Replaced) => "closed after being replaced",
-            (false, Why::Replaced) => "unsubscribed after being replaced",
+            (true, Why::Ticket) => Reason::ClosedAfterRevocation,
+            (false, Why::Ticket) => Reason::UnsubscribedAfterRevocation,
+            (true, Why::Deadline) => Reason::ClosedWithoutTicket,
+            (false, Why::Deadline) => Reason::UnsubscribedWithoutTicket,
+            (true, Why::Replaced) => Reason::ClosedAfterReplaced,
+            (false, Why::Replaced) => Reason::UnsubscribedAfterReplaced,
         }
     }
 }
@@ -216,7 +217,7 @@ pub struct ClassicMember {
     #[cfg(feature = "sim")]
     java_reset_policy: bool,
     /// Reason a rejoin was requested while stable (for the JoinGroup `Reason`).
-    rejoin_reason: &'static str,
+    rejoin_reason: Reason,
 }
 
 impl ClassicMember {
@@ -251,7 +252,7 @@ impl ClassicMember {
             empty_join: EmptyJoins::default(),
             registered_by: None,
             failover_fence_forgiven: None,
-            rejoin_reason: "subscribed",
+            rejoin_reason: Reason::Subscribed,
             #[cfg(feature = "sim")]
             java_reset_policy: false,
             shell: Shell::new(config, now, seed),
@@ -280,9 +281,9 @@ impl ClassicMember {
         self.owned.iter().cloned().collect()
     }
 
-    /// The state's name (for logs and tests).
-    pub fn state(&self) -> &'static str {
-        self.phase.name()
+    /// Where the member stands.
+    pub fn state(&self) -> MemberState {
+        self.phase.state()
     }
 
     /// The coordinator, when known.
@@ -298,9 +299,9 @@ impl ClassicMember {
         }
     }
 
-    /// The protocol: "classic".
-    pub fn protocol(&self) -> &'static str {
-        "classic"
+    /// The protocol: [`GroupProtocol::Classic`].
+    pub fn protocol(&self) -> GroupProtocol {
+        GroupProtocol::Classic
     }
 
     /// The configuration.
@@ -397,8 +398,8 @@ impl ClassicMember {
             now + self.shell.config.max_poll_interval,
         );
         match self.phase {
-            Phase::Unsubscribed | Phase::PollExpired => self.request_rejoin("subscribed"),
-            Phase::Stable if changed => self.request_rejoin("subscription changed"),
+            Phase::Unsubscribed | Phase::PollExpired => self.request_rejoin(Reason::Subscribed),
+            Phase::Stable if changed => self.request_rejoin(Reason::SubscriptionChanged),
             // A rebalance under way picks the new topics up at its next JoinGroup; a LeaveGroup in
             // flight rejoins when it is answered.
             _ => {}
@@ -428,7 +429,7 @@ impl ClassicMember {
             return;
         }
         self.shell.timers.stop(Timer::PollInterval);
-        self.leave(CloseOptions::Default, false, "unsubscribed");
+        self.leave(CloseOptions::Default, false, Reason::Unsubscribed);
     }
 
     /// In `AwaitRevoke`: records a close (`then_close`) or unsubscribe whose leave waits for
@@ -467,7 +468,7 @@ impl ClassicMember {
     /// and sends nothing); the next poll rejoins.
     pub fn poll(&mut self, now: Instant) {
         if self.polled(now, !self.topics.is_empty()) && matches!(self.phase, Phase::PollExpired) {
-            self.request_rejoin("polled again after poll timeout");
+            self.request_rejoin(Reason::PolledAfterPollTimeout);
         }
     }
 
@@ -490,7 +491,10 @@ impl ClassicMember {
                     self.leave(d.options, d.then_close, d.reason(Why::Ticket));
                     return Ok(());
                 }
-                self.set_phase(Phase::Rejoin { not_before: None }, "revocation completed");
+                self.set_phase(
+                    Phase::Rejoin { not_before: None },
+                    Reason::RevocationCompleted,
+                );
                 Ok(())
             }
             _ => Err(ApiMisuse::UnknownTicket),
@@ -553,7 +557,7 @@ impl ClassicMember {
             return;
         }
         self.shell.timers.stop(Timer::PollInterval);
-        self.leave(options, true, "closed");
+        self.leave(options, true, Reason::Closed);
     }
 
     // ------------------------------------------------------------------ outputs
@@ -651,7 +655,7 @@ impl ClassicMember {
             // A close or unsubscribe that waited for a ticket the application never handed
             // back goes on.
             tracing::warn!(group = %self.shell.config.group_id, close = d.then_close, "revocation ticket not handed back within max.poll.interval.ms after close/unsubscribe; leaving");
-            self.lose_owned("revocation ticket not handed back");
+            self.lose_owned(Reason::RevocationTicketNotHandedBack);
             self.leave(d.options, d.then_close, d.reason(Why::Deadline));
         } else if poll_expired
             && !self.topics.is_empty()
@@ -659,10 +663,10 @@ impl ClassicMember {
             && !self.stopped()
         {
             tracing::warn!(group = %self.shell.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
-            self.lose_owned("poll timeout");
-            self.leave(CloseOptions::Default, false, "poll timeout");
+            self.lose_owned(Reason::PollTimeout);
+            self.leave(CloseOptions::Default, false, Reason::PollTimeout);
             if !matches!(self.phase, Phase::Leaving { .. }) {
-                self.set_phase(Phase::PollExpired, "poll timeout");
+                self.set_phase(Phase::PollExpired, Reason::PollTimeout);
             }
         }
     }
@@ -693,7 +697,7 @@ impl ClassicMember {
 
     /// Asks for a (re)join. Eager: every owned partition is revoked first (with a ticket);
     /// cooperative: only partitions of topics no longer subscribed.
-    fn request_rejoin(&mut self, reason: &'static str) {
+    fn request_rejoin(&mut self, reason: Reason) {
         self.rejoin_reason = reason;
         let revoke: Vec<TopicPartition> = match self.protocol {
             RebalanceProtocol::Eager => self.owned.iter().cloned().collect(),
@@ -712,7 +716,7 @@ impl ClassicMember {
     }
 
     /// Gives up `partitions` with a ticket, then rejoins once it is handed back.
-    fn revoke(&mut self, partitions: Vec<TopicPartition>, reason: &'static str) {
+    fn revoke(&mut self, partitions: Vec<TopicPartition>, reason: Reason) {
         for tp in &partitions {
             self.owned.remove(tp);
         }
@@ -730,7 +734,7 @@ impl ClassicMember {
         );
     }
 
-    fn rejoin_after_backoff(&mut self, reason: &'static str) {
+    fn rejoin_after_backoff(&mut self, reason: Reason) {
         let delay = self.shell.backoff(&mut self.join_failures);
         self.set_phase(
             Phase::Rejoin {
@@ -761,7 +765,7 @@ impl ClassicMember {
     /// `maybeLeaveGroup`, with this crate's identity rule: a LeaveGroup goes out when the
     /// member is in the group and `options` ask for it (static: only `LeaveGroup`; dynamic:
     /// `Default` or `LeaveGroup`). Without one, the member id is kept.
-    fn leave(&mut self, options: CloseOptions, then_close: bool, reason: &'static str) {
+    fn leave(&mut self, options: CloseOptions, then_close: bool, reason: Reason) {
         let send = self.coordinator().is_some()
             && !self.member_id.is_empty()
             && !matches!(self.phase, Phase::Unsubscribed | Phase::PollExpired)
@@ -781,7 +785,7 @@ impl ClassicMember {
                         .clone()
                         .map(StrBytes::from_string),
                 )
-                .with_reason(Some(StrBytes::from_static_str(reason)));
+                .with_reason(Some(StrBytes::from_static_str(reason.as_str())));
             let body = LeaveGroupRequest::default()
                 .with_group_id(self.shell.group_id())
                 .with_members(vec![member]);
@@ -812,13 +816,13 @@ impl ClassicMember {
         }
     }
 
-    fn finish_leave(&mut self, then_close: bool, reason: &'static str) {
+    fn finish_leave(&mut self, then_close: bool, reason: Reason) {
         if then_close {
             self.shell.fail_offsets(CommitError::Closed);
             self.set_phase(Phase::Closed, reason);
             self.shell.events.push_back(Event::Closed);
         } else if !self.topics.is_empty() {
-            self.request_rejoin("resubscribed");
+            self.request_rejoin(Reason::Resubscribed);
         } else {
             self.set_phase(Phase::Unsubscribed, reason);
         }
@@ -875,7 +879,7 @@ impl ClassicMember {
                     .with_metadata(metadata.clone())
             })
             .collect();
-        let reason: String = self.rejoin_reason.chars().take(255).collect();
+        let reason: String = self.rejoin_reason.as_str().chars().take(255).collect();
         let body = JoinGroupRequest::default()
             .with_group_id(self.shell.group_id())
             .with_session_timeout_ms(millis(self.shell.config.session_timeout))
@@ -905,7 +909,7 @@ impl ClassicMember {
             sent,
             timeout,
         );
-        self.set_phase(Phase::Joining { request }, "sending JoinGroup");
+        self.set_phase(Phase::Joining { request }, Reason::SendingJoinGroup);
         self.take()
     }
 
@@ -954,7 +958,7 @@ impl ClassicMember {
             sent,
             self.shell.config.request_timeout,
         );
-        self.set_phase(Phase::Syncing { request }, "sending SyncGroup");
+        self.set_phase(Phase::Syncing { request }, Reason::SendingSyncGroup);
     }
 
     /// The next queued commit or fetch, fenced by the member's generation.
@@ -1033,7 +1037,7 @@ impl ClassicMember {
                 if waiting {
                     tracing::info!(error = %e, "JoinGroup failed in the transport");
                     self.shell.coordinator_failed();
-                    self.rejoin_after_backoff("JoinGroup failed in the transport");
+                    self.rejoin_after_backoff(Reason::JoinGroupTransportFailure);
                 }
                 return;
             }
@@ -1051,26 +1055,30 @@ impl ClassicMember {
             ErrorAction::AdoptMemberId => {
                 // KIP-394: the broker names the member; join again at once with that id.
                 self.member_id = r.member_id.to_string();
-                self.set_phase(Phase::Rejoin { not_before: None }, "MEMBER_ID_REQUIRED");
+                self.set_phase(Phase::Rejoin { not_before: None }, Reason::MemberIdRequired);
             }
             ErrorAction::ResetMemberId => {
-                self.lose_owned("UNKNOWN_MEMBER_ID");
+                self.lose_owned(Reason::UnknownMemberId);
                 self.reset_member_id();
-                self.set_phase(Phase::Rejoin { not_before: None }, "UNKNOWN_MEMBER_ID");
+                self.set_phase(Phase::Rejoin { not_before: None }, Reason::UnknownMemberId);
             }
             ErrorAction::ResetGeneration => {
-                self.lose_owned("ILLEGAL_GENERATION");
+                self.lose_owned(Reason::IllegalGeneration);
                 self.reset_generation();
-                self.set_phase(Phase::Rejoin { not_before: None }, "ILLEGAL_GENERATION");
+                self.set_phase(
+                    Phase::Rejoin { not_before: None },
+                    Reason::IllegalGeneration,
+                );
             }
-            ErrorAction::RejoinNow => {
-                self.set_phase(Phase::Rejoin { not_before: None }, "REBALANCE_IN_PROGRESS")
-            }
+            ErrorAction::RejoinNow => self.set_phase(
+                Phase::Rejoin { not_before: None },
+                Reason::RebalanceInProgress,
+            ),
             ErrorAction::Rediscover => {
                 self.shell.coordinator_failed();
-                self.rejoin_after_backoff("coordinator moved");
+                self.rejoin_after_backoff(Reason::CoordinatorMoved);
             }
-            ErrorAction::RetryBackoff => self.rejoin_after_backoff("retriable JoinGroup error"),
+            ErrorAction::RetryBackoff => self.rejoin_after_backoff(Reason::RetriableJoinGroupError),
             ErrorAction::Fenced => self.fenced(),
             ErrorAction::Fatal(e) => self.fail(e),
             // Consumer-protocol actions never come out of `classify` for JoinGroup.
@@ -1100,12 +1108,12 @@ impl ClassicMember {
         if moved && self.failover_fence_forgiven != by && self.is_static() && !self.java_policy() {
             self.failover_fence_forgiven = by;
             tracing::warn!(group = %self.shell.config.group_id, coordinator = ?by, registered_by = ?self.registered_by, "FENCED_INSTANCE_ID from a coordinator that did not register this member id (it loaded an older registration after a failover); rejoining with the instance id");
-            return self.replaced("fenced by a coordinator that loaded an older registration");
+            return self.replaced(Reason::FencedByOlderRegistration);
         }
         if self.empty_join.in_doubt > 0 && !self.java_policy() {
             self.empty_join.in_doubt -= 1;
             tracing::warn!(group = %self.shell.config.group_id, "FENCED_INSTANCE_ID after an earlier JoinGroup of this member may have landed late; rejoining");
-            return self.replaced("replaced by this member's own earlier JoinGroup");
+            return self.replaced(Reason::ReplacedByOwnJoin);
         }
         let instance_id = self.shell.config.instance_id.clone().unwrap_or_default();
         self.fail(GroupError::FencedInstanceId {
@@ -1117,7 +1125,7 @@ impl ClassicMember {
     /// A forgiven FENCED_INSTANCE_ID: what the member owned is lost, and it rejoins with `""`
     /// and its instance id (or goes on with a close or unsubscribe that waited for a revocation
     /// this voids).
-    fn replaced(&mut self, reason: &'static str) {
+    fn replaced(&mut self, reason: Reason) {
         self.lose_owned(reason);
         self.reset_member_id();
         self.empty_join.quarantine = None;
@@ -1126,7 +1134,7 @@ impl ClassicMember {
             // to leave.
             return self.leave(d.options, d.then_close, d.reason(Why::Replaced));
         }
-        self.set_phase(Phase::Rejoin { not_before: None }, "self-fenced");
+        self.set_phase(Phase::Rejoin { not_before: None }, Reason::SelfFenced);
     }
 
     fn joined(&mut self, r: JoinGroupResponse) {
@@ -1166,7 +1174,7 @@ impl ClassicMember {
             // what it still owns to another member (a static member that did not rejoin stays
             // in the group with its old subscription, which claims nothing it took since:
             // completeClassicGroupJoin removes only dynamic members that did not rejoin).
-            self.lose_owned("generations went by without this member");
+            self.lose_owned(Reason::MissedGenerations);
         }
         self.member_id = r.member_id.to_string();
         self.generation = r.generation_id;
@@ -1180,7 +1188,7 @@ impl ClassicMember {
             self.shell.now + self.shell.config.heartbeat_interval,
         );
         let Some(coordinator) = self.coordinator().cloned() else {
-            return self.rejoin_after_backoff("coordinator lost");
+            return self.rejoin_after_backoff(Reason::CoordinatorLost);
         };
         let leader = r.leader == r.member_id;
         self.leader = leader;
@@ -1222,7 +1230,7 @@ impl ClassicMember {
                 members,
                 protocol,
             },
-            "leader assigning",
+            Reason::LeaderAssigning,
         );
     }
 
@@ -1242,7 +1250,7 @@ impl ClassicMember {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(error = %e, "leader could not read metadata; rejoining");
-                return self.rejoin_after_backoff("leader metadata failed");
+                return self.rejoin_after_backoff(Reason::LeaderMetadataFailed);
             }
         };
         // Topics that do not exist (yet) get no partitions; members subscribed only to them get
@@ -1285,7 +1293,7 @@ impl ClassicMember {
             })
             .collect();
         let Some(coordinator) = self.coordinator().cloned() else {
-            return self.rejoin_after_backoff("coordinator lost");
+            return self.rejoin_after_backoff(Reason::CoordinatorLost);
         };
         self.build_sync(&coordinator, assignments);
     }
@@ -1359,7 +1367,7 @@ impl ClassicMember {
             .collect();
         if now != watched && matches!(self.phase, Phase::Stable) {
             tracing::info!(group = %self.shell.config.group_id, ?watched, ?now, "partitions of subscribed topics changed; rebalancing");
-            self.request_rejoin("metadata changed");
+            self.request_rejoin(Reason::MetadataChanged);
         } else {
             self.arm_metadata_refresh(&watched);
         }
@@ -1389,7 +1397,7 @@ impl ClassicMember {
             Err(e) => {
                 tracing::info!(error = %e, "SyncGroup failed in the transport");
                 self.shell.coordinator_failed();
-                return self.rejoin_after_backoff("SyncGroup failed in the transport");
+                return self.rejoin_after_backoff(Reason::SyncGroupTransportFailure);
             }
         };
         let current = generation == self.generation && member_id == self.member_id;
@@ -1419,24 +1427,27 @@ impl ClassicMember {
                 }
             }
             ErrorAction::ResetMemberId if current => {
-                self.lose_owned("UNKNOWN_MEMBER_ID");
+                self.lose_owned(Reason::UnknownMemberId);
                 self.reset_member_id();
-                self.set_phase(Phase::Rejoin { not_before: None }, "UNKNOWN_MEMBER_ID");
+                self.set_phase(Phase::Rejoin { not_before: None }, Reason::UnknownMemberId);
             }
             ErrorAction::ResetGeneration if current => {
-                self.lose_owned("ILLEGAL_GENERATION");
+                self.lose_owned(Reason::IllegalGeneration);
                 self.reset_generation();
-                self.set_phase(Phase::Rejoin { not_before: None }, "ILLEGAL_GENERATION");
+                self.set_phase(
+                    Phase::Rejoin { not_before: None },
+                    Reason::IllegalGeneration,
+                );
             }
             ErrorAction::Fenced if current => self.fenced(),
             ErrorAction::Rediscover => {
                 self.shell.coordinator_failed();
-                self.rejoin_after_backoff("coordinator moved");
+                self.rejoin_after_backoff(Reason::CoordinatorMoved);
             }
-            ErrorAction::RetryBackoff => self.rejoin_after_backoff("retriable SyncGroup error"),
+            ErrorAction::RetryBackoff => self.rejoin_after_backoff(Reason::RetriableSyncGroupError),
             ErrorAction::Fatal(e) => self.fail(e),
             // REBALANCE_IN_PROGRESS, and resets answering an older generation: rejoin now.
-            _ => self.set_phase(Phase::Rejoin { not_before: None }, "SyncGroup: rejoin"),
+            _ => self.set_phase(Phase::Rejoin { not_before: None }, Reason::SyncGroupRejoin),
         }
     }
 
@@ -1446,7 +1457,7 @@ impl ClassicMember {
         let added: Vec<TopicPartition> = target.difference(&self.owned).cloned().collect();
         self.owned = target;
         self.heartbeat_failures = 0;
-        self.set_phase(Phase::Stable, "SyncGroup answered");
+        self.set_phase(Phase::Stable, Reason::SyncGroupAnswered);
         // Revoke first, then assign (KIP-429): the revoked partitions left `owned` already.
         if !added.is_empty() || revoked.is_empty() {
             self.shell.events.push_back(Event::Assigned {
@@ -1458,7 +1469,7 @@ impl ClassicMember {
         if !revoked.is_empty() {
             // Cooperative: partitions moving to another member are given up now and handed over
             // in a follow-up rebalance, after the application's ticket (KIP-429).
-            self.revoke(revoked, "cooperative revocation");
+            self.revoke(revoked, Reason::CooperativeRevocation);
         }
     }
 
@@ -1503,18 +1514,18 @@ impl ClassicMember {
                 // The member is alive; a rebalance started. Only a stable member reacts.
                 self.heartbeat_ok();
                 if matches!(self.phase, Phase::Stable) {
-                    self.request_rejoin("REBALANCE_IN_PROGRESS");
+                    self.request_rejoin(Reason::RebalanceInProgress);
                 }
             }
             ErrorAction::ResetMemberId => {
-                self.lose_owned("UNKNOWN_MEMBER_ID");
+                self.lose_owned(Reason::UnknownMemberId);
                 self.reset_member_id();
-                self.interrupt_for_rejoin("UNKNOWN_MEMBER_ID");
+                self.interrupt_for_rejoin(Reason::UnknownMemberId);
             }
             ErrorAction::ResetGeneration => {
-                self.lose_owned("ILLEGAL_GENERATION");
+                self.lose_owned(Reason::IllegalGeneration);
                 self.reset_generation();
-                self.interrupt_for_rejoin("ILLEGAL_GENERATION");
+                self.interrupt_for_rejoin(Reason::IllegalGeneration);
             }
             ErrorAction::Fenced => self.fenced(),
             ErrorAction::Rediscover => {
@@ -1530,7 +1541,7 @@ impl ClassicMember {
 
     /// A reset while a rebalance step or a revocation is under way: whatever was awaited is void.
     /// A close or unsubscribe that waited for the revocation goes on instead of the rejoin.
-    fn interrupt_for_rejoin(&mut self, reason: &'static str) {
+    fn interrupt_for_rejoin(&mut self, reason: Reason) {
         if let Some(d) = self.take_deferred_leave() {
             return self.leave(d.options, d.then_close, reason);
         }
@@ -1595,7 +1606,7 @@ impl ClassicMember {
             other => tracing::info!(answer = ?other.as_ref().err(), "LeaveGroup not answered"),
         }
         self.reset_member_id();
-        self.finish_leave(then_close, "LeaveGroup sent");
+        self.finish_leave(then_close, Reason::LeaveGroupSent);
     }
 
     fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
@@ -1605,18 +1616,18 @@ impl ClassicMember {
             Some(Hint::Rediscover) => self.shell.coordinator_failed(),
             Some(Hint::Rejoin) => {
                 if matches!(self.phase, Phase::Stable) {
-                    self.request_rejoin("commit: REBALANCE_IN_PROGRESS");
+                    self.request_rejoin(Reason::CommitRebalanceInProgress);
                 }
             }
             Some(Hint::ResetMemberId) => {
-                self.lose_owned("UNKNOWN_MEMBER_ID");
+                self.lose_owned(Reason::UnknownMemberId);
                 self.reset_member_id();
-                self.interrupt_for_rejoin("UNKNOWN_MEMBER_ID");
+                self.interrupt_for_rejoin(Reason::UnknownMemberId);
             }
             Some(Hint::ResetGeneration) => {
-                self.lose_owned("ILLEGAL_GENERATION");
+                self.lose_owned(Reason::IllegalGeneration);
                 self.reset_generation();
-                self.interrupt_for_rejoin("ILLEGAL_GENERATION");
+                self.interrupt_for_rejoin(Reason::IllegalGeneration);
             }
             Some(Hint::Fenced) => self.fenced(),
             Some(Hint::Fatal(error)) => self.fail(error),

@@ -15,7 +15,7 @@ use super::subscription::{Assignment, Subscription};
 use crate::config::GroupConfig;
 use crate::error::{GroupError, codes};
 use crate::machine::TopicPartition;
-use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event};
+use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason};
 use crate::request::{Outbound, Request, Response};
 
 struct Harness {
@@ -140,7 +140,7 @@ impl Harness {
         let (join, _) = h.expect_join();
         h.join_ok(&join, member, 1, "leader-other");
         h.sync_ok(&[("t", 0), ("t", 1)]);
-        assert_eq!(h.m.state(), "Stable");
+        assert_eq!(h.m.state(), MemberState::Stable);
         h.drain();
         h
     }
@@ -335,7 +335,7 @@ fn fenced_instance_id_is_terminal_and_names_the_instance() {
     let mut h = Harness::stable(Some("i1"), "i1-abc");
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 82);
-    assert_eq!(h.m.state(), "Fatal");
+    assert_eq!(h.m.state(), MemberState::Fatal);
     let events = h.take_events();
     let want = GroupError::FencedInstanceId {
         group: "g".into(),
@@ -364,12 +364,12 @@ fn poll_timeout_keeps_a_static_members_id_and_the_next_poll_rejoins_with_it() {
             .all(|o| !matches!(body(o), RequestKind::LeaveGroup(_))),
         "static: no LeaveGroup"
     );
-    assert_eq!(h.m.state(), "PollExpired");
+    assert_eq!(h.m.state(), MemberState::PollExpired);
     assert_eq!(h.m.member_id(), "i1-abc");
     assert!(h.take_events().iter().any(|e| matches!(
         e,
         Event::Lost {
-            reason: "poll timeout",
+            reason: Reason::PollTimeout,
             ..
         }
     )));
@@ -494,7 +494,7 @@ fn an_empty_id_join_in_doubt_holds_the_next_one_and_forgives_one_self_fence() {
     // The first join landed late and replaced us: FENCED, forgiven once.
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 82);
-    assert_ne!(h.m.state(), "Fatal");
+    assert_ne!(h.m.state(), MemberState::Fatal);
     let (_, id) = h.expect_join();
     assert_eq!(id, "", "rejoins to take the instance back");
 }
@@ -574,7 +574,7 @@ fn stale_and_unexpected_answers_are_ignored() {
         h.now,
     );
     assert_eq!(h.m.member_id(), "i1-abc");
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
 }
 
 // ------------------------------------------------- found by tests/op_sequences.rs (regressions)
@@ -671,7 +671,7 @@ impl Harness {
         let mut h = Self::stable(instance, member);
         let hb = h.heartbeat();
         h.heartbeat_answer(&hb, 27);
-        assert_eq!(h.m.state(), "AwaitRevoke");
+        assert_eq!(h.m.state(), MemberState::AwaitRevoke);
         let ticket = h
             .take_events()
             .into_iter()
@@ -693,7 +693,7 @@ fn the_leaders_metadata_deadline_counts_only_when_the_re_check_can_be_sent() {
     let sync = h.lead(&join, 1);
     // The re-check is due during the SyncGroup: not a deadline while it cannot be sent.
     h.advance(Duration::from_secs(1));
-    assert_eq!(h.m.state(), "Syncing");
+    assert_eq!(h.m.state(), MemberState::Syncing);
     assert_eq!(
         h.stuck_deadline(),
         None,
@@ -714,7 +714,7 @@ fn the_leaders_metadata_deadline_counts_only_when_the_re_check_can_be_sent() {
                 ),
         ),
     );
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     // Stable again: the overdue re-check goes out at once.
     let out = h.drain();
     assert!(
@@ -751,7 +751,7 @@ fn a_leader_that_loses_its_generation_drops_its_metadata_deadline() {
         .with_skip_assignment(true);
     h.answer(&join, ResponseKind::JoinGroup(r));
     h.sync_ok(&[("t", 0)]);
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     assert!(h.m.is_leader());
     for _ in 0..3 {
         h.advance(Duration::from_secs(1));
@@ -774,7 +774,7 @@ fn close_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
         0,
         "LeaveGroup before the ticket is back"
     );
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     assert!(!h.take_events().contains(&Event::Closed));
     // Still in its generation meanwhile: commits and heartbeats go out.
     h.m.commit(
@@ -798,7 +798,7 @@ fn close_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
         Err(crate::error::ApiMisuse::Stopped)
     );
     h.m.unsubscribe(h.now);
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.m.complete_revocation(ticket, h.now).unwrap();
     let leave = h.one();
     let RequestKind::LeaveGroup(l) = body(&leave) else {
@@ -809,17 +809,17 @@ fn close_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert!(h.take_events().contains(&Event::Closed));
 
     // A static member owes no LeaveGroup: it closes once the ticket is back, keeping its id.
     let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
     h.m.close(CloseOptions::Default, h.now);
     assert!(h.drain().is_empty());
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.m.complete_revocation(ticket, h.now).unwrap();
     assert_eq!(leaves(&h.drain()), 0);
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert_eq!(h.m.member_id(), "i1-abc");
 }
 
@@ -838,18 +838,18 @@ fn close_during_a_revocation_goes_on_without_the_ticket_after_max_poll_interval(
         }
     }
     assert_eq!(leaves(&sent), 0, "LeaveGroup before max.poll.interval.ms");
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.advance(Duration::from_secs(1));
     let out = h.drain();
     assert_eq!(leaves(&out), 1, "{out:#?}");
-    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(h.m.state(), MemberState::Leaving);
     // A heartbeat error that voids the revocation closes at once too.
     let (mut h, _ticket) = Harness::revoking(None, "m-1");
     h.m.close(CloseOptions::Default, h.now);
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 25);
     assert_eq!(leaves(&h.drain()), 0, "no member id left to leave with");
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert!(h.take_events().contains(&Event::Closed));
 }
 
@@ -871,12 +871,12 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
     h.m.poll(h.now);
     h.advance(Duration::from_secs(31));
     assert!(h.drain().is_empty(), "a second LeaveGroup or a rejoin");
-    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(h.m.state(), MemberState::Leaving);
     h.answer(
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert_eq!(h.m.member_id(), "", "a LeaveGroup went out");
     assert!(h.take_events().contains(&Event::Closed));
 }
@@ -884,14 +884,14 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
 // ------------------------------------------------- unsubscribe during a revocation
 
 impl Harness {
-    /// The `StateChanged` reasons among `events`, as `from -> to (reason)`.
-    fn transitions(events: &[Event]) -> Vec<String> {
+    /// The `StateChanged` events among `events`, as `(from, to, reason)`.
+    fn transitions(events: &[Event]) -> Vec<(MemberState, MemberState, Reason)> {
         events
             .iter()
             .filter_map(|e| match e {
                 Event::StateChanged {
                     from, to, reason, ..
-                } => Some(format!("{from} -> {to} ({reason})")),
+                } => Some((*from, *to, *reason)),
                 _ => None,
             })
             .collect()
@@ -927,7 +927,7 @@ impl Harness {
         h.answer(&join, joined(1));
         let sync = h.one();
         h.answer(&sync, synced(&[0, 1]));
-        assert_eq!(h.m.state(), "Stable");
+        assert_eq!(h.m.state(), MemberState::Stable);
         let hb = h.heartbeat();
         h.heartbeat_answer(&hb, 27);
         // Cooperative: nothing to revoke before the JoinGroup.
@@ -936,7 +936,7 @@ impl Harness {
         h.answer(&join, joined(2));
         let sync = h.one();
         h.answer(&sync, synced(&[0]));
-        assert_eq!(h.m.state(), "AwaitRevoke");
+        assert_eq!(h.m.state(), MemberState::AwaitRevoke);
         let ticket = h
             .take_events()
             .into_iter()
@@ -962,7 +962,7 @@ fn unsubscribe_during_a_revocation_sends_leave_group_only_once_the_ticket_is_bac
         0,
         "LeaveGroup before the ticket is back"
     );
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     assert_eq!(h.m.generation(), 1);
     // Still in its generation meanwhile: commits and heartbeats go out.
     h.m.commit(
@@ -979,7 +979,7 @@ fn unsubscribe_during_a_revocation_sends_leave_group_only_once_the_ticket_is_bac
         "{commit:?}"
     );
     h.heartbeats_for(Duration::from_secs(5));
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     // A second unsubscribe changes nothing.
     h.m.unsubscribe(h.now);
     assert_eq!(leaves(&h.drain()), 0);
@@ -994,20 +994,28 @@ fn unsubscribe_during_a_revocation_sends_leave_group_only_once_the_ticket_is_bac
         l.members[0].reason.as_deref(),
         Some("unsubscribed after the revocation completed")
     );
-    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(h.m.state(), MemberState::Leaving);
     h.answer(
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
-    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
     assert_eq!(h.m.member_id(), "", "a LeaveGroup went out");
     let events = h.take_events();
     assert!(!events.contains(&Event::Closed));
     assert_eq!(
         Harness::transitions(&events),
         vec![
-            "AwaitRevoke -> Leaving (unsubscribed after the revocation completed)",
-            "Leaving -> Unsubscribed (LeaveGroup sent)"
+            (
+                MemberState::AwaitRevoke,
+                MemberState::Leaving,
+                Reason::UnsubscribedAfterRevocation
+            ),
+            (
+                MemberState::Leaving,
+                MemberState::Unsubscribed,
+                Reason::LeaveGroupSent
+            )
         ]
     );
     h.advance(Duration::from_secs(40));
@@ -1028,7 +1036,7 @@ fn unsubscribe_during_a_cooperative_revocation_releases_what_the_ticket_does_not
         "t-0 released at once, t-1 stays under the ticket"
     );
     assert!(h.m.assignment().is_empty());
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.heartbeats_for(Duration::from_secs(3));
     h.m.complete_revocation(ticket, h.now).unwrap();
     let leave = h.one();
@@ -1041,7 +1049,7 @@ fn unsubscribe_during_a_cooperative_revocation_releases_what_the_ticket_does_not
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
-    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
     h.advance(Duration::from_secs(5));
     assert!(h.drain().is_empty());
 }
@@ -1052,7 +1060,7 @@ fn unsubscribe_during_a_revocation_leaves_without_the_ticket_after_max_poll_inte
     h.m.unsubscribe(h.now);
     // poll() does not push the deadline out: the application is not subscribed any more.
     h.heartbeats_for(Duration::from_secs(29));
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.take_events();
     h.advance(Duration::from_secs(1));
     let out = h.drain();
@@ -1068,7 +1076,7 @@ fn unsubscribe_during_a_revocation_leaves_without_the_ticket_after_max_poll_inte
         l.members[0].reason.as_deref(),
         Some("unsubscribed without the revocation ticket")
     );
-    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(h.m.state(), MemberState::Leaving);
     assert_eq!(
         h.m.complete_revocation(ticket, h.now),
         Err(crate::error::ApiMisuse::UnknownTicket),
@@ -1078,7 +1086,7 @@ fn unsubscribe_during_a_revocation_leaves_without_the_ticket_after_max_poll_inte
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
-    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
     assert!(!h.take_events().contains(&Event::Closed));
 
     // An answer that voids the revocation: ILLEGAL_GENERATION keeps the member id, so the
@@ -1088,13 +1096,13 @@ fn unsubscribe_during_a_revocation_leaves_without_the_ticket_after_max_poll_inte
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 22);
     assert_eq!(leaves(&h.drain()), 1);
-    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(h.m.state(), MemberState::Leaving);
     let (mut h, _ticket) = Harness::revoking(None, "m-1");
     h.m.unsubscribe(h.now);
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 25);
     assert_eq!(leaves(&h.drain()), 0, "no member id left to leave with");
-    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
     assert_eq!(h.m.member_id(), "");
 }
 
@@ -1104,18 +1112,22 @@ fn static_unsubscribe_during_a_revocation_sends_no_leave_group_and_keeps_the_id(
     h.m.unsubscribe(h.now);
     assert!(h.drain().is_empty());
     // Waits for the ticket like a dynamic member (its generation stays usable for commits).
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     assert_eq!(h.m.generation(), 1);
     h.heartbeats_for(Duration::from_secs(3));
     h.take_events();
     h.m.complete_revocation(ticket, h.now).unwrap();
     assert_eq!(leaves(&h.drain()), 0);
-    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
     assert_eq!(h.m.member_id(), "i1-abc");
     assert_eq!(h.m.generation(), -1);
     assert_eq!(
         Harness::transitions(&h.take_events()),
-        vec!["AwaitRevoke -> Unsubscribed (unsubscribed after the revocation completed)"]
+        vec![(
+            MemberState::AwaitRevoke,
+            MemberState::Unsubscribed,
+            Reason::UnsubscribedAfterRevocation
+        )]
     );
     // Subscribing again rejoins with the kept id.
     h.m.subscribe(["t".to_string()], h.now).unwrap();
@@ -1128,7 +1140,7 @@ fn static_unsubscribe_during_a_revocation_sends_no_leave_group_and_keeps_the_id(
     h.heartbeats_for(Duration::from_secs(29));
     h.advance(Duration::from_secs(1));
     assert_eq!(leaves(&h.drain()), 0);
-    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
     assert_eq!(h.m.member_id(), "i1-abc");
 }
 
@@ -1138,10 +1150,10 @@ fn subscribe_before_the_ticket_cancels_a_deferred_unsubscribe() {
     h.m.unsubscribe(h.now);
     h.heartbeats_for(Duration::from_secs(10));
     h.m.subscribe(["t".to_string()], h.now).unwrap();
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     // The unsubscribe's deadline (30 s after it) is gone; the application's polls count again.
     h.heartbeats_for(Duration::from_secs(25));
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.take_events();
     // The ticket's return rejoins with the new subscription, as the member never left.
     h.m.complete_revocation(ticket, h.now).unwrap();
@@ -1155,7 +1167,7 @@ fn subscribe_before_the_ticket_cancels_a_deferred_unsubscribe() {
         })
         .collect();
     assert_eq!(joins, vec!["m-1".to_string()], "{out:#?}");
-    assert_eq!(h.m.state(), "Joining");
+    assert_eq!(h.m.state(), MemberState::Joining);
 
     // Unsubscribe, subscribe, unsubscribe: the last one waits for the ticket again, with a
     // deadline of its own.
@@ -1165,10 +1177,10 @@ fn subscribe_before_the_ticket_cancels_a_deferred_unsubscribe() {
     h.heartbeats_for(Duration::from_secs(20));
     h.m.unsubscribe(h.now);
     h.heartbeats_for(Duration::from_secs(20));
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.m.complete_revocation(ticket, h.now).unwrap();
     assert_eq!(leaves(&h.drain()), 1);
-    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(h.m.state(), MemberState::Leaving);
 }
 
 #[test]
@@ -1179,7 +1191,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
     h.heartbeats_for(Duration::from_secs(5));
     h.m.close(CloseOptions::Default, h.now);
     assert_eq!(leaves(&h.drain()), 0);
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
         Err(crate::error::ApiMisuse::Stopped)
@@ -1197,7 +1209,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert!(h.take_events().contains(&Event::Closed));
 
     // Without the ticket: the close goes on at the unsubscribe's deadline, not its own.
@@ -1206,7 +1218,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
     h.heartbeats_for(Duration::from_secs(10));
     h.m.close(CloseOptions::Default, h.now);
     h.heartbeats_for(Duration::from_secs(19));
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.advance(Duration::from_secs(1));
     let out = h.drain();
     assert_eq!(leaves(&out), 1, "{out:#?}");
@@ -1218,7 +1230,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert!(h.take_events().contains(&Event::Closed));
 
     // Static: a close(LeaveGroup) after the unsubscribe changes how the member leaves.
@@ -1236,7 +1248,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
 
     // Static, default close: closes at the ticket without LeaveGroup, keeping its id.
     let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
@@ -1244,7 +1256,7 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
     h.m.close(CloseOptions::Default, h.now);
     h.m.complete_revocation(ticket, h.now).unwrap();
     assert_eq!(leaves(&h.drain()), 0);
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert_eq!(h.m.member_id(), "i1-abc");
     assert!(h.take_events().contains(&Event::Closed));
 }
@@ -1407,7 +1419,7 @@ fn the_first_fence_from_a_coordinator_that_took_over_is_forgiven_once() {
     // The new coordinator (node 2) loaded a record naming an older member id for "i1".
     let (mut h, join) = Harness::failed_over_to(2);
     h.join_error(&join, 82);
-    assert_ne!(h.m.state(), "Fatal", "{:?}", h.m.fatal_error());
+    assert_ne!(h.m.state(), MemberState::Fatal, "{:?}", h.m.fatal_error());
     let (join, id) = h.expect_join();
     assert!(
         !h.events.iter().any(|e| matches!(e, Event::Fatal(_))),
@@ -1417,7 +1429,7 @@ fn the_first_fence_from_a_coordinator_that_took_over_is_forgiven_once() {
     assert_eq!(id, "", "takes the instance id back with an empty member id");
     // A second FENCED_INSTANCE_ID from the same coordinator is a live duplicate: terminal.
     h.join_error(&join, 82);
-    assert_eq!(h.m.state(), "Fatal");
+    assert_eq!(h.m.state(), MemberState::Fatal);
     assert!(matches!(
         h.m.fatal_error(),
         Some(GroupError::FencedInstanceId { .. })
@@ -1432,12 +1444,12 @@ fn after_the_forgiven_fence_the_member_is_registered_by_the_new_coordinator() {
     assert_eq!(id, "");
     h.join_ok(&join, "i1-new", 5, "other");
     h.sync_ok(&[("t", 0)]);
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     // Another process takes the instance id at the coordinator that registered this member:
     // a genuine duplicate, terminal.
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 82);
-    assert_eq!(h.m.state(), "Fatal");
+    assert_eq!(h.m.state(), MemberState::Fatal);
 }
 
 #[test]
@@ -1449,7 +1461,7 @@ fn a_fence_from_the_registering_coordinator_is_terminal_even_after_a_reconnect()
     h.find_coordinator_at(1);
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 82);
-    assert_eq!(h.m.state(), "Fatal");
+    assert_eq!(h.m.state(), MemberState::Fatal);
 }
 
 #[test]
@@ -1480,7 +1492,7 @@ fn an_empty_id_join_that_never_left_is_not_in_doubt() {
     // And a FENCED_INSTANCE_ID later is not forgiven as a late landing of that join.
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 82);
-    assert_eq!(h.m.state(), "Fatal");
+    assert_eq!(h.m.state(), MemberState::Fatal);
 }
 
 #[test]
@@ -1525,7 +1537,7 @@ fn a_dynamic_member_is_never_forgiven_a_fence_it_has_no_instance_id_for() {
     h.find_coordinator_at(2);
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 82);
-    assert_eq!(h.m.state(), "Fatal");
+    assert_eq!(h.m.state(), MemberState::Fatal);
 }
 
 #[test]

@@ -16,7 +16,8 @@ use crate::error::ApiMisuse;
 use crate::error::{ConfigError, ErrorAction, GroupError, TransportError, classify, codes};
 use crate::machine::TopicPartition;
 use crate::machine::events::{
-    CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
+    CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, MemberState, Reason,
+    RevokeTicket,
 };
 use crate::machine::metadata::ClusterMetadata;
 use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
@@ -169,7 +170,7 @@ pub struct ConsumerMember {
     registration: Registration,
     answered_once: bool,
     /// A close or unsubscribe that waits for the outstanding revocation ticket.
-    deferred_leave: Option<(CloseOptions, AfterLeave, &'static str)>,
+    deferred_leave: Option<(CloseOptions, AfterLeave, Reason)>,
 }
 
 impl ConsumerMember {
@@ -255,9 +256,9 @@ impl ConsumerMember {
         v
     }
 
-    /// The state's name.
-    pub fn state(&self) -> &'static str {
-        self.phase.name()
+    /// Where the member stands.
+    pub fn state(&self) -> MemberState {
+        self.phase.state()
     }
 
     /// The coordinator, when known.
@@ -377,7 +378,7 @@ impl ConsumerMember {
             now + self.shell.config.max_poll_interval,
         );
         match self.phase {
-            Phase::Unsubscribed | Phase::Stale => self.join("subscribed"),
+            Phase::Unsubscribed | Phase::Stale => self.join(Reason::Subscribed),
             // A member in the group sends the changed subscription with its next heartbeat
             // (the field differs from what the broker knows); send it now.
             _ if self.in_group() => self.shell.timers.stop(Timer::Heartbeat),
@@ -401,7 +402,7 @@ impl ConsumerMember {
         self.regex = None;
         self.shell.timers.stop(Timer::PollInterval);
         if matches!(self.phase, Phase::Stale) {
-            return self.set_phase(Phase::Unsubscribed, "unsubscribed");
+            return self.set_phase(Phase::Unsubscribed, Reason::Unsubscribed);
         }
         if !self.in_group() {
             return;
@@ -409,19 +410,14 @@ impl ConsumerMember {
         self.leave_when_revoked(
             CloseOptions::Default,
             AfterLeave::Unsubscribe,
-            "unsubscribed",
+            Reason::Unsubscribed,
         );
     }
 
     /// Releases what the application owns and leaves — but while a revocation ticket is out, the
     /// leave waits for it: a leave would let the broker hand the partitions being revoked to
     /// others before the application committed them (the ticket's promise).
-    fn leave_when_revoked(
-        &mut self,
-        options: CloseOptions,
-        then: AfterLeave,
-        reason: &'static str,
-    ) {
+    fn leave_when_revoked(&mut self, options: CloseOptions, then: AfterLeave, reason: Reason) {
         if let Phase::AwaitRevoke { revoking, .. } = &self.phase {
             let revoking = revoking.clone();
             let released: Vec<(Uuid, i32)> = self
@@ -453,7 +449,7 @@ impl ConsumerMember {
     pub fn poll(&mut self, now: Instant) {
         let subscribed = !self.topics.is_empty() || self.regex.is_some();
         if self.polled(now, subscribed) && matches!(self.phase, Phase::Stale) {
-            self.join("polled again after poll timeout");
+            self.join(Reason::PolledAfterPollTimeout);
         }
     }
 
@@ -475,7 +471,7 @@ impl ConsumerMember {
                     self.leave(options, then, reason);
                     return Ok(());
                 }
-                self.set_phase(Phase::Reconciling, "revocation completed");
+                self.set_phase(Phase::Reconciling, Reason::RevocationCompleted);
                 self.reconcile();
                 Ok(())
             }
@@ -519,7 +515,7 @@ impl ConsumerMember {
             *then = AfterLeave::Close;
             return;
         }
-        self.leave_when_revoked(options, AfterLeave::Close, "closed");
+        self.leave_when_revoked(options, AfterLeave::Close, Reason::Closed);
     }
 
     // ------------------------------------------------------------------ outputs
@@ -631,13 +627,13 @@ impl ConsumerMember {
         }
         if self.shell.expired(Timer::PollInterval) && self.in_group() {
             tracing::warn!(group = %self.shell.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
-            self.lose_owned("poll timeout");
+            self.lose_owned(Reason::PollTimeout);
             // A close that waited for a ticket the application never handed back ends here.
             let (options, then) = match self.deferred_leave.take() {
                 Some((options, then, _)) => (options, then),
                 None => (CloseOptions::Default, AfterLeave::Stale),
             };
-            self.leave(options, then, "poll timeout");
+            self.leave(options, then, Reason::PollTimeout);
         }
     }
 
@@ -666,7 +662,7 @@ impl ConsumerMember {
 
     // ------------------------------------------------------------------ transitions
 
-    fn join(&mut self, reason: &'static str) {
+    fn join(&mut self, reason: Reason) {
         self.epoch = 0;
         self.known = None;
         self.acked_owned = None;
@@ -677,7 +673,7 @@ impl ConsumerMember {
 
     /// Fenced (FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID): partitions lost, rejoin at epoch 0 with
     /// the same member id (AbstractMembershipManager.transitionToFenced).
-    fn fenced(&mut self, reason: &'static str) {
+    fn fenced(&mut self, reason: Reason) {
         if let Phase::Leaving { then, .. } = self.phase {
             // Fenced while leaving completes the leave.
             return self.finish_leave(then);
@@ -693,7 +689,7 @@ impl ConsumerMember {
     }
 
     /// Decides the leave epoch and starts leaving; without a leave due, finishes at once.
-    fn leave(&mut self, options: CloseOptions, then: AfterLeave, reason: &'static str) {
+    fn leave(&mut self, options: CloseOptions, then: AfterLeave, reason: Reason) {
         // ConsumerMembershipManager.leaveGroupEpoch, and dynamic + remain-in-group sends nothing.
         let epoch = match options {
             CloseOptions::LeaveGroup => Some(LEAVE_EPOCH),
@@ -733,15 +729,15 @@ impl ConsumerMember {
         match then {
             AfterLeave::Close => {
                 self.shell.fail_offsets(CommitError::Closed);
-                self.set_phase(Phase::Closed, "left");
+                self.set_phase(Phase::Closed, Reason::Left);
                 self.shell.events.push_back(Event::Closed);
             }
             AfterLeave::Unsubscribe if !self.topics.is_empty() || self.regex.is_some() => {
-                self.join("resubscribed")
+                self.join(Reason::Resubscribed)
             }
-            AfterLeave::Unsubscribe => self.set_phase(Phase::Unsubscribed, "left"),
-            AfterLeave::Stale => self.set_phase(Phase::Stale, "left on poll timeout"),
-            AfterLeave::Rejoin => self.join("rejoin after releasing the instance id"),
+            AfterLeave::Unsubscribe => self.set_phase(Phase::Unsubscribed, Reason::Left),
+            AfterLeave::Stale => self.set_phase(Phase::Stale, Reason::LeftOnPollTimeout),
+            AfterLeave::Rejoin => self.join(Reason::RejoinAfterInstanceRelease),
         }
     }
 
@@ -995,9 +991,9 @@ impl ConsumerMember {
             ErrorAction::FencedMember => {
                 tracing::info!(group = %self.shell.config.group_id, code = r.error_code, "fenced; rejoining with the same member id");
                 self.fenced(if r.error_code == codes::FENCED_MEMBER_EPOCH {
-                    "FENCED_MEMBER_EPOCH"
+                    Reason::FencedMemberEpoch
                 } else {
-                    "UNKNOWN_MEMBER_ID"
+                    Reason::UnknownMemberId
                 });
                 if sent_epoch == 0 && matches!(self.phase, Phase::Joining) {
                     // The join itself was fenced: a broker without KAFKA-19233 (4.0, 4.1)
@@ -1052,7 +1048,7 @@ impl ConsumerMember {
         {
             self.registration.unreleased_recoveries += 1;
             tracing::warn!(group = %self.shell.config.group_id, %instance_id, attempt = self.registration.unreleased_recoveries, "UNRELEASED_INSTANCE_ID after this member's own join may have landed; leaving with -2 and rejoining");
-            self.lose_owned("UNRELEASED_INSTANCE_ID");
+            self.lose_owned(Reason::UnreleasedInstanceId);
             if let Some((options, then, reason)) = self.deferred_leave.take() {
                 // A close or unsubscribe waited for a revocation this error voids: its leave
                 // releases the instance id too (-2, or -1 for close(LeaveGroup)), and the member
@@ -1065,7 +1061,7 @@ impl ConsumerMember {
                     request: None,
                     then: AfterLeave::Rejoin,
                 },
-                "UNRELEASED_INSTANCE_ID recovery",
+                Reason::UnreleasedInstanceIdRecovery,
             );
         } else {
             self.fail(GroupError::UnreleasedInstanceId {
@@ -1147,7 +1143,7 @@ impl ConsumerMember {
     fn reconcile(&mut self) {
         let Some(target) = self.target.clone() else {
             if matches!(self.phase, Phase::Joining) {
-                self.set_phase(Phase::Stable, "joined");
+                self.set_phase(Phase::Stable, Reason::Joined);
             }
             return;
         };
@@ -1174,7 +1170,7 @@ impl ConsumerMember {
                 ticket: RevokeTicket { id: ticket },
             });
             let revoking = revoked.into_iter().collect();
-            return self.set_phase(Phase::AwaitRevoke { ticket, revoking }, "revoking");
+            return self.set_phase(Phase::AwaitRevoke { ticket, revoking }, Reason::Revoking);
         }
         if !added.is_empty() && (self.owned_report_in_flight() || self.owned_report_unsettled) {
             // A heartbeat on its way lists what this member owned when it went out. Were the
@@ -1184,7 +1180,7 @@ impl ConsumerMember {
             // that heartbeat is answered; if it failed in the transport the broker may still
             // process it, so once a later one is answered (the coordinator reads a group's
             // requests in order: a request it read before is processed before).
-            return self.set_phase(Phase::Reconciling, "waiting for the heartbeat in flight");
+            return self.set_phase(Phase::Reconciling, Reason::AwaitingHeartbeat);
         }
         if !added.is_empty() {
             self.owned.extend(added.iter().cloned());
@@ -1203,11 +1199,11 @@ impl ConsumerMember {
         }
         let acked = self.known.as_ref().is_some_and(|k| k.owned == self.owned);
         if !acked {
-            self.set_phase(Phase::Acknowledging, "acknowledging the assignment");
+            self.set_phase(Phase::Acknowledging, Reason::AcknowledgingAssignment);
         } else if unresolved.is_empty() {
-            self.set_phase(Phase::Stable, "assignment reconciled");
+            self.set_phase(Phase::Stable, Reason::AssignmentReconciled);
         } else {
-            self.set_phase(Phase::Reconciling, "waiting for topic metadata");
+            self.set_phase(Phase::Reconciling, Reason::AwaitingTopicMetadata);
         }
     }
 

@@ -25,7 +25,9 @@ use crate::error::ApiMisuse;
 use crate::error::{GroupError, TransportError, codes};
 use crate::machine::TopicPartition;
 use crate::machine::classic::subscription::Subscription;
-use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, RevokeTicket};
+use crate::machine::events::{
+    CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason, RevokeTicket,
+};
 use crate::machine::member::Member;
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
 use crate::request::{Broker, Outbound, Request, Response, Target};
@@ -300,7 +302,7 @@ impl Harness {
         assert_eq!(owned_of(&b), Some(vec![(T, vec![0, 1])]));
         h.hb_answer(&ack, ok(1, 1000, None));
         h.nothing("nothing more once the assignment is acknowledged");
-        assert_eq!(h.m.state(), "Stable");
+        assert_eq!(h.m.state(), MemberState::Stable);
         assert_eq!(h.m.epoch(), 1);
         assert_eq!(h.m.assignment(), vec![tp("t", 0), tp("t", 1)]);
         h.events.clear();
@@ -322,7 +324,7 @@ fn fatal_of(events: &[Event]) -> Vec<&GroupError> {
         .collect()
 }
 
-fn lost_of(events: &[Event]) -> Vec<(Vec<TopicPartition>, &'static str)> {
+fn lost_of(events: &[Event]) -> Vec<(Vec<TopicPartition>, Reason)> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -396,7 +398,7 @@ fn first_heartbeat_of_a_static_member_is_full() {
     let mut h = Harness::with_config(c);
     h.m.subscribe(["u".to_string(), "t".to_string()], h.now)
         .unwrap();
-    assert_eq!(h.m.state(), "Joining");
+    assert_eq!(h.m.state(), MemberState::Joining);
     h.find_coordinator();
     let (out, b) = h.expect_hb();
     assert_eq!(out.target, Target::Coordinator(coordinator_broker()));
@@ -461,7 +463,7 @@ fn an_unseeded_auto_member_with_a_given_id_still_falls_back_to_classic() {
     member_first_heartbeat(&mut m, now, err(35));
     let (_, events) = member_drain(&mut m);
     assert!(fatal_of(&events).is_empty(), "{events:?}");
-    assert_eq!(m.protocol(), "classic", "{events:?}");
+    assert_eq!(m.protocol(), GroupProtocol::Classic, "{events:?}");
 }
 
 #[test]
@@ -546,7 +548,7 @@ fn member_id_survives_fencing_unknown_member_id_and_resubscribe() {
     let (leave, b) = h.expect_hb();
     assert_eq!((b.member_epoch, b.member_id.as_str()), (-1, ID));
     h.hb_answer(&leave, ok(-1, 0, None));
-    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
     h.m.subscribe(["t".to_string()], h.now).unwrap();
     let (_, b) = h.expect_hb();
     assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));
@@ -740,7 +742,7 @@ fn the_interval_comes_from_the_answer() {
     h.find_coordinator();
     let (join, _) = h.expect_hb();
     h.hb_answer(&join, ok(1, 500, None));
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     h.advance(Duration::from_millis(499));
     h.nothing("the interval has not elapsed");
     let (hb, _) = h.regular(Duration::from_millis(1));
@@ -781,7 +783,7 @@ fn a_negative_epoch_in_a_successful_answer_is_ignored() {
     h.hb_answer(&hb, ok(-1, 1000, Some(&[(T, &[5])])));
     assert_eq!(h.m.epoch(), 1);
     assert_eq!(h.m.assignment(), vec![tp("t", 0), tp("t", 1)]);
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     let out = h.drain();
     assert!(!out.iter().any(is_metadata), "{out:?}");
     let events = std::mem::take(&mut h.events);
@@ -837,7 +839,7 @@ fn target_ids_are_resolved_through_metadata_then_assigned_and_acknowledged() {
     );
     h.metadata_answer(&md, &[("t", T, 2)]);
     let (ack, b) = h.expect_hb();
-    assert_eq!(h.m.state(), "Acknowledging");
+    assert_eq!(h.m.state(), MemberState::Acknowledging);
     assert_eq!(b.member_epoch, 3);
     assert_eq!(owned_of(&b), Some(vec![(T, vec![0, 1])]));
     let events = h.take_events();
@@ -852,7 +854,7 @@ fn target_ids_are_resolved_through_metadata_then_assigned_and_acknowledged() {
         "{events:?}"
     );
     h.hb_answer(&ack, ok(3, 1000, None));
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     h.nothing("acknowledged");
 }
 
@@ -876,7 +878,11 @@ fn unknown_topic_ids_are_carried_until_metadata_knows_them() {
     let ack = out.remove(ack);
     assert_eq!(owned_of(&heartbeat_body(&ack)), Some(vec![(T, vec![0])]));
     h.hb_answer(&ack, ok(1, 10_000, None));
-    assert_ne!(h.m.state(), "Stable", "x is still to be reconciled");
+    assert_ne!(
+        h.m.state(),
+        MemberState::Stable,
+        "x is still to be reconciled"
+    );
     assert_eq!(h.m.assignment(), vec![tp("t", 0)]);
     // Metadata is asked again (at the latest when the refresh timer fires).
     out.extend(h.drain());
@@ -912,7 +918,7 @@ fn unknown_topic_ids_are_carried_until_metadata_knows_them() {
         Some(vec![(T, vec![0]), (X, vec![0, 1])])
     );
     h.hb_answer(&ack, ok(1, 10_000, None));
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
 }
 
 #[test]
@@ -941,7 +947,7 @@ fn a_join_asks_for_the_subscribed_topics_with_the_lookup_and_reconciles_without_
     assert_eq!(owned_of(&b), Some(vec![(T, vec![0, 1])]));
     assert_eq!(h.m.assignment(), vec![tp("t", 0), tp("t", 1)]);
     h.hb_answer(&ack, ok(1, 1000, None));
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
 }
 
 #[test]
@@ -957,7 +963,7 @@ fn an_assignment_that_overtakes_the_prefetch_waits_for_it_without_asking_again()
     let (join, _) = h.expect_hb();
     h.hb_answer(&join, ok(1, 1000, Some(&[(T, &[0, 1])])));
     h.nothing("the prefetch is still in flight: no second Metadata, no acknowledgement yet");
-    assert_eq!(h.m.state(), "Reconciling");
+    assert_eq!(h.m.state(), MemberState::Reconciling);
     h.metadata_answer(&out[1], &[("t", T, 4)]);
     let (_, b) = h.expect_hb();
     assert_eq!(owned_of(&b), Some(vec![(T, vec![0, 1])]));
@@ -1001,7 +1007,7 @@ fn partitions_are_not_taken_while_a_heartbeat_listing_the_owned_ones_is_in_fligh
     h.metadata_answer(&md, &[("t", T, 4), ("x", X, 1)]);
     h.nothing("nothing taken while the ack that lists t-0 only is out");
     assert_eq!(h.m.assignment(), vec![tp("t", 0)]);
-    assert_eq!(h.m.state(), "Reconciling");
+    assert_eq!(h.m.state(), MemberState::Reconciling);
     h.hb_answer(&ack, ok(2, 1000, None));
     let (_, b) = h.expect_hb();
     assert_eq!(owned_of(&b), Some(vec![(T, vec![0]), (X, vec![0])]));
@@ -1064,7 +1070,7 @@ fn revoke_before_assign_with_a_ticket() {
         assigned_of(&events).is_empty(),
         "nothing assigned before the revocation: {events:?}"
     );
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     // A ticket that is not the one awaited changes nothing.
     assert_eq!(
         h.m.complete_revocation(
@@ -1075,7 +1081,7 @@ fn revoke_before_assign_with_a_ticket() {
         ),
         Err(ApiMisuse::UnknownTicket)
     );
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.nothing("still waiting for the right ticket");
     let stale = RevokeTicket { id: ticket.id };
     h.m.complete_revocation(ticket, h.now).unwrap();
@@ -1088,14 +1094,14 @@ fn revoke_before_assign_with_a_ticket() {
         vec![(vec![tp("t", 2)], vec![tp("t", 1), tp("t", 2)], 2)],
         "{events:?}"
     );
-    assert_eq!(h.m.state(), "Acknowledging");
+    assert_eq!(h.m.state(), MemberState::Acknowledging);
     // The same ticket again: stale.
     assert_eq!(
         h.m.complete_revocation(stale, h.now),
         Err(ApiMisuse::UnknownTicket)
     );
     h.hb_answer(&ack, ok(2, 1000, None));
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     assert_eq!(h.m.assignment(), vec![tp("t", 1), tp("t", 2)]);
 }
 
@@ -1155,7 +1161,7 @@ fn a_metadata_refresh_during_a_revocation_does_not_acknowledge_it() {
     for out in h.drain() {
         assert!(!is_heartbeat(&out), "no ack before the ticket: {out:?}");
     }
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     assert_eq!(h.m.complete_revocation(ticket, h.now), Ok(()));
 }
 
@@ -1185,10 +1191,15 @@ fn a_metadata_refresh_after_fencing_does_not_mark_the_rejoin_stable() {
         .find(is_heartbeat)
         .expect("a join heartbeat");
     assert_eq!(heartbeat_body(&join).member_epoch, 0);
-    assert_eq!(h.m.state(), "Joining");
+    assert_eq!(h.m.state(), MemberState::Joining);
     h.advance(Duration::from_secs(2));
     h.drain();
-    assert_eq!(h.m.state(), "Joining", "no answer yet: {:?}", h.events);
+    assert_eq!(
+        h.m.state(),
+        MemberState::Joining,
+        "no answer yet: {:?}",
+        h.events
+    );
 }
 
 #[test]
@@ -1220,14 +1231,17 @@ fn a_wrong_ticket_outside_a_revocation_is_unknown() {
         h.m.complete_revocation(RevokeTicket { id: 1 }, h.now),
         Err(ApiMisuse::UnknownTicket)
     );
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
 }
 
 // ------------------------------------------------------------------------------ 6. error table
 
 #[test]
 fn fenced_epoch_and_unknown_member_id_lose_partitions_and_rejoin_with_the_same_id() {
-    for (code, reason) in [(110, "FENCED_MEMBER_EPOCH"), (25, "UNKNOWN_MEMBER_ID")] {
+    for (code, reason) in [
+        (110, Reason::FencedMemberEpoch),
+        (25, Reason::UnknownMemberId),
+    ] {
         let mut h = Harness::joined(Some("i1"));
         let (hb, _) = h.regular(Duration::from_secs(1));
         h.hb_answer(&hb, err(code));
@@ -1262,7 +1276,7 @@ fn fenced_instance_id_is_fatal_and_nothing_is_sent_afterwards() {
         }]
     );
     assert_eq!(lost_of(&events).len(), 1, "{events:?}");
-    assert_eq!(h.m.state(), "Fatal");
+    assert_eq!(h.m.state(), MemberState::Fatal);
     h.advance(Duration::from_secs(60));
     h.m.poll(h.now);
     h.m.close(CloseOptions::LeaveGroup, h.now);
@@ -1297,7 +1311,7 @@ fn unreleased_instance_id_after_a_lost_join_is_recovered_a_bounded_number_of_tim
             (-2, ID, Some("i1")),
             "recovery {attempt}: leave with -2 under the own id"
         );
-        assert_eq!(h.m.state(), "Leaving");
+        assert_eq!(h.m.state(), MemberState::Leaving);
         h.hb_answer(&leave, ok(-2, 0, None));
         let (next, b) = h.expect_hb();
         assert_eq!(
@@ -1383,7 +1397,7 @@ fn coordinator_load_in_progress_backs_off() {
     h.advance(Duration::from_millis(950));
     let (_, b) = h.expect_hb();
     assert_eq!(b.member_epoch, 1);
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
 }
 
 #[test]
@@ -1409,7 +1423,7 @@ fn terminal_heartbeat_errors_are_typed() {
         let events = std::mem::take(&mut h.events);
         assert_eq!(fatal_of(&events), vec![&want], "{code}: {events:?}");
         assert_eq!(h.m.fatal_error(), Some(&want));
-        assert_eq!(h.m.state(), "Fatal");
+        assert_eq!(h.m.state(), MemberState::Fatal);
         h.advance(Duration::from_secs(30));
         h.nothing("stopped");
     }
@@ -1423,7 +1437,7 @@ fn topic_authorization_failed_is_not_fatal() {
     let events = h.take_events();
     assert!(fatal_of(&events).is_empty(), "{events:?}");
     assert!(lost_of(&events).is_empty(), "{events:?}");
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     assert_eq!(h.m.epoch(), 1);
     assert_eq!(h.m.assignment(), vec![tp("t", 0), tp("t", 1)]);
     h.advance(Duration::from_secs(1));
@@ -1472,7 +1486,7 @@ fn close_sends_the_leave_epoch_kip_1092_asks_for() {
         assert_eq!(b.instance_id.as_deref(), instance, "{what}");
         assert_eq!(b.topic_partitions, None, "{what}");
         assert_eq!(b.subscribed_topic_names, None, "{what}");
-        assert_eq!(h.m.state(), "Leaving", "{what}");
+        assert_eq!(h.m.state(), MemberState::Leaving, "{what}");
         let events = std::mem::take(&mut h.events);
         assert!(
             events.contains(&Event::Revoked {
@@ -1486,7 +1500,7 @@ fn close_sends_the_leave_epoch_kip_1092_asks_for() {
         );
         h.hb_answer(&leave, ok(epoch, 0, None));
         assert!(h.take_events().contains(&Event::Closed), "{what}");
-        assert_eq!(h.m.state(), "Closed");
+        assert_eq!(h.m.state(), MemberState::Closed);
         h.advance(Duration::from_secs(30));
         h.nothing("closed");
     }
@@ -1499,7 +1513,7 @@ fn close_remain_in_group_of_a_dynamic_member_sends_nothing() {
     h.nothing("dynamic + remain in group: no leave");
     let events = std::mem::take(&mut h.events);
     assert!(events.contains(&Event::Closed), "{events:?}");
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert_eq!(h.m.member_id(), ID);
 }
 
@@ -1520,7 +1534,7 @@ fn close_while_the_join_is_in_flight_still_leaves_with_the_member_id() {
     h.hb_answer(&join, ok(1, 1000, Some(&[(T, &[0])])));
     h.nothing("no metadata, no ack for a closing member");
     assert_eq!(h.m.epoch(), 0, "an answer after the close changes nothing");
-    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(h.m.state(), MemberState::Leaving);
     assert!(assigned_of(&h.events).is_empty(), "{:?}", h.events);
     h.hb_answer(&leave, ok(-1, 0, None));
     assert!(h.take_events().contains(&Event::Closed));
@@ -1536,16 +1550,16 @@ fn an_error_answer_to_a_heartbeat_overtaken_by_the_leave_changes_nothing() {
         h.events.clear();
         h.hb_answer(&hb, err(code));
         h.nothing("the leave is in flight");
-        assert_eq!(h.m.state(), "Leaving", "{code}");
+        assert_eq!(h.m.state(), MemberState::Leaving, "{code}");
         assert_eq!(h.events, vec![], "{code}");
         h.hb_answer(&leave, ok(-1, 0, None));
         assert_eq!(
             h.take_events(),
             vec![
                 Event::StateChanged {
-                    from: "Leaving",
-                    to: "Closed",
-                    reason: "left",
+                    from: MemberState::Leaving,
+                    to: MemberState::Closed,
+                    reason: Reason::Left,
                     member_id: ID.into(),
                     generation: 0,
                 },
@@ -1610,7 +1624,7 @@ fn the_leave_completes_whatever_its_answer() {
         let events = h.take_events();
         assert!(events.contains(&Event::Closed), "{answer:?}: {events:?}");
         assert!(fatal_of(&events).is_empty(), "{answer:?}: {events:?}");
-        assert_eq!(h.m.state(), "Closed");
+        assert_eq!(h.m.state(), MemberState::Closed);
         h.advance(Duration::from_secs(5));
         h.nothing("closed");
     }
@@ -1647,7 +1661,7 @@ fn a_metadata_refresh_while_leaving_does_not_undo_the_close() {
         "re-assigned while closing: {:?}",
         h.events
     );
-    assert_eq!(h.m.state(), "Leaving");
+    assert_eq!(h.m.state(), MemberState::Leaving);
     h.hb_answer(&leave, ok(-1, 0, None));
     assert!(
         h.take_events().contains(&Event::Closed),
@@ -1676,18 +1690,18 @@ fn poll_timeout_loses_partitions_leaves_and_poll_rejoins_with_the_same_id() {
         let events = std::mem::take(&mut h.events);
         assert_eq!(
             lost_of(&events),
-            vec![(vec![tp("t", 0), tp("t", 1)], "poll timeout")],
+            vec![(vec![tp("t", 0), tp("t", 1)], Reason::PollTimeout)],
             "{instance:?}"
         );
         h.hb_answer(&leave, ok(epoch, 0, None));
-        assert_eq!(h.m.state(), "Stale", "{instance:?}");
+        assert_eq!(h.m.state(), MemberState::Stale, "{instance:?}");
         h.advance(Duration::from_secs(10));
         h.nothing("stale: no heartbeats until the application polls");
         h.m.poll(h.now);
         let (_, b) = h.expect_hb();
         assert_eq!(b.member_epoch, 0, "{instance:?}");
         assert_full(&b, Some(vec![]), "rejoin after poll timeout");
-        assert_eq!(h.m.state(), "Joining");
+        assert_eq!(h.m.state(), MemberState::Joining);
     }
 }
 
@@ -1699,11 +1713,11 @@ fn unsubscribe_after_a_poll_timeout_is_not_undone_by_the_next_poll() {
     let (leave, b) = h.expect_hb();
     assert_eq!(b.member_epoch, -1);
     h.hb_answer(&leave, ok(-1, 0, None));
-    assert_eq!(h.m.state(), "Stale");
+    assert_eq!(h.m.state(), MemberState::Stale);
     h.m.unsubscribe(h.now);
     h.m.poll(h.now);
     h.nothing("the application unsubscribed: polling must not rejoin");
-    assert_ne!(h.m.state(), "Joining");
+    assert_ne!(h.m.state(), MemberState::Joining);
 }
 
 #[test]
@@ -1715,7 +1729,7 @@ fn polling_keeps_the_member_in_the_group() {
         assert_eq!(b.member_epoch, 1);
         h.hb_answer(&hb, ok(1, 1000, None));
     }
-    assert_eq!(h.m.state(), "Stable");
+    assert_eq!(h.m.state(), MemberState::Stable);
     assert!(lost_of(&h.events).is_empty());
 }
 
@@ -1817,7 +1831,7 @@ fn commit_outside_the_group_is_not_member_at_once() {
     for out in h.drain() {
         h.hb_answer(&out, ok(-1, 0, None));
     }
-    assert_eq!(h.m.state(), "Stale");
+    assert_eq!(h.m.state(), MemberState::Stale);
     h.events.clear();
     h.m.commit(vec![offset("t", 0, 1)], h.now);
     h.nothing("no commit while stale");
@@ -1849,7 +1863,7 @@ fn stale_member_epoch_is_retriable_in_the_group_and_not_member_after_leaving() {
     h.m.unsubscribe(h.now);
     let (leave, _) = h.expect_hb();
     h.hb_answer(&leave, ok(-1, 0, None));
-    assert_eq!(h.m.state(), "Unsubscribed");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
     h.events.clear();
     h.answer(&c, commit_answer(113));
     assert!(matches!(
@@ -1957,23 +1971,27 @@ fn member_first_heartbeat(m: &mut Member, now: Instant, answer: ConsumerGroupHea
 #[test]
 fn auto_falls_back_to_classic_when_the_first_heartbeat_is_unsupported() {
     let (mut m, now) = member(GroupProtocol::Auto);
-    assert_eq!(m.protocol(), "consumer");
+    assert_eq!(m.protocol(), GroupProtocol::Consumer);
     member_first_heartbeat(&mut m, now, err(35));
     let (out, events) = member_drain(&mut m);
     assert!(fatal_of(&events).is_empty(), "{events:?}");
     assert!(
-        !events
-            .iter()
-            .any(|e| matches!(e, Event::StateChanged { to: "Fatal", .. })),
+        !events.iter().any(|e| matches!(
+            e,
+            Event::StateChanged {
+                to: MemberState::Fatal,
+                ..
+            }
+        )),
         "the fallback is not reported as a fatal state: {events:?}"
     );
-    assert_eq!(m.protocol(), "classic");
+    assert_eq!(m.protocol(), GroupProtocol::Classic);
     assert!(
         events.iter().any(|e| matches!(
             e,
             Event::StateChanged {
-                from: "Consumer",
-                to: "Classic",
+                from: MemberState::Consumer,
+                to: MemberState::Classic,
                 ..
             }
         )),
@@ -2024,8 +2042,8 @@ fn auto_with_a_regex_subscription_stops_typed_instead_of_falling_back_unsubscrib
     let (out, events) = member_drain(&mut m);
     // The classic protocol has no broker-side regex: a fallback would sit Unsubscribed, silent.
     assert!(out.is_empty(), "{out:?}");
-    assert_eq!(m.protocol(), "consumer", "{events:?}");
-    assert_eq!(m.state(), "Fatal", "{events:?}");
+    assert_eq!(m.protocol(), GroupProtocol::Consumer, "{events:?}");
+    assert_eq!(m.state(), MemberState::Fatal, "{events:?}");
     assert_eq!(
         fatal_of(&events),
         vec![&GroupError::RegexNeedsConsumerProtocol {
@@ -2034,9 +2052,13 @@ fn auto_with_a_regex_subscription_stops_typed_instead_of_falling_back_unsubscrib
         }]
     );
     assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::StateChanged { to: "Fatal", .. })),
+        events.iter().any(|e| matches!(
+            e,
+            Event::StateChanged {
+                to: MemberState::Fatal,
+                ..
+            }
+        )),
         "{events:?}"
     );
 }
@@ -2051,8 +2073,8 @@ fn the_consumer_protocol_does_not_fall_back() {
         fatal_of(&events),
         vec![&GroupError::ConsumerProtocolUnsupported]
     );
-    assert_eq!(m.protocol(), "consumer");
-    assert_eq!(m.state(), "Fatal");
+    assert_eq!(m.protocol(), GroupProtocol::Consumer);
+    assert_eq!(m.state(), MemberState::Fatal);
 }
 
 #[test]
@@ -2077,7 +2099,7 @@ fn auto_does_not_fall_back_after_a_successful_heartbeat() {
         fatal_of(&events),
         vec![&GroupError::ConsumerProtocolUnsupported]
     );
-    assert_eq!(m.protocol(), "consumer");
+    assert_eq!(m.protocol(), GroupProtocol::Consumer);
 }
 
 // ------------------------------------------------- found by tests/op_sequences.rs (regressions)
@@ -2093,12 +2115,12 @@ fn a_heartbeat_outstanding_across_a_leave_keeps_its_slot_and_its_late_answer_is_
     let (leave, b) = h.expect_hb();
     assert_eq!(b.member_epoch, -1);
     h.hb_answer(&leave, ok(-1, 0, None));
-    assert_eq!(h.m.state(), "Stale");
+    assert_eq!(h.m.state(), MemberState::Stale);
     h.events.clear();
     // The next poll rejoins, but the join waits for the earlier heartbeat's answer: one regular
     // heartbeat in flight at a time, also across a leave.
     h.m.poll(h.now);
-    assert_eq!(h.m.state(), "Joining");
+    assert_eq!(h.m.state(), MemberState::Joining);
     h.nothing("a join while the heartbeat from before the leave is unanswered");
     assert!(
         h.m.poll_timeout().is_none_or(|(at, _)| at > h.now),
@@ -2129,7 +2151,7 @@ fn a_heartbeat_outstanding_across_a_leave_keeps_its_slot_and_its_late_answer_is_
     let (_, b) = h.expect_hb();
     assert_eq!(b.member_epoch, 0);
     assert!(lost_of(&h.events).is_empty(), "{:?}", h.events);
-    assert_eq!(h.m.state(), "Joining");
+    assert_eq!(h.m.state(), MemberState::Joining);
 }
 
 #[test]
@@ -2170,7 +2192,7 @@ fn unreleased_instance_recovery_keeps_a_close_deferred_during_a_revocation() {
     // The broker takes t-0 away and (oddly) answers epoch 0: the next heartbeat is a join.
     let (hb, _) = h.regular(Duration::from_secs(1));
     h.hb_answer(&hb, ok(0, 1000, Some(&[(T, &[1])])));
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.nothing("waiting for the ticket");
     let _ticket = take_revoking(&mut h.events);
     h.m.close(CloseOptions::Default, h.now);
@@ -2182,7 +2204,7 @@ fn unreleased_instance_recovery_keeps_a_close_deferred_during_a_revocation() {
     let (leave, b) = h.expect_hb();
     assert_eq!((b.member_epoch, b.member_id.as_str()), (-2, ID));
     h.hb_answer(&leave, ok(-2, 0, None));
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     assert!(h.take_events().contains(&Event::Closed));
     h.advance(Duration::from_secs(5));
     h.nothing("closed");
@@ -2203,7 +2225,7 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
     h.m.poll(h.now);
     h.nothing("nothing after the leave");
     h.hb_answer(&leave, ok(-1, 0, None));
-    assert_eq!(h.m.state(), "Closed");
+    assert_eq!(h.m.state(), MemberState::Closed);
     // A close deferred during a revocation keeps its kind: unsubscribe() does not replace it.
     let mut h = Harness::joined(None);
     let (hb, _) = h.regular(Duration::from_secs(1));
@@ -2216,12 +2238,16 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
         h.m.subscribe(["t".to_string()], h.now),
         Err(ApiMisuse::Stopped)
     );
-    assert_eq!(h.m.state(), "AwaitRevoke");
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.m.complete_revocation(ticket, h.now).unwrap();
     let (leave, b) = h.expect_hb();
     assert_eq!(b.member_epoch, -1);
     h.hb_answer(&leave, ok(-1, 0, None));
-    assert_eq!(h.m.state(), "Closed", "the close was not replaced");
+    assert_eq!(
+        h.m.state(),
+        MemberState::Closed,
+        "the close was not replaced"
+    );
     assert!(h.take_events().contains(&Event::Closed));
 }
 
