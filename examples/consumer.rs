@@ -199,7 +199,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ = &mut stop => break,
             event = member.next_event() => match event {
                 Some(Event::Assigned { added, owned, generation }) => {
-                    println!("assigned {added:?} (generation/epoch {generation}, owns {} partitions)", owned.len());
+                    println!("assigned {} (generation/epoch {generation}, owns {} partitions)", list(&added), owned.len());
                     start_positions(&handle, &transport, &added, &mut positions, config.request_timeout).await;
                 }
                 Some(Event::Revoking { partitions, ticket }) => {
@@ -208,7 +208,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     for p in &partitions {
                         positions.remove(p);
                     }
-                    println!("revoked {partitions:?}");
+                    println!("revoked {}", list(&partitions));
                     member.complete_revocation(ticket).await?;
                 }
                 Some(Event::Revoked { partitions } | Event::Lost { partitions, .. }) => {
@@ -238,11 +238,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     commit(&handle, &positions, None).await;
     if let Some(s) = member.snapshot().await {
         println!(
-            "closing: consumed {consumed} records; member {} generation/epoch {} owns {:?}",
-            s.member_id, s.generation, s.assignment
+            "closing: consumed {consumed} records; member {} generation/epoch {} owns {}",
+            s.member_id,
+            s.generation,
+            list(&s.assignment)
         );
     }
-    member.close(CloseOptions::Default).await;
+    let outcome = member.close(CloseOptions::Default).await;
+    println!("closed: {outcome:?}");
+    // The leave's events (released partitions, state changes, Closed) still arrive: drain them.
+    while let Some(event) = member.next_event().await {
+        if let Event::StateChanged {
+            from, to, reason, ..
+        } = event
+        {
+            println!("{from} -> {to} ({reason})");
+        }
+    }
     Ok(())
 }
 
@@ -414,4 +426,10 @@ async fn produce_demo_records(
     }
     println!("produced {n} records to {topic}");
     Ok(())
+}
+
+/// Partitions as Kafka tools print them: `[demo-0, demo-1]`.
+fn list(partitions: &[TopicPartition]) -> String {
+    let names: Vec<String> = partitions.iter().map(ToString::to_string).collect();
+    format!("[{}]", names.join(", "))
 }
