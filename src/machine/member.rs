@@ -53,12 +53,21 @@ impl Member {
 
     /// **Test only** (feature `sim`): a classic member runs the Java client's member-id reset
     /// (see [`ClassicMember::set_java_reset_policy`]); a consumer-protocol member has no such
-    /// policy and ignores this (an `auto` member that falls back to classic later runs this
-    /// crate's policy unless it is set again on the classic member).
+    /// policy, but an `auto` member hands it to the classic member it falls back to.
     #[cfg(feature = "sim")]
     pub fn set_java_reset_policy(&mut self, on: bool) {
-        if let Member::Classic(m) = self {
-            m.set_java_reset_policy(on);
+        match self {
+            Member::Classic(m) => m.set_java_reset_policy(on),
+            Member::Consumer(m) => m.java_reset_policy = on,
+        }
+    }
+
+    /// **Test only** (feature `sim`): whether the Java reset policy is on.
+    #[cfg(feature = "sim")]
+    pub fn java_reset_policy(&self) -> bool {
+        match self {
+            Member::Classic(m) => m.java_reset_policy(),
+            Member::Consumer(m) => m.java_reset_policy,
         }
     }
 
@@ -250,6 +259,8 @@ impl Member {
                 // Answers to the consumer member's requests still in flight (Metadata, its
                 // refused heartbeats) arrive after this; their ids must not be the new member's.
                 classic.offset_request_ids(FALLBACK_REQUEST_IDS);
+                #[cfg(feature = "sim")]
+                classic.set_java_reset_policy(c.java_reset_policy);
                 if !topics.is_empty() {
                     let _ = classic.subscribe(topics, now);
                 }

@@ -323,6 +323,12 @@ impl ClassicMember {
         self.java_reset_policy = on;
     }
 
+    /// **Test only** (feature `sim`): whether the Java reset policy is on.
+    #[cfg(feature = "sim")]
+    pub fn java_reset_policy(&self) -> bool {
+        self.java_reset_policy
+    }
+
     /// Hands out request ids from `offset` on (and lookup ids from `LOOKUP_IDS + offset`): a
     /// member that takes over from another one (the `auto` fallback) must not reuse the ids of
     /// requests the other still has in flight, or their late answers would pass for its own.

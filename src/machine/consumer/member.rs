@@ -134,6 +134,9 @@ struct Registration {
 #[derive(Debug)]
 pub struct ConsumerMember {
     shell: Shell<Sent>,
+    /// Test only: the Java reset policy a classic member built by the `auto` fallback runs.
+    #[cfg(feature = "sim")]
+    pub(crate) java_reset_policy: bool,
     member_id: MemberId,
     epoch: i32,
     phase: Phase,
@@ -204,6 +207,8 @@ impl ConsumerMember {
         config.member_id = Some(member_id);
         let seed = config.jitter_seed()?;
         Ok(Self {
+            #[cfg(feature = "sim")]
+            java_reset_policy: false,
             member_id,
             epoch: 0,
             phase: Phase::Unsubscribed,

@@ -1968,6 +1968,19 @@ fn member_first_heartbeat(m: &mut Member, now: Instant, answer: ConsumerGroupHea
     );
 }
 
+#[cfg(feature = "sim")]
+#[test]
+fn the_java_reset_policy_survives_the_auto_fallback() {
+    for on in [false, true] {
+        let (mut m, now) = member(GroupProtocol::Auto);
+        m.set_java_reset_policy(on);
+        member_first_heartbeat(&mut m, now, err(35));
+        let _ = member_drain(&mut m);
+        assert_eq!(m.protocol(), GroupProtocol::Classic);
+        assert_eq!(m.java_reset_policy(), on);
+    }
+}
+
 #[test]
 fn auto_falls_back_to_classic_when_the_first_heartbeat_is_unsupported() {
     let (mut m, now) = member(GroupProtocol::Auto);
