@@ -77,7 +77,10 @@
 //!     }
 //! }
 //! let owned: Vec<TopicPartition> = positions.keys().cloned().collect();
-//! member.commit(offsets(&positions, &owned)).await?;
+//! if let Err(error) = member.commit(offsets(&positions, &owned)).await {
+//!     // E.g. RebalanceInProgress: close anyway; the next owner starts from the last commit.
+//!     eprintln!("final commit: {error}");
+//! }
 //! let outcome = member.close(CloseOptions::Default).await;
 //! eprintln!("close: {outcome:?}");
 //! while let Some(event) = member.next_event().await {

@@ -89,8 +89,9 @@ async fn two_members(protocol: GroupProtocol) {
         eprintln!("{name}: {report:?}");
         assert_eq!(report.close, Some(CloseOutcome::Left { error: None }));
         assert_eq!(report.last_event, Some(Event::Closed));
-        assert!(report.commits >= 1, "{name} committed: {report:?}");
         if name == "a" {
+            // Its revocation's commit (the final one may meet the other member's rebalance).
+            assert!(report.commits >= 1, "a committed: {report:?}");
             assert!(report.revocations >= 1, "a handed a revocation back");
             let mut all = report.assigned.clone();
             all.sort();
