@@ -126,8 +126,7 @@ pub async fn run(
         tokio::select! {
             _ = &mut stop => break,
             _ = tick.tick() => {
-                let positions = fetchers.iter().map(|(tp, f)| (tp.clone(), f.next.load(Ordering::Relaxed)));
-                commit(&handle, positions.collect(), &mut committed, None).await;
+                commit(&handle, positions(&fetchers), &mut committed, None).await;
                 if done(processed.load(Ordering::Relaxed)) { break }
             }
             event = member.next_event() => match event {
@@ -138,7 +137,8 @@ pub async fn run(
                     label.send_modify(|l| l.1 = generation);
                     let starts = handle.committed(added.clone()).await?;
                     for tp in added {
-                        let pc = records.partition_client(tp.topic.clone(), tp.partition, UnknownTopicHandling::Retry).await?;
+                        let (topic, retry) = (tp.topic.clone(), UnknownTopicHandling::Retry);
+                        let pc = records.partition_client(topic, tp.partition, retry).await?;
                         let start = match starts.get(&tp).and_then(|c| c.offset) {
                             Some(offset) => offset,
                             None => pc.get_offset(reset).await?,
@@ -146,7 +146,8 @@ pub async fn run(
                         committed.insert(tp.clone(), start);
                         let (stop, stopped) = oneshot::channel();
                         let next = Arc::new(AtomicI64::new(start));
-                        let ctx = (tp.clone(), next.clone(), label.subscribe(), on_record.clone(), processed.clone());
+                        let ctx = (tp.clone(), next.clone(), label.subscribe());
+                        let ctx = (ctx, on_record.clone(), processed.clone());
                         let task = tokio::spawn(fetch(pc, ctx, stopped));
                         fetchers.insert(tp, Fetcher { stop, task, next });
                     }
@@ -161,7 +162,7 @@ pub async fn run(
                     stop_fetchers(&mut fetchers, &partitions).await;
                     committed.retain(|tp, _| !partitions.contains(tp));
                 }
-                Some(Event::TopicsMissing { topics }) => eprintln!("topics not created yet: {topics:?}"),
+                Some(Event::TopicsMissing { topics }) => eprintln!("not created yet: {topics:?}"),
                 Some(Event::Fatal(error)) => return Err(error.into()),
                 Some(_) => {}
                 None => break,
@@ -177,10 +178,13 @@ pub async fn run(
     Ok(Report { processed, close })
 }
 
+/// A fetch task's partition, position, (member id, generation), record callback and counter.
 type FetchContext = (
-    TopicPartition,
-    Arc<AtomicI64>,
-    watch::Receiver<(String, i32)>,
+    (
+        TopicPartition,
+        Arc<AtomicI64>,
+        watch::Receiver<(String, i32)>,
+    ),
     Arc<dyn Fn(&Processed) + Send + Sync>,
     Arc<AtomicU64>,
 );
@@ -188,7 +192,7 @@ type FetchContext = (
 /// Fetches and processes one partition until told to stop; a stop cancels a fetch in flight,
 /// never a batch being processed.
 async fn fetch(pc: PartitionClient, ctx: FetchContext, mut stop: oneshot::Receiver<()>) {
-    let (partition, next, label, on_record, processed) = ctx;
+    let ((partition, next, label), on_record, processed) = ctx;
     loop {
         let offset = next.load(Ordering::Relaxed);
         let fetched = tokio::select! {
@@ -219,6 +223,12 @@ async fn fetch(pc: PartitionClient, ctx: FetchContext, mut stop: oneshot::Receiv
             next.store(r.offset + 1, Ordering::Relaxed);
         }
     }
+}
+
+/// Where each task is: the next offset to process of each partition.
+fn positions(fetchers: &BTreeMap<TopicPartition, Fetcher>) -> BTreeMap<TopicPartition, i64> {
+    let at = |(tp, f): (&TopicPartition, &Fetcher)| (tp.clone(), f.next.load(Ordering::Relaxed));
+    fetchers.iter().map(at).collect()
 }
 
 /// Stops the tasks of `partitions` and waits until they have; returns their final positions.
