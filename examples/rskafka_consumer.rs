@@ -1,0 +1,367 @@
+//! A consumer-group consumer made of two crates: this one for the group (membership, offsets),
+//! [rskafka](https://docs.rs/rskafka) for the records (one `PartitionClient` fetch task per owned
+//! partition).
+//!
+//! ```text
+//! cargo run --example rskafka_consumer -- --properties consumer.properties --topic orders
+//! ```
+//!
+//! The properties file holds the group and the client settings (`bootstrap.servers`, `group.id`,
+//! `group.protocol`, `group.instance.id`, `security.protocol`, `sasl.*`, `ssl.*`, ... see
+//! `consumer_membership::properties`) plus `auto.offset.reset` (`earliest` or `latest`, the
+//! default). Both clients get its TLS and SASL settings. Not carried over to rskafka:
+//! `ssl.endpoint.identification.algorithm=` (rskafka always verifies the host name), and
+//! compressed batches other than gzip and snappy (enable rskafka's `compression-lz4` and
+//! `compression-zstd` features for those).
+//!
+//! Each record is printed as one `record topic=.. partition=.. offset=..` line (counted only with
+//! `--quiet`) and its offset committed every `--commit-interval-ms`, and before a revocation is
+//! handed back; lost partitions are dropped without a commit. Ctrl-C (or `--max-records`) stops
+//! the fetch tasks, commits, closes and drains the member's last events.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use consumer_membership::config::{SaslMechanism, SecurityConfig, SecurityProtocol};
+use consumer_membership::{
+    ClientConfig, CloseOptions, CloseOutcome, CommitOffset, Event, GroupConfig, GroupMember,
+    MemberHandle, TcpTransport, TopicPartition, properties,
+};
+use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Joins a group from a properties file and prints (or counts) the records of its partitions.
+#[derive(Debug, Parser)]
+pub struct Args {
+    /// Kafka properties file: group, client, TLS and SASL settings, `auto.offset.reset`
+    #[arg(long, value_name = "FILE")]
+    pub properties: PathBuf,
+    /// Topic to consume
+    #[arg(long)]
+    pub topic: String,
+    /// Count the records instead of printing them
+    #[arg(long)]
+    pub quiet: bool,
+    /// How often processed offsets are committed
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub commit_interval_ms: u64,
+    /// Stop after this many records
+    #[arg(long, value_name = "N")]
+    pub max_records: Option<u64>,
+}
+
+/// One processed record.
+#[derive(Debug, Clone)]
+pub struct Processed {
+    pub partition: TopicPartition,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub member: String,
+    pub generation: i32,
+    pub ts_ms: i64,
+}
+
+impl std::fmt::Display for Processed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = self.key.as_deref().map(String::from_utf8_lossy);
+        write!(
+            f,
+            "record topic={} partition={} offset={} key={} member={} generation={} ts_ms={}",
+            self.partition.topic,
+            self.partition.partition,
+            self.offset,
+            key.as_deref().unwrap_or("-"),
+            self.member,
+            self.generation,
+            self.ts_ms
+        )
+    }
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct Report {
+    pub processed: u64,
+    pub close: CloseOutcome,
+}
+
+/// A partition's fetch task: it stores the next offset to process in `next`, and stops when
+/// `stop` is dropped.
+struct Fetcher {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+    next: Arc<AtomicI64>,
+}
+
+/// Runs the consumer until `stop` completes (or `--max-records`); `on_record` sees each record.
+pub async fn run(
+    args: &Args,
+    stop: impl Future<Output = ()>,
+    on_record: impl Fn(&Processed) + Send + Sync + 'static,
+) -> Result<Report, BoxError> {
+    let (client, group, reset) = load(&args.properties)?;
+    let records = Arc::new(rskafka_client(&client).await?);
+    let mut member = GroupMember::start(Arc::new(TcpTransport::new(client)), group)?;
+    member.subscribe([args.topic.clone()]).await?;
+    let handle = member.handle();
+
+    let on_record: Arc<dyn Fn(&Processed) + Send + Sync> = Arc::new(on_record);
+    let processed = Arc::new(AtomicU64::new(0));
+    let (label, _) = watch::channel((String::new(), -1)); // member id, generation
+    let mut fetchers = BTreeMap::<TopicPartition, Fetcher>::new();
+    let mut committed = BTreeMap::<TopicPartition, i64>::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(args.commit_interval_ms));
+    let done = |n: u64| args.max_records.is_some_and(|max| n >= max);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {
+                commit(&handle, positions(&fetchers), &mut committed, None).await;
+                if done(processed.load(Ordering::Relaxed)) { break }
+            }
+            event = member.next_event() => match event {
+                Some(Event::StateChanged { member_id, generation, .. }) => {
+                    label.send_replace((member_id, generation));
+                }
+                Some(Event::Assigned { added, generation, .. }) => {
+                    label.send_modify(|l| l.1 = generation);
+                    let starts = handle.committed(added.clone()).await?;
+                    for tp in added {
+                        let (topic, retry) = (tp.topic.clone(), UnknownTopicHandling::Retry);
+                        let pc = records.partition_client(topic, tp.partition, retry).await?;
+                        let start = match starts.get(&tp).and_then(|c| c.offset) {
+                            Some(offset) => offset,
+                            None => pc.get_offset(reset).await?,
+                        };
+                        committed.insert(tp.clone(), start);
+                        let (stop, stopped) = oneshot::channel();
+                        let next = Arc::new(AtomicI64::new(start));
+                        let ctx = (tp.clone(), next.clone(), label.subscribe());
+                        let ctx = (ctx, on_record.clone(), processed.clone());
+                        let task = tokio::spawn(fetch(pc, ctx, stopped));
+                        fetchers.insert(tp, Fetcher { stop, task, next });
+                    }
+                }
+                Some(Event::Revoking { partitions, ticket }) => {
+                    let stopped = stop_fetchers(&mut fetchers, &partitions).await;
+                    commit(&handle, stopped, &mut committed, Some(&partitions)).await;
+                    member.complete_revocation(ticket).await?;
+                }
+                Some(Event::Lost { partitions, reason }) => {
+                    eprintln!("lost {partitions:?} ({reason}): not committing them");
+                    stop_fetchers(&mut fetchers, &partitions).await;
+                    committed.retain(|tp, _| !partitions.contains(tp));
+                }
+                Some(Event::TopicsMissing { topics }) => eprintln!("not created yet: {topics:?}"),
+                Some(Event::Fatal(error)) => return Err(error.into()),
+                Some(_) => {}
+                None => break,
+            },
+        }
+    }
+    let owned: Vec<TopicPartition> = fetchers.keys().cloned().collect();
+    let stopped = stop_fetchers(&mut fetchers, &owned).await;
+    commit(&handle, stopped, &mut committed, None).await;
+    let close = member.close(CloseOptions::Default).await;
+    while member.next_event().await.is_some() {} // Revoked, StateChanged, Closed
+    let processed = processed.load(Ordering::Relaxed);
+    Ok(Report { processed, close })
+}
+
+/// A fetch task's partition, position, (member id, generation), record callback and counter.
+type FetchContext = (
+    (
+        TopicPartition,
+        Arc<AtomicI64>,
+        watch::Receiver<(String, i32)>,
+    ),
+    Arc<dyn Fn(&Processed) + Send + Sync>,
+    Arc<AtomicU64>,
+);
+
+/// Fetches and processes one partition until told to stop; a stop cancels a fetch in flight,
+/// never a batch being processed.
+async fn fetch(pc: PartitionClient, ctx: FetchContext, mut stop: oneshot::Receiver<()>) {
+    let ((partition, next, label), on_record, processed) = ctx;
+    loop {
+        let offset = next.load(Ordering::Relaxed);
+        let fetched = tokio::select! {
+            _ = &mut stop => return,
+            fetched = pc.fetch_records(offset, 1..1_048_576, 500) => fetched,
+        };
+        let records = match fetched {
+            Ok((records, _high_watermark)) => records,
+            Err(e) => {
+                eprintln!("fetch {partition} at {offset}: {e}");
+                tokio::select! {
+                    _ = &mut stop => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        let (member, generation) = label.borrow().clone();
+        for r in records.into_iter().filter(|r| r.offset >= offset) {
+            on_record(&Processed {
+                partition: partition.clone(),
+                offset: r.offset,
+                key: r.record.key,
+                member: member.clone(),
+                generation,
+                ts_ms: r.record.timestamp.timestamp_millis(),
+            });
+            processed.fetch_add(1, Ordering::Relaxed);
+            next.store(r.offset + 1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Where each task is: the next offset to process of each partition.
+fn positions(fetchers: &BTreeMap<TopicPartition, Fetcher>) -> BTreeMap<TopicPartition, i64> {
+    let at = |(tp, f): (&TopicPartition, &Fetcher)| (tp.clone(), f.next.load(Ordering::Relaxed));
+    fetchers.iter().map(at).collect()
+}
+
+/// Stops the tasks of `partitions` and waits until they have; returns their final positions.
+async fn stop_fetchers(
+    fetchers: &mut BTreeMap<TopicPartition, Fetcher>,
+    partitions: &[TopicPartition],
+) -> BTreeMap<TopicPartition, i64> {
+    let stopping: Vec<_> = partitions
+        .iter()
+        .filter_map(|tp| fetchers.remove_entry(tp))
+        .collect();
+    let mut positions = BTreeMap::new();
+    for (tp, Fetcher { stop, task, next }) in stopping {
+        drop(stop); // the task sees its stop channel closed
+        let _ = task.await;
+        positions.insert(tp, next.load(Ordering::Relaxed));
+    }
+    positions
+}
+
+/// Commits the positions that moved since their last commit (of `only`, when given, which are
+/// then forgotten); a failed commit is reported and tried again at the next one.
+async fn commit(
+    handle: &MemberHandle,
+    positions: BTreeMap<TopicPartition, i64>,
+    committed: &mut BTreeMap<TopicPartition, i64>,
+    only: Option<&[TopicPartition]>,
+) {
+    let offsets: Vec<CommitOffset> = positions
+        .into_iter()
+        .filter(|(tp, offset)| committed.get(tp) != Some(offset))
+        .map(|(partition, offset)| CommitOffset {
+            partition,
+            offset,
+            metadata: None,
+        })
+        .collect();
+    if !offsets.is_empty() {
+        match handle.commit(offsets.clone()).await {
+            Ok(()) => committed.extend(offsets.into_iter().map(|c| (c.partition, c.offset))),
+            Err(e) => eprintln!("commit failed: {e}"),
+        }
+    }
+    if let Some(only) = only {
+        committed.retain(|tp, _| !only.contains(tp));
+    }
+}
+
+/// The properties file's group and client configs, and `auto.offset.reset`.
+pub fn load(path: &std::path::Path) -> Result<(ClientConfig, GroupConfig, OffsetAt), BoxError> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut props = properties::parse_properties(&text)?;
+    let reset = match props.remove("auto.offset.reset").as_deref().map(str::trim) {
+        Some("earliest") => OffsetAt::Earliest,
+        Some("latest") | None => OffsetAt::Latest,
+        Some(other) => {
+            return Err(format!("auto.offset.reset={other}: not earliest or latest").into());
+        }
+    };
+    let (client, group) = properties::from_properties(&props)?;
+    Ok((client, group, reset))
+}
+
+/// An rskafka client with the same brokers, client id, TLS and SASL settings.
+async fn rskafka_client(config: &ClientConfig) -> Result<Client, BoxError> {
+    let s = &config.security;
+    let mut builder =
+        ClientBuilder::new(config.bootstrap_servers.clone()).client_id(config.client_id.as_str());
+    if matches!(
+        s.protocol,
+        SecurityProtocol::Ssl | SecurityProtocol::SaslSsl
+    ) {
+        builder = builder.tls_config(Arc::new(tls(s)?));
+    }
+    if let (Some(mechanism), Some(user), Some(password)) =
+        (s.sasl_mechanism, &s.sasl_username, &s.sasl_password)
+    {
+        let credentials = Credentials::new(user.clone(), password.expose().to_owned());
+        builder = builder.sasl_config(match mechanism {
+            SaslMechanism::Plain => SaslConfig::Plain(credentials),
+            SaslMechanism::ScramSha256 => SaslConfig::ScramSha256(credentials),
+            SaslMechanism::ScramSha512 => SaslConfig::ScramSha512(credentials),
+            other => {
+                return Err(format!("sasl.mechanism {other:?} is not mapped to rskafka").into());
+            }
+        });
+    }
+    Ok(builder.build().await?)
+}
+
+/// rustls settings from `ssl.ca.location` (else no roots: name one), `ssl.certificate.location`
+/// and `ssl.key.location`.
+fn tls(s: &SecurityConfig) -> Result<rustls::ClientConfig, BoxError> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = s
+        .ssl_ca_location
+        .as_ref()
+        .ok_or("ssl.ca.location is needed for rskafka")?;
+    for cert in CertificateDer::pem_file_iter(ca)? {
+        roots.add(cert?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    Ok(match (&s.ssl_certificate_location, &s.ssl_key_location) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
+            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(key)?)?
+        }
+        _ => builder.with_no_client_auth(),
+    })
+}
+
+#[allow(dead_code)] // tests/rskafka_pairing.rs calls `run`
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let args = Args::parse();
+    let quiet = args.quiet;
+    let ctrl_c = async { drop(tokio::signal::ctrl_c().await) };
+    let report = run(&args, ctrl_c, move |r| {
+        if !quiet {
+            println!("{r}")
+        }
+    })
+    .await?;
+    println!(
+        "processed {} records; close: {:?}",
+        report.processed, report.close
+    );
+    Ok(())
+}
