@@ -663,10 +663,10 @@ fn s(x: &str) -> StrBytes {
 fn a_classic_member_reads_forged_consumer_protocol_bytes_as_typed_errors() {
     let now = Instant::now();
     let versions = BrokerVersions::all();
-    let mut config = GroupConfig::new("g");
-    config.protocol = GroupProtocol::Classic;
-    config.assignors = vec!["range".into()];
-    config.seed = Some(1);
+    let config = GroupConfig::new("g")
+        .with_protocol(GroupProtocol::Classic)
+        .with_assignor(consumer_membership::machine::classic::assignor::Range)
+        .with_seed(1);
     let mut m = ClassicMember::new(config, now).expect("config");
     m.subscribe(["t".to_string()], now).expect("subscribe");
     let own = Subscription::new(["t"]).encode();
@@ -700,8 +700,8 @@ fn a_classic_member_reads_forged_consumer_protocol_bytes_as_typed_errors() {
                             .with_metadata(forged_consumer_protocol(i32::MAX)),
                     ]),
             ),
-            RequestKind::Metadata(_) => ResponseKind::Metadata(
-                MetadataResponse::default().with_topics(vec![
+            RequestKind::Metadata(_) => {
+                ResponseKind::Metadata(MetadataResponse::default().with_topics(vec![
                     MetadataResponseTopic::default()
                         .with_name(Some(TopicName(s("t"))))
                         .with_topic_id(Uuid::from_u128(7))
@@ -712,8 +712,8 @@ fn a_classic_member_reads_forged_consumer_protocol_bytes_as_typed_errors() {
                                 })
                                 .collect(),
                         ),
-                ]),
-            ),
+                ]))
+            }
             RequestKind::SyncGroup(sync) => {
                 leader_assignment = Some(sync.assignments.clone());
                 ResponseKind::SyncGroup(
