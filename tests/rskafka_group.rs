@@ -62,6 +62,7 @@ enum Line {
         partition: i32,
         offset: i64,
         key: String,
+        generation: i32,
     },
     Owned {
         partition: i32,
@@ -96,6 +97,7 @@ fn parse(line: &str) -> Option<Line> {
             partition: partition(),
             offset: int("offset"),
             key: field("key"),
+            generation: int("generation") as i32,
         },
         "owned" => Line::Owned {
             partition: partition(),
@@ -362,6 +364,45 @@ async fn partition_clients(bootstrap: &str, topic: &str) -> Vec<PartitionClient>
     clients
 }
 
+/// The consumer group's epoch and its members' epochs by member id (ConsumerGroupDescribe to
+/// the only broker, the coordinator).
+async fn epochs(bootstrap: &str, group: &str) -> (i32, BTreeMap<String, i32>) {
+    use consumer_membership::request::{Request, Response, Target};
+    use consumer_membership::transport::Transport;
+    use kafka_protocol::messages::{
+        ConsumerGroupDescribeRequest, GroupId, RequestKind, ResponseKind,
+    };
+    let id = GroupId(kafka_protocol::protocol::StrBytes::from_string(
+        group.to_owned(),
+    ));
+    let describe = ConsumerGroupDescribeRequest::default().with_group_ids(vec![id]);
+    let (t, _) = common::transport(bootstrap);
+    let body = Box::new(RequestKind::ConsumerGroupDescribe(describe));
+    let request = Request::Raw {
+        body,
+        versions: 0..=1,
+        fit: None,
+    };
+    let answer = t
+        .send(Target::Bootstrap, request, Duration::from_secs(10))
+        .await;
+    let r = match answer.map(|r: Response| r.body) {
+        Ok(ResponseKind::ConsumerGroupDescribe(r)) => r,
+        other => panic!("ConsumerGroupDescribe: {other:?}"),
+    };
+    let g = &r.groups[0];
+    assert_eq!(
+        g.error_code, 0,
+        "ConsumerGroupDescribe: {:?}",
+        g.error_message
+    );
+    let members = g
+        .members
+        .iter()
+        .map(|m| (m.member_id.to_string(), m.member_epoch));
+    (g.group_epoch, members.collect())
+}
+
 /// The two protocols' runs take turns: each is six processes and a producer on a small machine.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -424,7 +465,21 @@ async fn group(protocol: &str) {
 
     // Once the group is stable again, restart B statically.
     until("stable group after the kill", || stable(&procs)).await;
+    let consumer = protocol == "consumer";
+    let epochs_before = if consumer {
+        Some(epochs(&b, &group).await)
+    } else {
+        None
+    };
     let b_closing = now_ms();
+    let line_counts = |procs: &Procs| -> Vec<usize> {
+        procs
+            .0
+            .iter()
+            .map(|p| p.lines.lock().unwrap().len())
+            .collect()
+    };
+    let at_b_closing = line_counts(&procs);
     procs.0[1].sigint();
     procs.0[1].wait_exit();
     procs.0.push(spawn(&bin, "B'", &props_b, &topic));
@@ -437,7 +492,13 @@ async fn group(protocol: &str) {
     producer.await.unwrap();
     // Let a late rebalance caused by B's restart, if any, show up before everyone closes.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let epochs_after = if consumer {
+        Some(epochs(&b, &group).await)
+    } else {
+        None
+    };
     let closing = now_ms();
+    let at_closing = line_counts(&procs);
     for p in procs.0.iter().filter(|p| !p.exited) {
         p.sigint();
     }
@@ -487,6 +548,7 @@ async fn group(protocol: &str) {
                     partition,
                     offset,
                     key,
+                    ..
                 } => {
                     let Some((_, _, next)) = open.get_mut(partition) else {
                         panic!("{}: record {partition}@{offset} not owned", names[i])
@@ -604,6 +666,52 @@ async fn group(protocol: &str) {
         })
         .collect();
     assert_eq!(first_of_b2, released_by_b, "B' owns what B released");
+    // Nor did anyone else's generation (classic) or member epoch (consumer protocol) move: the
+    // static restart was no rebalance at all, not even one that moved no partition (as with a
+    // LeaveGroup and a quick rejoin under a sticky assignor).
+    let generations = |lines: &[Line]| -> Vec<i32> {
+        let at = |l: &Line| match l {
+            Line::Record { generation, .. } => Some(*generation),
+            _ => None,
+        };
+        lines.iter().filter_map(at).collect()
+    };
+    for i in [2, 3] {
+        let before = generations(&logs[i][..at_b_closing[i]]);
+        let during = generations(&logs[i][at_b_closing[i]..at_closing[i]]);
+        let before = *before.last().expect("records before B's restart");
+        assert!(
+            !during.is_empty(),
+            "{}: no records during B's restart",
+            names[i]
+        );
+        assert!(
+            during.iter().all(|g| *g == before),
+            "{}: generation {before} before B's restart, then {:?}",
+            names[i],
+            during.iter().collect::<BTreeSet<_>>()
+        );
+    }
+    // The consumer protocol's members report no event for an epoch that moves without a change
+    // of assignment, so the group's epoch is read from the coordinator: B's -2 leave and its
+    // rejoin under the same group.instance.id left the group epoch as it was, so the target
+    // assignment was not recomputed; A' and C kept their member epochs.
+    if let (Some((group_before, members_before)), Some((group_after, members_after))) =
+        (&epochs_before, &epochs_after)
+    {
+        assert_eq!(
+            group_before, group_after,
+            "group epoch across B's static restart"
+        );
+        let kept = members_after
+            .iter()
+            .filter(|(id, e)| members_before.get(*id) == Some(e));
+        assert_eq!(
+            kept.count(),
+            2,
+            "A' and C kept their epochs: {members_before:?}, then {members_after:?}"
+        );
+    }
     for i in [2, 3] {
         for line in &logs[i] {
             if let Line::Owned { ts, partition, .. } | Line::Released { ts, partition, .. } = line {
