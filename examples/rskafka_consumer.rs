@@ -18,6 +18,13 @@
 //! `--quiet`) and its offset committed every `--commit-interval-ms`, and before a revocation is
 //! handed back; lost partitions are dropped without a commit. Ctrl-C (or `--max-records`) stops
 //! the fetch tasks, commits, closes and drains the member's last events.
+//!
+//! Ownership and commits are printed too (not with `--quiet`), with `ts_ms` the wall clock in
+//! milliseconds since the epoch: `owned topic=.. partition=.. offset=START member=..
+//! generation=.. ts_ms=..` when a partition's fetch task starts, `released topic=..
+//! partition=.. how=revoked|lost|closed ts_ms=..` once it has stopped, and `committed topic=..
+//! partition=.. offset=.. ts_ms=..` for each offset the coordinator accepted. A record line's
+//! `ts_ms` is the record's own timestamp.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -48,7 +55,7 @@ pub struct Args {
     /// Topic to consume
     #[arg(long)]
     pub topic: String,
-    /// Count the records instead of printing them
+    /// Count the records instead of printing them (and print no ownership or commit lines)
     #[arg(long)]
     pub quiet: bool,
     /// How often processed offsets are committed
@@ -121,12 +128,13 @@ pub async fn run(
     let mut committed = BTreeMap::<TopicPartition, i64>::new();
     let mut tick = tokio::time::interval(Duration::from_millis(args.commit_interval_ms));
     let done = |n: u64| args.max_records.is_some_and(|max| n >= max);
+    let log = !args.quiet;
     tokio::pin!(stop);
     loop {
         tokio::select! {
             _ = &mut stop => break,
             _ = tick.tick() => {
-                commit(&handle, positions(&fetchers), &mut committed, None).await;
+                commit(&handle, positions(&fetchers), &mut committed, None, log).await;
                 if done(processed.load(Ordering::Relaxed)) { break }
             }
             event = member.next_event() => match event {
@@ -136,6 +144,7 @@ pub async fn run(
                 Some(Event::Assigned { added, generation, .. }) => {
                     label.send_modify(|l| l.1 = generation);
                     let starts = handle.committed(added.clone()).await?;
+                    let member_id = label.borrow().0.clone();
                     for tp in added {
                         let (topic, retry) = (tp.topic.clone(), UnknownTopicHandling::Retry);
                         let pc = records.partition_client(topic, tp.partition, retry).await?;
@@ -144,6 +153,13 @@ pub async fn run(
                             None => pc.get_offset(reset).await?,
                         };
                         committed.insert(tp.clone(), start);
+                        if !args.quiet {
+                            let (topic, p, ts) = (&tp.topic, tp.partition, now_ms());
+                            println!(
+                                "owned topic={topic} partition={p} offset={start} \
+                                 member={member_id} generation={generation} ts_ms={ts}"
+                            );
+                        }
                         let (stop, stopped) = oneshot::channel();
                         let next = Arc::new(AtomicI64::new(start));
                         let ctx = (tp.clone(), next.clone(), label.subscribe());
@@ -153,13 +169,13 @@ pub async fn run(
                     }
                 }
                 Some(Event::Revoking { partitions, ticket }) => {
-                    let stopped = stop_fetchers(&mut fetchers, &partitions).await;
-                    commit(&handle, stopped, &mut committed, Some(&partitions)).await;
+                    let stopped = stop_fetchers(&mut fetchers, &partitions, "revoked", log).await;
+                    commit(&handle, stopped, &mut committed, Some(&partitions), log).await;
                     member.complete_revocation(ticket).await?;
                 }
                 Some(Event::Lost { partitions, reason }) => {
                     eprintln!("lost {partitions:?} ({reason}): not committing them");
-                    stop_fetchers(&mut fetchers, &partitions).await;
+                    stop_fetchers(&mut fetchers, &partitions, "lost", log).await;
                     committed.retain(|tp, _| !partitions.contains(tp));
                 }
                 Some(Event::TopicsMissing { topics }) => eprintln!("not created yet: {topics:?}"),
@@ -170,8 +186,8 @@ pub async fn run(
         }
     }
     let owned: Vec<TopicPartition> = fetchers.keys().cloned().collect();
-    let stopped = stop_fetchers(&mut fetchers, &owned).await;
-    commit(&handle, stopped, &mut committed, None).await;
+    let stopped = stop_fetchers(&mut fetchers, &owned, "closed", log).await;
+    commit(&handle, stopped, &mut committed, None, log).await;
     let close = member.close(CloseOptions::Default).await;
     while member.next_event().await.is_some() {} // Revoked, StateChanged, Closed
     let processed = processed.load(Ordering::Relaxed);
@@ -231,10 +247,19 @@ fn positions(fetchers: &BTreeMap<TopicPartition, Fetcher>) -> BTreeMap<TopicPart
     fetchers.iter().map(at).collect()
 }
 
-/// Stops the tasks of `partitions` and waits until they have; returns their final positions.
+/// Milliseconds since the epoch.
+fn now_ms() -> u128 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.unwrap_or_default().as_millis()
+}
+
+/// Stops the tasks of `partitions` and waits until they have (printing a `released` line each
+/// when `log`); returns their final positions.
 async fn stop_fetchers(
     fetchers: &mut BTreeMap<TopicPartition, Fetcher>,
     partitions: &[TopicPartition],
+    how: &str,
+    log: bool,
 ) -> BTreeMap<TopicPartition, i64> {
     let stopping: Vec<_> = partitions
         .iter()
@@ -244,18 +269,24 @@ async fn stop_fetchers(
     for (tp, Fetcher { stop, task, next }) in stopping {
         drop(stop); // the task sees its stop channel closed
         let _ = task.await;
+        if log {
+            let (topic, p, ts) = (&tp.topic, tp.partition, now_ms());
+            println!("released topic={topic} partition={p} how={how} ts_ms={ts}");
+        }
         positions.insert(tp, next.load(Ordering::Relaxed));
     }
     positions
 }
 
 /// Commits the positions that moved since their last commit (of `only`, when given, which are
-/// then forgotten); a failed commit is reported and tried again at the next one.
+/// then forgotten); a failed commit is reported and tried again at the next one. Each accepted
+/// offset is printed as a `committed` line when `log`.
 async fn commit(
     handle: &MemberHandle,
     positions: BTreeMap<TopicPartition, i64>,
     committed: &mut BTreeMap<TopicPartition, i64>,
     only: Option<&[TopicPartition]>,
+    log: bool,
 ) {
     let offsets: Vec<CommitOffset> = positions
         .into_iter()
@@ -268,7 +299,18 @@ async fn commit(
         .collect();
     if !offsets.is_empty() {
         match handle.commit(offsets.clone()).await {
-            Ok(()) => committed.extend(offsets.into_iter().map(|c| (c.partition, c.offset))),
+            Ok(()) => {
+                let ts = now_ms();
+                for c in offsets {
+                    let (topic, p, offset) = (&c.partition.topic, c.partition.partition, c.offset);
+                    if log {
+                        println!(
+                            "committed topic={topic} partition={p} offset={offset} ts_ms={ts}"
+                        );
+                    }
+                    committed.insert(c.partition, offset);
+                }
+            }
             Err(e) => eprintln!("commit failed: {e}"),
         }
     }
