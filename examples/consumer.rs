@@ -61,6 +61,9 @@ struct Args {
     /// Commit and close once N records have been consumed
     #[arg(long, value_name = "N")]
     max_records: Option<usize>,
+    /// Count the records instead of printing them
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// `--protocol`.
@@ -105,6 +108,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         produce,
         seconds,
         max_records,
+        quiet,
     } = Args::parse();
     let Some(bootstrap) = bootstrap.or_else(local_bootstrap) else {
         eprintln!(
@@ -193,6 +197,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Next offset to fetch for each owned partition.
     let mut positions: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut consumed = 0usize;
+    // When the first and the last batch of records arrived.
+    let mut span: Option<(Instant, Instant)> = None;
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     loop {
         tokio::select! {
@@ -224,10 +230,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None => break,
             },
             _ = tick.tick() => {
-                let got = fetch_once(&transport, &mut positions, &config).await;
+                let got = fetch_once(&transport, &mut positions, &config, quiet).await;
                 if got > 0 {
+                    let now = Instant::now();
+                    span = Some(span.map_or((now, now), |(first, _)| (first, now)));
                     consumed += got;
                     commit(&handle, &positions, None).await;
+                    // Behind the log end: fetch again at once rather than at the next tick.
+                    tick.reset_immediately();
                 }
                 if max_records.is_some_and(|n| consumed >= n) {
                     break;
@@ -237,8 +247,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     commit(&handle, &positions, None).await;
     if let Some(s) = member.snapshot().await {
+        let ms = span.map_or(0.0, |(first, last)| (last - first).as_secs_f64() * 1e3);
         println!(
-            "closing: consumed {consumed} records; member {} generation/epoch {} owns {}",
+            "closing: consumed {consumed} records in {ms:.0} ms from the first to the last; \
+             member {} generation/epoch {} owns {}",
             s.member_id,
             s.generation,
             list(&s.assignment)
@@ -308,6 +320,7 @@ async fn fetch_once(
     transport: &TcpTransport,
     positions: &mut BTreeMap<TopicPartition, i64>,
     config: &ClientConfig,
+    quiet: bool,
 ) -> usize {
     if positions.is_empty() {
         return 0;
@@ -343,15 +356,15 @@ async fn fetch_once(
         };
         for (tp, answer) in answers {
             let Ok(fetched) = answer else { continue };
-            for r in &fetched.records {
+            for r in fetched.records.iter().filter(|_| !quiet) {
                 let value = r
                     .value
                     .as_deref()
                     .map(String::from_utf8_lossy)
                     .unwrap_or_default();
                 println!("{tp}@{}: {value}", r.offset);
-                count += 1;
             }
+            count += fetched.records.len();
             if let Some(next) = fetched.next_offset
                 && let Some(p) = positions.get_mut(&tp)
             {
@@ -371,11 +384,7 @@ async fn commit(
     let offsets: Vec<CommitOffset> = positions
         .iter()
         .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
-        .map(|(tp, offset)| CommitOffset {
-            partition: tp.clone(),
-            offset: *offset,
-            metadata: None,
-        })
+        .map(|(tp, offset)| CommitOffset::new(tp.clone(), *offset))
         .collect();
     if offsets.is_empty() {
         return;

@@ -9,10 +9,12 @@
 //! The properties file holds the group and the client settings (`bootstrap.servers`, `group.id`,
 //! `group.protocol`, `group.instance.id`, `security.protocol`, `sasl.*`, `ssl.*`, ... see
 //! `consumer_membership::properties`) plus `auto.offset.reset` (`earliest` or `latest`, the
-//! default). Both clients get its TLS and SASL settings. Not carried over to rskafka:
-//! `ssl.endpoint.identification.algorithm=` (rskafka always verifies the host name), and
-//! compressed batches other than gzip and snappy (enable rskafka's `compression-lz4` and
-//! `compression-zstd` features for those).
+//! default); other keys are reported as unused. Both clients get its TLS settings (the same
+//! rustls config: `SecurityConfig::tls_client_config`) and SASL settings. Compressed batches other
+//! than gzip and snappy need rskafka's `compression-lz4` and `compression-zstd` features.
+//!
+//! `--membership-thread` runs the membership on a runtime of its own, on a thread named
+//! `membership` (`GroupMember::start_on`), so heartbeats never wait behind record processing.
 //!
 //! Each record is printed as one `record topic=.. partition=.. offset=..` line (counted only with
 //! `--quiet`) and its offset committed every `--commit-interval-ms`, and before a revocation is
@@ -31,10 +33,10 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
-use consumer_membership::config::{SaslMechanism, SecurityConfig, SecurityProtocol};
+use consumer_membership::config::{SaslMechanism, SecurityProtocol};
 use consumer_membership::{
     ClientConfig, CloseOptions, CloseOutcome, CommitOffset, Event, GroupConfig, GroupMember,
     MemberHandle, TcpTransport, TopicPartition, properties,
@@ -64,6 +66,9 @@ pub struct Args {
     /// Stop after this many records
     #[arg(long, value_name = "N")]
     pub max_records: Option<u64>,
+    /// Run the membership on its own runtime, on a thread named `membership`
+    #[arg(long)]
+    pub membership_thread: bool,
 }
 
 /// One processed record.
@@ -101,6 +106,20 @@ pub struct Report {
     pub close: CloseOutcome,
 }
 
+/// A current-thread runtime driven by a thread named `membership` until the returned guard is
+/// dropped.
+fn membership_runtime() -> Result<(tokio::runtime::Handle, oneshot::Sender<()>), BoxError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = runtime.handle().clone();
+    let (guard, dropped) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("membership".into())
+        .spawn(move || drop(runtime.block_on(dropped)))?;
+    Ok((handle, guard))
+}
+
 /// A partition's fetch task: it stores the next offset to process in `next`, and stops when
 /// `stop` is dropped.
 struct Fetcher {
@@ -117,7 +136,17 @@ pub async fn run(
 ) -> Result<Report, BoxError> {
     let (client, group, reset) = load(&args.properties)?;
     let records = Arc::new(rskafka_client(&client).await?);
-    let mut member = GroupMember::start(Arc::new(TcpTransport::new(client)), group)?;
+    let transport = Arc::new(TcpTransport::new(client));
+    let (mut member, _membership) = match args.membership_thread {
+        false => (GroupMember::start(transport, group)?, None),
+        true => {
+            let (runtime, thread) = membership_runtime()?;
+            (
+                GroupMember::start_on(&runtime, transport, group)?,
+                Some(thread),
+            )
+        }
+    };
     member.subscribe([args.topic.clone()]).await?;
     let handle = member.handle();
 
@@ -291,11 +320,7 @@ async fn commit(
     let offsets: Vec<CommitOffset> = positions
         .into_iter()
         .filter(|(tp, offset)| committed.get(tp) != Some(offset))
-        .map(|(partition, offset)| CommitOffset {
-            partition,
-            offset,
-            metadata: None,
-        })
+        .map(|(partition, offset)| CommitOffset::new(partition, offset))
         .collect();
     if !offsets.is_empty() {
         match handle.commit(offsets.clone()).await {
@@ -322,14 +347,17 @@ async fn commit(
 /// The properties file's group and client configs, and `auto.offset.reset`.
 pub fn load(path: &std::path::Path) -> Result<(ClientConfig, GroupConfig, OffsetAt), BoxError> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut props = properties::parse_properties(&text)?;
-    let reset = match props.remove("auto.offset.reset").as_deref().map(str::trim) {
+    let (props, mut rest) = properties::split_properties(properties::parse_properties(&text)?);
+    let reset = match rest.remove("auto.offset.reset").as_deref().map(str::trim) {
         Some("earliest") => OffsetAt::Earliest,
         Some("latest") | None => OffsetAt::Latest,
         Some(other) => {
             return Err(format!("auto.offset.reset={other}: not earliest or latest").into());
         }
     };
+    if !rest.is_empty() {
+        eprintln!("unused properties: {:?}", rest.keys().collect::<Vec<_>>());
+    }
     let (client, group) = properties::from_properties(&props)?;
     Ok((client, group, reset))
 }
@@ -343,7 +371,7 @@ async fn rskafka_client(config: &ClientConfig) -> Result<Client, BoxError> {
         s.protocol,
         SecurityProtocol::Ssl | SecurityProtocol::SaslSsl
     ) {
-        builder = builder.tls_config(Arc::new(tls(s)?));
+        builder = builder.tls_config(s.tls_client_config()?);
     }
     if let (Some(mechanism), Some(user), Some(password)) =
         (s.sasl_mechanism, &s.sasl_username, &s.sasl_password)
@@ -361,31 +389,6 @@ async fn rskafka_client(config: &ClientConfig) -> Result<Client, BoxError> {
     Ok(builder.build().await?)
 }
 
-/// rustls settings from `ssl.ca.location` (else no roots: name one), `ssl.certificate.location`
-/// and `ssl.key.location`.
-fn tls(s: &SecurityConfig) -> Result<rustls::ClientConfig, BoxError> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = s
-        .ssl_ca_location
-        .as_ref()
-        .ok_or("ssl.ca.location is needed for rskafka")?;
-    for cert in CertificateDer::pem_file_iter(ca)? {
-        roots.add(cert?)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
-    Ok(match (&s.ssl_certificate_location, &s.ssl_key_location) {
-        (Some(cert), Some(key)) => {
-            let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
-            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(key)?)?
-        }
-        _ => builder.with_no_client_auth(),
-    })
-}
-
 #[allow(dead_code)] // tests/rskafka_pairing.rs calls `run`
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
@@ -395,14 +398,22 @@ async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     let quiet = args.quiet;
     let ctrl_c = async { drop(tokio::signal::ctrl_c().await) };
+    // When the first and the last record were processed.
+    let span = Arc::new(std::sync::Mutex::new(None::<(Instant, Instant)>));
+    let seen = span.clone();
     let report = run(&args, ctrl_c, move |r| {
+        let now = Instant::now();
+        let mut span = seen.lock().unwrap_or_else(|e| e.into_inner());
+        *span = Some(span.map_or((now, now), |(first, _)| (first, now)));
         if !quiet {
             println!("{r}")
         }
     })
     .await?;
+    let span = *span.lock().unwrap_or_else(|e| e.into_inner());
+    let ms = span.map_or(0.0, |(first, last)| (last - first).as_secs_f64() * 1e3);
     println!(
-        "processed {} records; close: {:?}",
+        "processed {} records in {ms:.0} ms from the first to the last; close: {:?}",
         report.processed, report.close
     );
     Ok(())

@@ -347,24 +347,64 @@ impl GroupMember {
     /// Outside a tokio runtime (the member's task is spawned with [`tokio::spawn`]).
     pub fn start<T: Transport>(
         transport: Arc<T>,
-        mut config: GroupConfig,
+        config: GroupConfig,
     ) -> Result<Self, crate::error::ConfigError> {
-        // The core reads no random source: its per-member inputs are drawn here, the member id
-        // from the OS CSPRNG (KIP-1082).
-        config.seed = config.seed.or_else(|| Some(rand::random()));
-        config.member_id = config.member_id.or_else(|| Some(MemberId::generate()));
-        let member = Member::new(config, Instant::now())?;
-        Ok(Self::spawn(transport, member))
+        Ok(Self::spawn(transport, Self::member(config)?, None))
     }
 
-    /// Spawns the task that drives `member`.
-    fn spawn<T: Transport>(transport: Arc<T>, member: Member) -> Self {
+    /// As [`start`](GroupMember::start), but the member's task (and the transport's I/O it
+    /// starts) runs on `runtime`, which may be another runtime than the caller's, and the call
+    /// works outside any runtime.
+    ///
+    /// Give the membership a runtime of its own (a current-thread runtime on a dedicated thread,
+    /// as the Java client has its heartbeat thread) when the application's tasks can keep a
+    /// runtime busy for longer than a heartbeat interval: heartbeats then go out on time however
+    /// long a batch takes to process. The handle and the events work from any runtime.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use consumer_membership::{ClientConfig, GroupConfig, GroupMember, TcpTransport};
+    ///
+    /// let membership = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let transport = Arc::new(TcpTransport::new(ClientConfig::new("127.0.0.1:9092")?));
+    /// let member = GroupMember::start_on(membership.handle(), transport, GroupConfig::new("g"))?;
+    /// // Keep `membership` driven: run it on a thread of its own.
+    /// std::thread::spawn(move || membership.block_on(std::future::pending::<()>()));
+    /// # drop(member); Ok(()) }
+    /// ```
+    pub fn start_on<T: Transport>(
+        runtime: &tokio::runtime::Handle,
+        transport: Arc<T>,
+        config: GroupConfig,
+    ) -> Result<Self, crate::error::ConfigError> {
+        Ok(Self::spawn(transport, Self::member(config)?, Some(runtime)))
+    }
+
+    /// The member `config` describes. The core reads no random source: its per-member inputs
+    /// are drawn here, the member id from the OS CSPRNG (KIP-1082).
+    fn member(mut config: GroupConfig) -> Result<Member, crate::error::ConfigError> {
+        config.seed = config.seed.or_else(|| Some(rand::random()));
+        config.member_id = config.member_id.or_else(|| Some(MemberId::generate()));
+        Member::new(config, Instant::now())
+    }
+
+    /// Spawns the task that drives `member` (on `runtime`, else on the caller's).
+    fn spawn<T: Transport>(
+        transport: Arc<T>,
+        member: Member,
+        runtime: Option<&tokio::runtime::Handle>,
+    ) -> Self {
         let config = member.config().clone();
         let now = Instant::now();
         let metrics = crate::metrics::MemberMetrics::new(&config.group_id, member.protocol(), now);
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (event_tx, events) = mpsc::unbounded_channel();
-        tokio::spawn(run_member(member, metrics, transport, command_rx, event_tx));
+        let task = run_member(member, metrics, transport, command_rx, event_tx);
+        match runtime {
+            Some(runtime) => drop(runtime.spawn(task)),
+            None => drop(tokio::spawn(task)),
+        }
         let handle = MemberHandle {
             commands,
             request_timeout: config.request_timeout,
@@ -448,7 +488,7 @@ impl GroupMember {
     /// has the `seed` or `member_id` its sans-IO constructor asked for.
     #[cfg(feature = "sim")]
     pub fn start_member<T: Transport>(transport: Arc<T>, member: Member) -> Self {
-        Self::spawn(transport, member)
+        Self::spawn(transport, member, None)
     }
 }
 

@@ -22,7 +22,8 @@
 //!
 //! The keys are those of [`KEYS`]; any other key is an error naming it (this crate covers group
 //! membership only, so fetch or deserializer settings of a full consumer config are refused rather
-//! than silently ignored). Values are trimmed, as Java's `ConfigDef` does.
+//! than silently ignored; [`split_properties`] separates them first when one file configures
+//! both halves of a consumer). Values are trimmed, as Java's `ConfigDef` does.
 //!
 //! Checks follow the Java client (`ConsumerConfig`, `CommonClientConfigs`):
 //! - `group.id` and `bootstrap.servers` are required;
@@ -115,6 +116,38 @@ const JAVA_ASSIGNORS: &[(&str, &str)] = &[
         "cooperative-sticky",
     ),
 ];
+
+/// Splits a whole consumer's properties into the keys [`from_properties`] reads ([`KEYS`]) and
+/// the rest, which belong to the client that fetches the records (`auto.offset.reset`,
+/// `fetch.max.bytes`, ...), so one file can configure both halves of a consumer without
+/// [`from_properties`] refusing the data plane's keys.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use consumer_membership::properties::{from_properties, split_properties};
+///
+/// let props: BTreeMap<String, String> = [
+///     ("bootstrap.servers", "kafka-1:9092"),
+///     ("group.id", "orders"),
+///     ("auto.offset.reset", "earliest"),
+/// ]
+/// .into_iter()
+/// .map(|(k, v)| (k.to_string(), v.to_string()))
+/// .collect();
+/// let (membership, data_plane) = split_properties(props);
+/// let (client, group) = from_properties(&membership)?;
+/// assert_eq!(data_plane["auto.offset.reset"], "earliest");
+/// # Ok::<(), consumer_membership::ConfigError>(())
+/// ```
+pub fn split_properties(
+    mut props: BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let ours = KEYS
+        .iter()
+        .filter_map(|key| props.remove_entry(*key))
+        .collect();
+    (ours, props)
+}
 
 /// Builds the transport's and the member's configs from Kafka's property names (see the module
 /// docs for the keys and the checks).

@@ -3,7 +3,7 @@
 //! `close()`, and errors that convert into `consumer_membership::Error`.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use consumer_membership::error::error_name;
@@ -32,7 +32,14 @@ fn s(x: &str) -> StrBytes {
 /// A classic coordinator for one member: names it "m-1", makes it a follower, assigns `t-0`, and
 /// answers its LeaveGroup with `leave_error` on the member.
 fn coordinator(leave_error: i16) -> MemoryTransport {
+    coordinator_seen_by(leave_error, Arc::default())
+}
+
+/// As [`coordinator`], and the name of the thread each request is handled on goes to `threads`.
+fn coordinator_seen_by(leave_error: i16, threads: Arc<Mutex<Vec<String>>>) -> MemoryTransport {
     MemoryTransport::new(move |_: &_, body: RequestKind, version: i16| {
+        let thread = std::thread::current().name().unwrap_or("?").to_owned();
+        threads.lock().unwrap().push(thread);
         Ok(match body {
             RequestKind::FindCoordinator(r) => {
                 let node = |c: Coordinator| {
@@ -118,6 +125,12 @@ fn config() -> GroupConfig {
 /// Starts a member on `t`, subscribes to `t` and waits for its assignment.
 async fn assigned(t: &Arc<MemoryTransport>, config: GroupConfig) -> GroupMember {
     let mut m = GroupMember::start(t.clone(), config).expect("valid config");
+    subscribed_and_assigned(&mut m).await;
+    m
+}
+
+/// Subscribes `m` to `t` and waits until it owns `t-0`.
+async fn subscribed_and_assigned(m: &mut GroupMember) {
     m.subscribe(["t".to_string()]).await.expect("subscribed");
     let within = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
@@ -130,7 +143,6 @@ async fn assigned(t: &Arc<MemoryTransport>, config: GroupConfig) -> GroupMember 
     });
     let owned = within.await.expect("assigned within 20 s");
     assert_eq!(owned, [TopicPartition::new("t", 0)]);
-    m
 }
 
 /// The events left after a close, until the stream ends.
@@ -143,6 +155,42 @@ async fn drain(m: &mut GroupMember) -> Vec<Event> {
     });
     ended.await.expect("the event stream ends after close");
     events
+}
+
+/// `start_on` outside any runtime: the member's task and its requests run on the membership
+/// runtime's thread, while the application uses the member from another runtime.
+#[test]
+fn a_member_started_on_its_own_runtime_runs_there_and_serves_another() {
+    let membership = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    let t = Arc::new(coordinator_seen_by(0, threads.clone()));
+    let member = GroupMember::start_on(membership.handle(), t, config());
+    let mut m = member.expect("valid config");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let driver = std::thread::Builder::new()
+        .name("membership".into())
+        .spawn(move || drop(membership.block_on(stopped)))
+        .unwrap();
+    let app = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    app.block_on(async {
+        subscribed_and_assigned(&mut m).await;
+        assert_eq!(
+            m.close(CloseOptions::Default).await,
+            CloseOutcome::Left { error: None }
+        );
+        assert_eq!(drain(&mut m).await.last(), Some(&Event::Closed));
+    });
+    drop(stop);
+    driver.join().unwrap();
+    let threads = threads.lock().unwrap();
+    assert!(threads.len() >= 4, "{threads:?}"); // lookup, join, sync, leave at least
+    assert!(threads.iter().all(|t| t == "membership"), "{threads:?}");
 }
 
 #[tokio::test]

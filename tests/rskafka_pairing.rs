@@ -63,6 +63,8 @@ fn start(
     std::fs::write(&path, lines.join("\n")).unwrap();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let (seen, topic) = (seen.clone(), topic.to_owned());
+    // The static member's membership runs on a thread of its own (`start_on`).
+    let membership_thread = lines.iter().any(|l| l.starts_with("group.instance.id"));
     let task = tokio::spawn(async move {
         let args = Args {
             properties: path.clone(),
@@ -70,6 +72,7 @@ fn start(
             quiet: true,
             commit_interval_ms: 60_000, // only the revocation and close commits count
             max_records: None,
+            membership_thread,
         };
         let stop = async { drop(stop_rx.await) };
         let record = move |r: &Processed| seen.lock().unwrap().push(r.clone());

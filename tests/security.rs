@@ -255,3 +255,54 @@ async fn an_untrusted_broker_certificate_is_a_typed_tls_error() {
             .expect("no host name check");
     }
 }
+
+/// rskafka over the same TLS settings as the member: `SecurityConfig::tls_client_config` is the
+/// rustls config the transport uses; with the broker's CA rskafka reads the cluster's topics
+/// over SASL_SSL, with an untrusted CA it never gets them.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_plane_client_connects_with_the_members_tls_config() {
+    let Some(e) = env() else { return };
+    // SASL_SSL with SCRAM-SHA-512, trusting `ca`.
+    let scram = |ca: &PathBuf| {
+        let (user, password) = (&e.user, &e.password);
+        secured(
+            &e.sasl_ssl,
+            SecurityProtocol::SaslSsl,
+            SaslMechanism::ScramSha512,
+            user,
+            password,
+            Some(ca),
+        )
+    };
+    let rskafka = |ca: &PathBuf| {
+        let c = scram(ca);
+        let tls = c.security.tls_client_config().expect("the CA file reads");
+        let credentials = rskafka::client::Credentials::new(e.user.clone(), e.password.clone());
+        rskafka::client::ClientBuilder::new(c.bootstrap_servers.clone())
+            .tls_config(tls)
+            .sasl_config(rskafka::client::SaslConfig::ScramSha512(credentials))
+            .build()
+    };
+    let topics = |ca: PathBuf| async move {
+        let client = rskafka(&ca).await?;
+        client.list_topics().await
+    };
+    let listed = topics(e.ca.clone()).await;
+    assert!(listed.is_ok(), "rskafka over SASL_SSL: {listed:?}");
+    // rskafka retries a failed connection without a deadline: refused means never listed.
+    let refused = tokio::time::timeout(Duration::from_secs(10), topics(e.untrusted_ca.clone()));
+    let refused = refused.await;
+    assert!(
+        !matches!(refused, Ok(Ok(_))),
+        "an untrusted CA must be refused: {refused:?}"
+    );
+    let missing = scram(&PathBuf::from("/nonexistent/ca.pem"));
+    match missing.security.tls_client_config() {
+        Err(TransportError::Tls { reason }) => assert!(reason.contains("/nonexistent/ca.pem")),
+        other => panic!("expected a TLS error naming the file, got {other:?}"),
+    }
+}

@@ -44,6 +44,24 @@ pub struct CommitOffset {
     pub metadata: Option<String>,
 }
 
+impl CommitOffset {
+    /// `offset` (the next record to consume) for `partition`, without metadata.
+    pub fn new(partition: TopicPartition, offset: i64) -> Self {
+        Self {
+            partition,
+            offset,
+            metadata: None,
+        }
+    }
+
+    /// The same offset with `metadata` stored beside it.
+    #[must_use]
+    pub fn with_metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+}
+
 /// A committed offset as the coordinator returned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommittedOffset {

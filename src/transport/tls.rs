@@ -24,6 +24,14 @@ fn tls_error(reason: impl Into<String>) -> TransportError {
 
 /// Builds the connector once per transport; bad files are a typed TLS error naming the file.
 pub(crate) fn connector(security: &SecurityConfig) -> Result<TlsConnector, TransportError> {
+    client_config(security).map(|config| TlsConnector::from(Arc::new(config)))
+}
+
+/// The rustls client settings `security` describes (see
+/// [`SecurityConfig::tls_client_config`]).
+pub(crate) fn client_config(
+    security: &SecurityConfig,
+) -> Result<rustls::ClientConfig, TransportError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     match &security.ssl_ca_location {
@@ -64,30 +72,31 @@ pub(crate) fn connector(security: &SecurityConfig) -> Result<TlsConnector, Trans
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
     };
-    let config = match (
-        &security.ssl_certificate_location,
-        &security.ssl_key_location,
-    ) {
-        (Some(cert), Some(key)) => {
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-                .and_then(|it| it.collect())
-                .map_err(|e| {
-                    tls_error(format!("ssl.certificate.location {}: {e}", cert.display()))
-                })?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| tls_error(format!("ssl.key.location {}: {e}", key.display())))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| tls_error(format!("client certificate: {e}")))?
-        }
-        (None, None) => builder.with_no_client_auth(),
-        _ => {
-            return Err(tls_error(
-                "ssl.certificate.location and ssl.key.location go together",
-            ));
-        }
-    };
-    Ok(TlsConnector::from(Arc::new(config)))
+    Ok(
+        match (
+            &security.ssl_certificate_location,
+            &security.ssl_key_location,
+        ) {
+            (Some(cert), Some(key)) => {
+                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                    .and_then(|it| it.collect())
+                    .map_err(|e| {
+                        tls_error(format!("ssl.certificate.location {}: {e}", cert.display()))
+                    })?;
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| tls_error(format!("ssl.key.location {}: {e}", key.display())))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| tls_error(format!("client certificate: {e}")))?
+            }
+            (None, None) => builder.with_no_client_auth(),
+            _ => {
+                return Err(tls_error(
+                    "ssl.certificate.location and ssl.key.location go together",
+                ));
+            }
+        },
+    )
 }
 
 /// Runs the TLS handshake on `stream`; any failure (untrusted certificate, wrong name, protocol)
