@@ -242,6 +242,8 @@ pub mod codes {
     pub const UNRELEASED_INSTANCE_ID: i16 = ResponseError::UnreleasedInstanceId.code();
     /// STALE_MEMBER_EPOCH.
     pub const STALE_MEMBER_EPOCH: i16 = ResponseError::StaleMemberEpoch.code();
+    /// UNSUPPORTED_ASSIGNOR.
+    pub const UNSUPPORTED_ASSIGNOR: i16 = ResponseError::UnsupportedAssignor.code();
 }
 
 /// Kafka's name of an error code (`"NOT_COORDINATOR"` for 16), `"NONE"` for 0, or

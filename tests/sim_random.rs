@@ -4,7 +4,9 @@
 //! with random faults (answer delays, drops and duplicates, coordinator stalls, operations failed
 //! by the coordinator runtime, connection resets, unsubscribe/resubscribe, application poll
 //! pauses, close + restart with the same instance id; a restarted KIP-848 process has a new
-//! member id, KIP-1082). The world checks its invariants after every step, per protocol (see
+//! member id, KIP-1082), against a broker of a release profile picked per schedule (4.0/4.1, 4.2,
+//! 4.3+: `BrokerProfile`) with the `uniform` or `range` assignor (the round robin churn mode in a
+//! few; `broker_rules`). The world checks its invariants after every step, per protocol (see
 //! `World::violations`): classic, FENCED_INSTANCE_ID only when another process holds the instance
 //! id, no partition owned by two live members of the same generation, a generation never goes
 //! backwards under one member id; KIP-848, FENCED_INSTANCE_ID only when another process's member
@@ -30,6 +32,7 @@ use consumer_membership::machine::events::CloseOptions;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::member::Member;
 use consumer_membership::sim::codes;
+use consumer_membership::sim::coordinator::{BrokerProfile, BrokerRules, ServerAssignor};
 use consumer_membership::sim::network::NetConfig;
 use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
 use rand::{Rng, SeedableRng};
@@ -126,6 +129,29 @@ fn java_policy() -> bool {
     JAVA_POLICY.with(|j| j.get()) || std::env::var("SIM_JAVA_POLICY").is_ok_and(|v| v == "1")
 }
 
+/// The broker of a schedule: every release profile equally often; `uniform,range` (the
+/// broker's default list) mostly, the round robin churn mode listed first in one schedule in ten;
+/// the 4.3+ assignment interval at its default (1 s), at 0 (as tests against a broker set it)
+/// or longer. Also the assignor members ask for: none mostly, `range` or `uniform` sometimes.
+fn broker_rules(rng: &mut ChaCha8Rng) -> (BrokerRules, Option<ServerAssignor>) {
+    let profile = BrokerProfile::ALL[rng.random_range(0..BrokerProfile::ALL.len())];
+    let mut rules = BrokerRules::of(profile);
+    if rng.random_bool(0.1) {
+        rules.assignors.insert(0, ServerAssignor::RoundRobin);
+    }
+    rules.assignment_interval = Duration::from_millis(match rng.random_range(0..4) {
+        0 => 0,
+        1 => 3_000,
+        _ => 1_000,
+    });
+    let asked = match rng.random_range(0..10) {
+        0 | 1 => Some(ServerAssignor::Range),
+        2 => Some(ServerAssignor::Uniform),
+        _ => None,
+    };
+    (rules, asked)
+}
+
 /// Builds the world for `seed` and schedules its faults.
 fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5eed);
@@ -145,6 +171,11 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
             Duration::from_millis(rng.random_range(6_000..=10_000));
         sim.coordinator.consumer_heartbeat_interval = Duration::from_millis(2_000);
     }
+    // The broker's release and assignors, from their own stream so that the rest of the schedule
+    // does not depend on them.
+    let mut broker_rng = ChaCha8Rng::seed_from_u64(seed ^ 0xb20c_e250);
+    let (rules, asked) = broker_rules(&mut broker_rng);
+    sim.coordinator.rules = rules;
     let mut w = World::new(sim);
     let mut specs = Vec::new();
     let mut handles = Vec::new();
@@ -155,6 +186,10 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
         if consumer_protocol {
             config.protocol = GroupProtocol::Consumer;
             config = config.with_assignor(consumer_membership::machine::classic::assignor::Range);
+            // group.remote.assignor: some members ask for one (the most asked for is used).
+            if broker_rng.random_bool(0.5) {
+                config.remote_assignor = asked.map(|a| a.name().to_owned());
+            }
         }
         let spec = Spec { name, config };
         handles.push(add_or_restart(&mut w, None, &spec));
@@ -345,13 +380,17 @@ fn random_schedules_keep_the_invariants() {
         .clamp(1, 8) as u64;
     // Per seed: its problems, its protocol hazards (World::hazards: allowed by the broker's
     // rules, reported, not failures), and whether it ran KIP-848 members.
-    let outcomes: Vec<(u64, Vec<String>, usize, bool)> = std::thread::scope(|s| {
+    let outcomes: Vec<(u64, Vec<String>, usize, bool, BrokerProfile)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
                     let mut out = Vec::new();
                     let mut seed = offset + t;
                     while seed < offset + seeds {
+                        let profile =
+                            broker_rules(&mut ChaCha8Rng::seed_from_u64(seed ^ 0xb20c_e250))
+                                .0
+                                .profile;
                         let r = catch_unwind(AssertUnwindSafe(|| {
                             let (problems, w) = run(seed, false);
                             let consumer = w.coordinator().consumer_epochs().is_some();
@@ -373,7 +412,7 @@ fn random_schedules_keep_the_invariants() {
                                 false,
                             ),
                         };
-                        out.push((seed, problems, hazards, consumer));
+                        out.push((seed, problems, hazards, consumer, profile));
                         seed += threads;
                     }
                     out
@@ -386,6 +425,14 @@ fn random_schedules_keep_the_invariants() {
             .collect()
     });
     let consumer = outcomes.iter().filter(|o| o.3).count();
+    let per_profile: Vec<String> = BrokerProfile::ALL
+        .iter()
+        .map(|p| {
+            let n = outcomes.iter().filter(|o| o.4 == *p).count();
+            let c = outcomes.iter().filter(|o| o.4 == *p && o.3).count();
+            format!("{} {n} ({c} KIP-848)", p.name())
+        })
+        .collect();
     let hazard_seeds: Vec<u64> = outcomes.iter().filter(|o| o.2 > 0).map(|o| o.0).collect();
     let results: Vec<(u64, Vec<String>)> = outcomes
         .into_iter()
@@ -394,7 +441,8 @@ fn random_schedules_keep_the_invariants() {
         .collect();
     let violations: usize = results.iter().map(|(_, p)| p.len()).sum();
     println!(
-        "{seeds} schedules ({consumer} with KIP-848 members), {violations} violations ({} failing seeds) in {:?}",
+        "{seeds} schedules ({consumer} with KIP-848 members; brokers {}), {violations} violations ({} failing seeds) in {:?}",
+        per_profile.join(", "),
         results.len(),
         started.elapsed()
     );

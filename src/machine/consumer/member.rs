@@ -1333,8 +1333,14 @@ fn invalid(reason: &str) -> GroupError {
     }
 }
 
+// Everything the application holds, the partitions of an outstanding revocation ticket
+// included: a member that is fenced or leaves on a poll timeout while the application still
+// revokes them has lost those too (the broker drops their pending revocation), as the Java
+// client's onPartitionsLost covers them. Released partitions leave `owned` before this runs
+// (`complete_revocation`, `leave_when_revoked`), so a release never names a ticket's partitions.
 skeleton!(ConsumerMember, epoch, |m| {
-    let partitions = m.assignment();
+    let mut partitions: Vec<TopicPartition> = m.owned.iter().filter_map(|tp| m.named(tp)).collect();
+    partitions.sort();
     m.owned.clear();
     partitions
 });

@@ -12,7 +12,7 @@
 //! `scheduleConsumerGroupRebalanceTimeout`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{
     Assignment as CghAssignment, TopicPartitions as CghTopicPartitions,
@@ -21,13 +21,13 @@ use kafka_protocol::messages::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ResponseKind,
 };
 
+use super::assignors::{self, AssignorMember, Tp};
+use super::rules::{BrokerProfile, ServerAssignor};
 use super::{Parked, SimCoordinator, ms, name, s, topic_id};
 use crate::sim::codes::*;
 
 /// `LEAVE_GROUP_STATIC_MEMBER_EPOCH`.
 const STATIC_LEAVE_EPOCH: i32 = -2;
-/// A partition of a KIP-848 group: topic name and partition index.
-type Tp = (String, i32);
 /// `MemberState` of a KIP-848 member (apache/kafka `modern/MemberState.java`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CgState {
@@ -60,10 +60,16 @@ pub(super) struct ConsumerMemberState {
     state: CgState,
     topics: Vec<String>,
     rebalance_timeout_ms: i32,
+    /// `serverAssignorName`: the assignor the member asked for.
+    server_assignor: Option<String>,
     /// `assignedPartitions`: what the member owns (or may own) in its epoch.
     assigned: BTreeSet<Tp>,
     /// `partitionsPendingRevocation`: still owned by the member until it acknowledges.
     pending_revocation: BTreeSet<Tp>,
+    /// The assignment epoch of each assigned or pending partition (4.3+ keeps
+    /// `assignedPartitions` / `partitionsPendingRevocation` as partition ⇒ epoch maps: the
+    /// target epoch at which the partition was added to the member, 0 after a static leave).
+    epochs: BTreeMap<Tp, i32>,
 }
 
 impl ConsumerMemberState {
@@ -76,9 +82,17 @@ impl ConsumerMemberState {
             state: CgState::Stable,
             topics: Vec::new(),
             rebalance_timeout_ms: -1,
+            server_assignor: None,
             assigned: BTreeSet::new(),
             pending_revocation: BTreeSet::new(),
+            epochs: BTreeMap::new(),
         }
+    }
+
+    /// `ConsumerGroupMember.assignmentEpoch` / `pendingRevocationEpoch`: the epoch at which the
+    /// member got `tp`, when it holds it.
+    pub(super) fn partition_epoch(&self, tp: &Tp) -> Option<i32> {
+        self.epochs.get(tp).copied()
     }
 
     /// `ModernGroupMember.isReconciledTo`.
@@ -91,17 +105,6 @@ impl ConsumerMemberState {
         self.previous_epoch = self.epoch;
         self.epoch = epoch;
     }
-}
-
-/// One member's share of a topic in the round-robin target: the topic's partitions `p` with
-/// `p % takers == rank` (the member is the `rank`-th of the `takers` members subscribed to it,
-/// in member-id order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Share {
-    /// Index into [`ConsumerGroup::topic_table`].
-    topic: u32,
-    rank: u32,
-    takers: u32,
 }
 
 /// A KIP-848 group (`ConsumerGroup`), reduced.
@@ -117,11 +120,11 @@ pub(super) struct ConsumerGroup {
     /// The target assignment's epoch (`assignmentEpoch`); behind `epoch` until the next
     /// heartbeat recomputes the target.
     assignment_epoch: i32,
-    /// The target assignment, by member id (`targetAssignment`), as each member's shares of
-    /// the round robin ([`Self::target_of`] lists the partitions).
-    target: BTreeMap<String, Vec<Share>>,
-    /// The topics (name, partition count) the target's shares refer to, by name.
-    topic_table: Vec<(String, i32)>,
+    /// The target assignment, by member id (`targetAssignment`).
+    target: BTreeMap<String, BTreeSet<Tp>>,
+    /// When the target was last computed (`assignmentTimestamp`; 4.3+ waits
+    /// `group.consumer.assignment.interval.ms` after it before the next one).
+    assignment_time: Option<Instant>,
     pub(super) members: BTreeMap<String, ConsumerMemberState>,
     pub(super) static_members: BTreeMap<String, String>,
     /// `ConsumerGroup.partitionEpochs`, reduced to a count: for each partition, how many
@@ -191,22 +194,15 @@ impl ConsumerGroup {
         };
         m.epoch = STATIC_LEAVE_EPOCH;
         m.pending_revocation.clear();
+        // resetAssignedPartitionsEpochsToZero: the partitions count as assigned from epoch 0 to
+        // whoever takes the instance over.
+        m.epochs = m.assigned.iter().map(|tp| (tp.clone(), 0)).collect();
         self.put_member(member_id, m);
     }
 
     /// The member's target partitions (`None` when the target has no entry for it).
     fn target_of(&self, member_id: &str) -> Option<BTreeSet<Tp>> {
-        let shares = self.target.get(member_id)?;
-        let mut out = BTreeSet::new();
-        for s in shares {
-            let (topic, count) = &self.topic_table[s.topic as usize];
-            let mut p = s.rank as i32;
-            while p < *count {
-                out.insert((topic.clone(), p));
-                p += s.takers as i32;
-            }
-        }
-        Some(out)
+        self.target.get(member_id).cloned()
     }
 }
 
@@ -444,6 +440,14 @@ impl SimCoordinator {
         {
             return self.reply(p, Self::cgh_error(INVALID_REQUEST));
         }
+        // The same check: a ServerAssignor outside group.consumer.assignors.
+        if let Some(a) = &r.server_assignor
+            && self.config.rules.assignor(a.as_str()).is_none()
+        {
+            let a = a.to_string();
+            self.note(|| format!("{member_id}: ServerAssignor {a}: UNSUPPORTED_ASSIGNOR"));
+            return self.reply(p, Self::cgh_error(UNSUPPORTED_ASSIGNOR));
+        }
         if self.classic.as_ref().is_some_and(|g| !g.members.is_empty()) {
             // Online migration from a classic group is not modelled.
             return self.reply(p, Self::cgh_error(GROUP_ID_NOT_FOUND));
@@ -484,29 +488,54 @@ impl SimCoordinator {
         if r.rebalance_timeout_ms != -1 {
             m.rebalance_timeout_ms = r.rebalance_timeout_ms;
         }
-        let mut bump = false;
+        if let Some(a) = &r.server_assignor {
+            // maybeUpdateServerAssignorName.
+            m.server_assignor = Some(a.to_string());
+        }
+        let mut subscription_changed = false;
         if let Some(t) = topics
             && t != m.topics
         {
             m.topics = t;
-            bump = true;
+            subscription_changed = true;
         }
         if let Some(i) = &instance {
             // ConsumerGroup.updateStaticMember.
             c.static_members.insert(i.clone(), member_id.clone());
         }
-        if bump {
+        // 4.0-4.2 consumerGroupHeartbeat: "if the group is newly created, we must ensure that it
+        // moves away from epoch 0" (gone in 4.3: only a subscription change bumps it).
+        let profile = self.config.rules.profile;
+        let new_group = profile.bumps_new_group_epoch() && c.epoch == 0;
+        if subscription_changed || new_group {
             c.epoch += 1;
             let e = c.epoch;
             self.note(|| format!("{member_id}: subscription changed: group epoch bumped to {e}"));
         }
-        // 2. updateTargetAssignment when the group epoch is ahead of the target's.
+        // 2. maybeUpdateTargetAssignment when the group epoch is ahead of the target's; 4.3+
+        // only once the assignment interval since the last one elapsed
+        // (canComputeNextTargetAssignment), else the member reconciles to the last target.
         let c = self.consumer.as_ref().expect("created");
         if c.epoch > c.assignment_epoch {
-            self.update_target_assignment();
+            let interval = self.config.rules.effective_assignment_interval();
+            let due = match c.assignment_time {
+                Some(t) if !interval.is_zero() => self.now >= t + interval,
+                _ => true,
+            };
+            if due {
+                self.update_target_assignment();
+            } else {
+                let (e, a) = (c.epoch, c.assignment_epoch);
+                self.note(|| {
+                    format!(
+                        "group epoch {e}: target stays at {a} until the assignment interval elapses"
+                    )
+                });
+            }
         }
-        // 3. maybeReconcile.
-        self.maybe_reconcile(&member_id, owned.as_ref());
+        // 3. maybeReconcile; 4.2+ forces consistency with a changed subscription.
+        let changed = subscription_changed && profile.subscription_consistency();
+        self.maybe_reconcile(&member_id, owned.as_ref(), changed);
         // scheduleConsumerGroupSessionTimeout.
         let session = self.config.consumer_session_timeout;
         self.consumer_sessions
@@ -646,7 +675,11 @@ impl SimCoordinator {
         Ok(m)
     }
 
-    /// `throwIfConsumerGroupMemberEpochIsInvalid`; epoch 0 always passes (KAFKA-19233).
+    /// `throwIfConsumerGroupMemberEpochIsInvalid`; epoch 0 always passes from 4.2 on
+    /// (KAFKA-19233). On 4.0/4.1 an epoch-0 heartbeat of a registered member is an older epoch
+    /// like any other: accepted only when the member's previous epoch is 0 (a retried first
+    /// join; the owned partitions of an epoch-0 request are empty, so always a subset), else
+    /// FENCED_MEMBER_EPOCH until the session expires and removes the member.
     fn check_member_epoch(
         &mut self,
         member_id: &str,
@@ -654,7 +687,7 @@ impl SimCoordinator {
         epoch: i32,
         owned: Option<&BTreeSet<Tp>>,
     ) -> Result<(), i16> {
-        if epoch == 0 {
+        if epoch == 0 && self.config.rules.profile.rejoin_at_epoch_zero() {
             return Ok(());
         }
         // The previous epoch is accepted (the answer with the bump may have been lost) only
@@ -731,104 +764,74 @@ impl SimCoordinator {
         true
     }
 
-    /// `updateTargetAssignment`: a round-robin over the subscribed members in member-id order
-    /// (members that left with -2 included), at the group epoch: partition `i` of a topic goes
-    /// to the `i % n`-th of the `n` members subscribed to it. Kept as each member's share (rank
-    /// and member count per topic), updated in place: one pass over the members, no
-    /// per-partition work.
+    /// `maybeUpdateTargetAssignment` (`TargetAssignmentBuilder` with the preferred assignor,
+    /// `ConsumerGroup.computePreferredServerAssignor`: the one most members ask for, else the
+    /// first of `group.consumer.assignors`): the new target of every member (members that left
+    /// with -2 included: their partitions stay reserved) at the group epoch, computed from the
+    /// previous one (see [`assignors`]).
     fn update_target_assignment(&mut self) {
-        let table: Vec<(String, i32)> = self
-            .config
-            .topics
-            .iter()
-            .cloned()
-            .collect::<BTreeMap<String, i32>>()
-            .into_iter()
-            .collect();
+        let partitions: BTreeMap<String, i32> = self.config.topics.iter().cloned().collect();
+        let rules = &self.config.rules;
         let c = self.consumer.as_mut().expect("consumer group");
-        let ConsumerGroup {
-            members,
-            target,
-            topic_table,
-            ..
-        } = c;
-        if *topic_table != table {
-            *topic_table = table;
-        }
-        let index = |t: &str| -> Option<u32> {
-            topic_table
-                .binary_search_by(|(n, _)| n.as_str().cmp(t))
-                .ok()
-                .map(|i| i as u32)
-        };
-        let mut takers = vec![0u32; topic_table.len()];
-        for m in members.values() {
-            for t in &m.topics {
-                if let Some(i) = index(t) {
-                    takers[i as usize] += 1;
-                }
+        let mut asked: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in c.members.values() {
+            if let Some(a) = &m.server_assignor {
+                *asked.entry(a.as_str()).or_default() += 1;
             }
         }
-        let mut rank = vec![0u32; topic_table.len()];
-        let mut shares_of = |m: &ConsumerMemberState, out: &mut Vec<Share>| {
-            out.clear();
-            for t in &m.topics {
-                if let Some(i) = index(t) {
-                    let r = &mut rank[i as usize];
-                    out.push(Share {
-                        topic: i,
-                        rank: *r,
-                        takers: takers[i as usize],
-                    });
-                    *r += 1;
-                }
-            }
-        };
-        // Merge the members (by id) into the target (by id): update, add, drop.
-        let mut added: Vec<(String, Vec<Share>)> = Vec::new();
-        let mut gone: Vec<String> = Vec::new();
-        let mut entries = target.iter_mut().peekable();
-        for (id, m) in members.iter() {
-            while let Some((k, _)) = entries.peek() {
-                if k.as_str() < id.as_str() {
-                    gone.push((*k).clone());
-                    entries.next();
-                } else {
-                    break;
-                }
-            }
-            match entries.peek_mut() {
-                Some((k, v)) if k.as_str() == id.as_str() => {
-                    shares_of(m, v);
-                    entries.next();
-                }
-                _ => {
-                    let mut v = Vec::new();
-                    shares_of(m, &mut v);
-                    added.push((id.clone(), v));
-                }
-            }
-        }
-        gone.extend(entries.map(|(k, _)| k.clone()));
-        for k in gone {
-            target.remove(&k);
-        }
-        target.extend(added);
+        // The most asked for; among equals, the first by name (the broker's pick among equal
+        // counts follows its hash map's order).
+        let preferred = asked
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .and_then(|(name, _)| rules.assignor(name));
+        let assignor = preferred
+            .or_else(|| rules.assignors.first().copied())
+            .unwrap_or(ServerAssignor::Uniform);
+        let members: Vec<AssignorMember<'_>> = c
+            .members
+            .iter()
+            .map(|(id, m)| AssignorMember {
+                id,
+                instance: m.instance_id.as_deref(),
+                topics: &m.topics,
+            })
+            .collect();
+        assignors::assign(assignor, &members, &partitions, &mut c.target);
         c.assignment_epoch = c.epoch;
+        c.assignment_time = Some(self.now);
         let e = c.epoch;
-        self.note(|| format!("target assignment computed for epoch {e}"));
+        self.note(|| {
+            format!(
+                "target assignment computed for epoch {e} ({})",
+                assignor.name()
+            )
+        });
     }
 
     /// `maybeReconcile`: moves the member towards its target (`CurrentAssignmentBuilder`) and
     /// schedules the rebalance timeout while it has partitions to revoke (cancels it otherwise).
-    fn maybe_reconcile(&mut self, member_id: &str, owned: Option<&BTreeSet<Tp>>) {
+    fn maybe_reconcile(
+        &mut self,
+        member_id: &str,
+        owned: Option<&BTreeSet<Tp>>,
+        subscription_changed: bool,
+    ) {
+        let profile = self.config.rules.profile;
         let c = self.consumer.as_mut().expect("consumer group");
         let target_epoch = c.assignment_epoch;
         let m = &c.members[member_id];
-        if m.is_reconciled_to(target_epoch) {
+        if !subscription_changed && m.is_reconciled_to(target_epoch) {
             return;
         }
-        let next = current_assignment_builder(c, member_id, target_epoch, owned);
+        let next = current_assignment_builder(
+            c,
+            member_id,
+            target_epoch,
+            owned,
+            subscription_changed,
+            profile,
+        );
         if next == c.members[member_id] {
             return;
         }
@@ -879,18 +882,38 @@ impl SimCoordinator {
     }
 }
 
-/// `CurrentAssignmentBuilder.build`: the member's next state.
+/// `CurrentAssignmentBuilder.build`: the member's next state. `subscription_changed` is only
+/// ever set from 4.2 on (KAFKA-19431).
 fn current_assignment_builder(
     c: &ConsumerGroup,
     member_id: &str,
     target_epoch: i32,
     owned: Option<&BTreeSet<Tp>>,
+    subscription_changed: bool,
+    profile: BrokerProfile,
 ) -> ConsumerMemberState {
     let m = &c.members[member_id];
     match m.state {
-        CgState::Stable if m.epoch == target_epoch => m.clone(),
-        CgState::UnrevokedPartitions if owns_revoked(owned, &m.pending_revocation) => m.clone(),
-        _ => compute_next_assignment(c, member_id, target_epoch, owned),
+        CgState::Stable if m.epoch == target_epoch => {
+            if subscription_changed {
+                update_current_assignment(m, owned)
+            } else {
+                m.clone()
+            }
+        }
+        CgState::UnrevokedPartitions if owns_revoked(owned, &m.pending_revocation) => {
+            if subscription_changed {
+                update_current_assignment(m, owned)
+            } else {
+                m.clone()
+            }
+        }
+        CgState::UnrevokedPartitions if profile.bumps_epoch_after_revocation() => {
+            // 4.0/4.1: "it can transition to the next epoch (current + 1)"; KAFKA-19974 (4.2)
+            // keeps the member's epoch.
+            compute_next_assignment(c, member_id, m.epoch + 1, target_epoch, owned, profile)
+        }
+        _ => compute_next_assignment(c, member_id, m.epoch, target_epoch, owned, profile),
     }
 }
 
@@ -900,27 +923,62 @@ fn owns_revoked(owned: Option<&BTreeSet<Tp>>, revoked: &BTreeSet<Tp>) -> bool {
     owned.is_none_or(|o| o.iter().any(|tp| revoked.contains(tp)))
 }
 
+/// `CurrentAssignmentBuilder.updateCurrentAssignment` (4.2+): the partitions of topics the
+/// member no longer subscribes to leave its assignment at once; still owned ⇒ pending
+/// revocation (UNREVOKED_PARTITIONS, the epoch unchanged), already released ⇒ just dropped.
+fn update_current_assignment(
+    m: &ConsumerMemberState,
+    owned: Option<&BTreeSet<Tp>>,
+) -> ConsumerMemberState {
+    let (keep, gone): (BTreeSet<Tp>, BTreeSet<Tp>) = m
+        .assigned
+        .iter()
+        .cloned()
+        .partition(|(t, _)| m.topics.contains(t));
+    if gone.is_empty() {
+        return m.clone();
+    }
+    let mut next = m.clone();
+    let pending: BTreeSet<Tp> = m.pending_revocation.union(&gone).cloned().collect();
+    next.assigned = keep;
+    if owns_revoked(owned, &pending) {
+        next.state = CgState::UnrevokedPartitions;
+        next.pending_revocation = pending;
+    } else {
+        for tp in &gone {
+            next.epochs.remove(tp);
+        }
+    }
+    next
+}
+
 /// `CurrentAssignmentBuilder.computeNextAssignment`: keep what is still targeted; what is not
-/// goes to pending revocation (the member stays in its epoch until it acknowledges); targeted
-/// partitions no other member holds are added and the member moves to the target epoch;
-/// targeted partitions still held elsewhere wait (UNRELEASED_PARTITIONS).
+/// goes to pending revocation (the member stays in `member_epoch` until it acknowledges);
+/// targeted partitions no other member holds are added and the member moves to the target
+/// epoch; targeted partitions still held elsewhere wait (UNRELEASED_PARTITIONS). From 4.2 on the
+/// target of a topic the member no longer subscribes to counts as empty (KAFKA-19431). Added
+/// partitions get the target epoch as their assignment epoch, kept and revoked ones keep theirs.
 fn compute_next_assignment(
     c: &ConsumerGroup,
     member_id: &str,
+    member_epoch: i32,
     target_epoch: i32,
     owned: Option<&BTreeSet<Tp>>,
+    profile: BrokerProfile,
 ) -> ConsumerMemberState {
     let m = &c.members[member_id];
-    // Topics the member no longer subscribes to count as an empty target.
     let mut target: BTreeSet<Tp> = c.target_of(member_id).unwrap_or_default();
-    target.retain(|(t, _)| m.topics.contains(t));
+    if profile.subscription_consistency() {
+        target.retain(|(t, _)| m.topics.contains(t));
+    }
     let assigned: BTreeSet<Tp> = m.assigned.intersection(&target).cloned().collect();
     let revoke: BTreeSet<Tp> = m.assigned.difference(&assigned).cloned().collect();
     let mut unreleased = false;
     let mut add = BTreeSet::new();
     for tp in target.difference(&assigned) {
-        // A partition this member still holds as pending revocation is not "unreleased"; `tp` is
-        // not among its assigned partitions, so any other holder is another member.
+        // A partition this member still holds as pending revocation is not "unreleased"
+        // (KAFKA-19449, on every 4.x branch); `tp` is not among its assigned partitions, so any
+        // other holder is another member.
         if !m.pending_revocation.contains(tp) && c.is_held(tp) {
             unreleased = true;
         } else {
@@ -930,7 +988,7 @@ fn compute_next_assignment(
     let mut next = m.clone();
     if !revoke.is_empty() && owns_revoked(owned, &revoke) {
         next.state = CgState::UnrevokedPartitions;
-        next.update_epoch(m.epoch);
+        next.update_epoch(member_epoch);
         next.assigned = assigned;
         next.pending_revocation = revoke;
     } else {
@@ -942,7 +1000,12 @@ fn compute_next_assignment(
         next.update_epoch(target_epoch);
         next.assigned = assigned.union(&add).cloned().collect();
         next.pending_revocation = BTreeSet::new();
+        for tp in &add {
+            next.epochs.insert(tp.clone(), target_epoch);
+        }
     }
+    next.epochs
+        .retain(|tp, _| next.assigned.contains(tp) || next.pending_revocation.contains(tp));
     next
 }
 

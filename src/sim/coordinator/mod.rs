@@ -24,10 +24,10 @@
 //! fail; no group deletion (`Dead`) and no coordinator failover; a request to a group that does
 //! not exist yet with a member id is answered UNKNOWN_MEMBER_ID for every API (the new
 //! coordinator answers some with GROUP_ID_NOT_FOUND); the target assignment of a KIP-848 group
-//! is a round-robin over partitions (not the `uniform` / `range` assignors), computed by the
-//! first heartbeat after the group epoch moved (no assignment interval, no offloading); regular
-//! expression subscriptions, the 4.3+ per-partition assignment epochs and online migration
-//! between classic and consumer groups are not modelled.
+//! is computed on the request path by the first heartbeat after the group epoch moved (4.3+:
+//! and the assignment interval elapsed; no offloading), with the `uniform` / `range` assignors
+//! (`assignors`) of the configured broker release (`rules`); regular expression subscriptions and
+//! online migration between classic and consumer groups are not modelled.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -49,10 +49,12 @@ use super::ConnId;
 use super::codes::*;
 use crate::request::api_key_of;
 
+mod assignors;
 mod classic;
 mod consumer;
 mod messages;
 mod offsets;
+mod rules;
 
 pub use classic::GroupState;
 use classic::{ClassicGroup, JoinTimer};
@@ -61,6 +63,7 @@ pub use consumer::ConsumerMemberView;
 pub use messages::{
     describe_request, describe_response, error_response, name, response_error, topic_id,
 };
+pub use rules::{BrokerProfile, BrokerRules, ServerAssignor};
 
 /// Settings of a [`SimCoordinator`]. Defaults are the broker's, except
 /// `group.initial.rebalance.delay.ms` (0, as the design notes advise for tests).
@@ -96,6 +99,8 @@ pub struct CoordinatorConfig {
     pub consumer_heartbeat_interval: Duration,
     /// Seed of the member-id generator.
     pub seed: u64,
+    /// The broker release and its version-dependent settings (`rules`).
+    pub rules: BrokerRules,
 }
 
 impl CoordinatorConfig {
@@ -116,6 +121,7 @@ impl CoordinatorConfig {
             consumer_session_timeout: Duration::from_millis(45_000),
             consumer_heartbeat_interval: Duration::from_millis(5_000),
             seed: 0,
+            rules: BrokerRules::default(),
         }
     }
 }
@@ -153,8 +159,10 @@ enum Append {
         generation: i32,
         assignment: BTreeMap<String, Bytes>,
     },
-    /// Any answer that waits for its records (offset commits).
+    /// Any answer that waits for its records.
     Answer(Box<Reply>),
+    /// Offset commits and RequireStable offset fetches (`offsets`).
+    Offsets(Box<offsets::OffsetAppend>),
 }
 /// Per-member timers (one per member id) with their deadlines also kept in time order, so the
 /// earliest one and the due ones are found without a scan of every member.
@@ -235,7 +243,7 @@ pub struct MemberView {
 /// `ConsumerGroupHeartbeat` (KIP-848, `GroupMetadataManager.consumerGroupHeartbeat`) follows the
 /// broker's steps, each in a method named after the one it models:
 /// - the member: dynamic (`getOrMaybeSubscribeDynamicConsumerGroupMember`: created on epoch 0,
-///   reused on epoch 0 since KAFKA-19233, else UNKNOWN_MEMBER_ID / the epoch check
+///   reused on epoch 0 since KAFKA-19233 (4.2+), else UNKNOWN_MEMBER_ID / the epoch check
 ///   `throwIfConsumerGroupMemberEpochIsInvalid`, which accepts the previous epoch only with owned
 ///   partitions that are a subset of the assignment) or static
 ///   (`getOrMaybeSubscribeStaticConsumerGroupMember`: epoch 0 with the instance held by a member
@@ -245,8 +253,9 @@ pub struct MemberView {
 ///   another member id ⇒ FENCED_INSTANCE_ID);
 /// - the group epoch is bumped when a subscription changes (`hasMemberSubscriptionChanged`) or a
 ///   member is fenced (`consumerGroupFenceMember`); the next heartbeat of any member recomputes
-///   the target assignment (`updateTargetAssignment`, here a round-robin over the members in
-///   member-id order, -2 members included: their partitions stay reserved);
+///   the target assignment (`maybeUpdateTargetAssignment` with the `uniform` or `range`
+///   assignor, -2 members included: their partitions stay reserved; 4.3+ at most once per
+///   assignment interval);
 /// - the member is reconciled towards its target (`maybeReconcile` / `CurrentAssignmentBuilder`):
 ///   partitions leaving a member go to `partitionsPendingRevocation` and the member stays in its
 ///   epoch until a heartbeat's owned partitions no longer contain them; a partition is given to
@@ -648,6 +657,7 @@ impl SimCoordinator {
     fn append_committed(&mut self, a: Append) {
         match a {
             Append::Answer(reply) => self.replies.push_back(*reply),
+            Append::Offsets(a) => self.offsets_committed(*a),
             Append::SyncAssignment {
                 generation,
                 assignment,
