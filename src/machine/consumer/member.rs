@@ -632,7 +632,25 @@ impl ConsumerMember {
         }
         if self.shell.expired(Timer::PollInterval) && self.in_group() {
             tracing::warn!(group = %self.shell.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
-            self.lose_owned(Reason::PollTimeout);
+            // The partitions of a revocation ticket still out are lost too: the leave releases
+            // them at the broker (GroupMetadataManager.consumerGroupStaticMemberGroupLeave drops
+            // the pending revocations of a -2 leave; a -1 leave removes the member), so another
+            // member may own them before the application hands the ticket back.
+            let mut lost = match &self.phase {
+                Phase::AwaitRevoke { revoking, .. } => {
+                    revoking.iter().filter_map(|tp| self.named(tp)).collect()
+                }
+                _ => Vec::new(),
+            };
+            lost.extend(self.take_owned());
+            lost.sort();
+            lost.dedup();
+            if !lost.is_empty() {
+                self.shell.events.push_back(Event::Lost {
+                    partitions: lost,
+                    reason: Reason::PollTimeout,
+                });
+            }
             // A close that waited for a ticket the application never handed back ends here.
             let (options, then) = match self.deferred_leave.take() {
                 Some((options, then, _)) => (options, then),

@@ -1705,6 +1705,40 @@ fn poll_timeout_loses_partitions_leaves_and_poll_rejoins_with_the_same_id() {
     }
 }
 
+/// Seed 20050 of `tests/sim_random.rs` (`SIM_SEEDS=200000`, seeds 74326, 161944, 181236 and
+/// 193810 too): every owned partition is being revoked, the application has not handed the
+/// ticket back when the poll timer expires; the leave releases the partitions at the broker,
+/// so they are declared lost (they were not: nothing else was owned, so no `Lost` at all).
+#[test]
+fn poll_timeout_while_revoking_everything_declares_the_revoking_partitions_lost() {
+    for (instance, epoch) in [(None, -1), (Some("i1"), -2)] {
+        let mut c = config(instance);
+        c.max_poll_interval = Duration::from_secs(3);
+        let mut h = Harness::joined_with(c);
+        let (hb, _) = h.regular(Duration::from_secs(1));
+        h.hb_answer(&hb, ok(2, 1000, Some(&[(T, &[])])));
+        h.nothing("waiting for the ticket");
+        let mut events = std::mem::take(&mut h.events);
+        let (revoking, _ticket) = take_revoking(&mut events);
+        assert_eq!(revoking, vec![tp("t", 0), tp("t", 1)]);
+        assert_eq!(h.m.state(), MemberState::AwaitRevoke);
+        h.advance(Duration::from_secs(2));
+        let leave = h
+            .drain()
+            .into_iter()
+            .map(|o| heartbeat_body(&o))
+            .find(|b| b.member_epoch < 0)
+            .expect("the poll timeout leaves");
+        assert_eq!(leave.member_epoch, epoch, "{instance:?}");
+        let events = std::mem::take(&mut h.events);
+        assert_eq!(
+            lost_of(&events),
+            vec![(vec![tp("t", 0), tp("t", 1)], Reason::PollTimeout)],
+            "{instance:?}: {events:?}"
+        );
+    }
+}
+
 #[test]
 
 fn unsubscribe_after_a_poll_timeout_is_not_undone_by_the_next_poll() {
