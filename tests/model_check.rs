@@ -10,9 +10,12 @@
 //! - the broker reads one request per connection and reads the next only after the answer went
 //!   out; group requests are processed in the order they were READ (one coordinator queue);
 //!   FindCoordinator / Metadata are answered by the broker's own handlers;
-//! - requests a client already wrote on a connection it then closed are still read and
-//!   processed; their answers are dropped;
-//! - answers on one connection arrive in order.
+//! - of the requests a client already wrote on a connection it then closed, the broker
+//!   processes the one with its handlers and at most one more (the first answer goes into the
+//!   dead socket, the client's side resets, the next write fails and the rest is discarded);
+//!   their answers are dropped;
+//! - answers on one connection arrive in order; an answer is never lost on a live connection:
+//!   a loss is a connection reset.
 //!
 //! The client side is kept here, with the transport rules of `World`: a client keeps one
 //! bootstrap connection and one coordinator connection; a request that times out closes its connection (every other request
@@ -29,8 +32,9 @@
 //! request timeouts, coordinator timers); and, within a fault budget, the coordinator runtime
 //! fails the head of its queue with COORDINATOR_NOT_AVAILABLE ([`Network::take_coordinator_head`]
 //! and [`Queued::fail`], as `World::fail_queued_head`), the client resets its coordinator
-//! connection ([`Network::close`]), an answer is lost ([`Network::take_answer`], dropped), or an
-//! answer is overtaken by the next deadline (a slow answer); within an application budget, the
+//! connection ([`Network::close`]), the connection is reset as an answer travels (the answer is
+//! lost, every request in flight on it fails, the broker reads nothing more from it:
+//! [`Network::abort`]), or an answer is overtaken by the next deadline (a slow answer); within an application budget, the
 //! application unsubscribes and subscribes again, commits its partitions, or closes. The
 //! coordinator may sit on its queue for any number of deadlines: that is a coordinator stall.
 //!
@@ -286,6 +290,8 @@ fn net_config() -> NetConfig {
         latency_min: Duration::ZERO,
         latency_max: Duration::ZERO,
         service_time: Duration::ZERO,
+        // Time jumps from deadline to deadline; the broker's idle expiry is not a choice here.
+        max_idle: None,
         ..NetConfig::default()
     }
 }
@@ -528,7 +534,7 @@ impl ModelWorld {
     fn settle(&mut self) {
         let now = self.now;
         loop {
-            if self.network.deliver_up(now).is_some() {
+            if self.network.deliver_up(now, &mut self.rng).is_some() {
                 self.net_events();
                 continue;
             }
@@ -564,10 +570,10 @@ impl ModelWorld {
                 .network
                 .answer(conn, corr, r.version, r.body, now, &mut self.rng);
             self.log(|| {
-                let dropped = if fate == AnswerFate::ConnectionClosed {
-                    " -> dropped: connection closed"
-                } else {
-                    ""
+                let dropped = match fate {
+                    AnswerFate::Sent { .. } => "",
+                    AnswerFate::WrittenToClosed => " -> into the closed connection",
+                    _ => " -> dropped: connection closed",
                 };
                 format!("    broker: answers {conn}#{corr} {summary}{dropped}")
             });
@@ -581,6 +587,7 @@ impl ModelWorld {
                 conn,
                 correlation,
                 position,
+                ..
             } = e
                 && position > 0
             {
@@ -703,18 +710,20 @@ impl ModelWorld {
             Choice::Deliver(c) => self.deliver(ConnId(u64::from(c))),
             Choice::Lose(c) => {
                 self.faults += 1;
-                let a = self
-                    .network
-                    .take_answer(ConnId(u64::from(c)))
-                    .expect("enabled");
+                let conn = ConnId(u64::from(c));
+                let a = self.network.take_answer(conn).expect("enabled");
                 self.log(|| {
                     format!(
-                        "!! answer {}#{} {} lost",
+                        "!! connection reset: answer {}#{} {} lost",
                         a.conn,
                         a.correlation,
                         describe_resp(&a.body)
                     )
                 });
+                self.close_conn(a.client, conn, "connection reset");
+                self.network.abort(conn);
+                self.net_events();
+                self.drain(a.client);
             }
             Choice::Tick => self.tick(),
             Choice::SlowTick => {

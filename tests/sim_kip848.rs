@@ -1,6 +1,7 @@
 #![cfg(feature = "sim")]
-//! KIP-848 members against the simulated coordinator: a lost first heartbeat answer and a close
-//! before the first answer leave no ghost member (KIP-1082 ids, KAFKA-19233 idempotent rejoin).
+//! KIP-848 members against the simulated coordinator: a lost first heartbeat answer (the
+//! connection resets as the broker writes it) and a close before the first answer leave no
+//! ghost member (KIP-1082 ids, KAFKA-19233 idempotent rejoin).
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ fn add(w: &mut World, id: u8, instance: Option<&str>) -> MemberHandle {
 fn lose_answers(w: &mut World, on: bool) {
     let mut net = NetConfig::default();
     if on {
-        net.drop_answer = 1.0;
+        net.reset_before_answer = 1.0;
     }
     w.network_mut().set_config(net);
 }
@@ -47,7 +48,8 @@ fn lost_first_heartbeat_answer_leaves_one_member() {
     for instance in [None, Some("k-static")] {
         let mut w = world(848);
         let k = add(&mut w, 1, instance);
-        // FindCoordinator goes through; the first ConsumerGroupHeartbeat's answer is lost.
+        // FindCoordinator goes through; the first ConsumerGroupHeartbeat's answer is lost: the
+        // connection resets as the broker writes it.
         w.subscribe(k, &["t"]);
         w.run_until(
             |w| w.member(k).coordinator().is_some(),

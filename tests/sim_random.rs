@@ -1,12 +1,16 @@
 #![cfg(feature = "sim")]
 //! Random schedules: 2-3 members (static and dynamic; classic in about half of the schedules,
 //! KIP-848 consumer protocol in the other half) against the simulated coordinator,
-//! with random faults (answer delays, drops and duplicates, coordinator stalls, operations failed
-//! by the coordinator runtime, connection resets, unsubscribe/resubscribe, application poll
-//! pauses, close + restart with the same instance id; a restarted KIP-848 process has a new
-//! member id, KIP-1082), against a broker of a release profile picked per schedule (4.0/4.1, 4.2,
-//! 4.3+: `BrokerProfile`) with the `uniform` or `range` assignor (the round robin churn mode in a
-//! few; `broker_rules`). The world checks its invariants after every step, per protocol (see
+//! with random faults (slow answers, connection resets before or after an answer and at any time,
+//! KIP-219 throttling, requests of different connections handled out of read order, the broker
+//! closing idle connections, connections dropped by the client, coordinator stalls, operations
+//! failed by the coordinator runtime, unsubscribe/resubscribe, application poll pauses, close +
+//! restart with the same instance id; a restarted KIP-848 process has a new member id,
+//! KIP-1082), against a broker of a release profile picked per schedule (4.0/4.1, 4.2, 4.3+:
+//! `BrokerProfile`) with the `uniform` or `range` assignor (the round robin churn mode in a few;
+//! `broker_rules`). The network is TCP-true (`sim::network`): an answer is never lost nor
+//! duplicated on a live connection, and the broker processes a closed connection's requests as
+//! it does. The world checks its invariants after every step, per protocol (see
 //! `World::violations`): classic, FENCED_INSTANCE_ID only when another process holds the instance
 //! id, no partition owned by two live members of the same generation, a generation never goes
 //! backwards under one member id; KIP-848, FENCED_INSTANCE_ID only when another process's member
@@ -111,10 +115,25 @@ fn faulty_net(rng: &mut ChaCha8Rng) -> NetConfig {
         latency_min: Duration::from_millis(1),
         latency_max: Duration::from_millis(rng.random_range(2..=20)),
         service_time: Duration::from_millis(1),
-        drop_answer: if rng.random_bool(0.5) { 0.02 } else { 0.0 },
-        duplicate_answer: if rng.random_bool(0.5) { 0.03 } else { 0.0 },
+        reset_before_answer: if rng.random_bool(0.5) { 0.02 } else { 0.0 },
+        reset_after_answer: if rng.random_bool(0.5) { 0.02 } else { 0.0 },
         slow_answer: if rng.random_bool(0.5) { 0.05 } else { 0.0 },
         slow_extra: Duration::from_millis(rng.random_range(500..=4_000)),
+        throttle: if rng.random_bool(0.4) { 0.05 } else { 0.0 },
+        throttle_max: Duration::from_millis(rng.random_range(100..=2_000)),
+        reorder_window: Duration::from_millis(if rng.random_bool(0.5) {
+            rng.random_range(1..=30)
+        } else {
+            0
+        }),
+        // connections.max.idle.ms: the broker's default, or short enough that the broker closes
+        // bootstrap connections (and coordinator connections of paused members) under the
+        // clients.
+        max_idle: Some(if rng.random_bool(0.3) {
+            Duration::from_millis(rng.random_range(3_000..=20_000))
+        } else {
+            consumer_membership::sim::network::DEFAULT_MAX_IDLE
+        }),
     }
 }
 
@@ -208,7 +227,7 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
         let i = rng.random_range(0..n);
         let h = handles[i];
         let spec = specs[i].clone();
-        let kind = rng.random_range(0..9);
+        let kind = rng.random_range(0..10);
         let d = Duration::from_millis(rng.random_range(500..=15_000));
         let short = Duration::from_millis(rng.random_range(0..=500));
         let restart_seed: u64 = rng.random();
@@ -262,6 +281,11 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
                     w.commit_owned(h, 7);
                 }
             }),
+            8 => w.schedule(at, move |w| {
+                if w.alive(h) {
+                    w.reset_connections(h);
+                }
+            }),
             _ => w.schedule(at, move |w| {
                 // Crash without a word, restart with the same instance id.
                 w.kill(h);
@@ -274,7 +298,7 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
             }),
         }
     }
-    // The faults stop: a quiet network from then on.
+    // The faults stop: a quiet network from then on (the broker's default idle expiry).
     w.schedule(FAULTS, |w| {
         w.note("faults stop");
         w.network_mut().set_config(NetConfig::default());

@@ -3,13 +3,15 @@
 //!
 //! A member is any [`SimMember`] (this crate's [`ClassicMember`] and [`Member`] implement it, so
 //! can a user's own consumer). Each slot holds one process at a time; [`World::restart`] replaces
-//! it with a new process (the old one is dead: its connections are closed, but what it already
-//! sent is still delivered and processed, as on a real network).
+//! it with a new process (the old one is dead: its connections are closed; what it already sent
+//! is still delivered, and the broker processes what it has of it as a real broker does, see
+//! [`super::network`]).
 //!
 //! The client side behaves like a Kafka transport: one connection per target (bootstrap, and one
 //! per coordinator node), requests encoded at the highest version both sides speak, a request
 //! that times out closes its connection (every other request on it fails with
-//! `TransportError::Disconnected`), and, with [`SimConfig::close_on_coordinator_loss`] (the Java
+//! `TransportError::Disconnected`, as it does when the connection fails under the client: a
+//! reset, or the broker closing it), and, with [`SimConfig::close_on_coordinator_loss`] (the Java
 //! client's `markCoordinatorUnknown`, which disconnects), a member that forgets its coordinator
 //! closes the coordinator connection.
 //!
@@ -30,7 +32,9 @@ use super::coordinator::{
     self, CoordinatorConfig, SimCoordinator, describe_request, describe_response, response_error,
 };
 use super::invariants::Snapshot;
-use super::network::{AnswerFate, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network};
+use super::network::{
+    AnswerFate, Arrival, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network,
+};
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::ApiMisuse;
 use crate::error::{ConfigError, GroupError, TransportError};
@@ -233,8 +237,6 @@ pub struct Seen {
     pub api: ApiKey,
     /// The (first) error code.
     pub code: i16,
-    /// Whether it was a duplicate delivery.
-    pub duplicate: bool,
 }
 
 pub(super) struct Process {
@@ -247,8 +249,6 @@ pub(super) struct Process {
     bootstrap: Option<ConnId>,
     coordinators: VecMap<i32, ConnId>,
     in_flight: VecMap<(ConnId, i32), InFlight>,
-    /// Answers delivered whose duplicate is still on its way (see `World::duplicates`).
-    answered: VecMap<(ConnId, i32), RequestId>,
     next_correlation: i32,
     tickets: VecDeque<(Instant, RevokeTicket)>,
     /// Partitions of the revocation tickets the application still holds (it is still
@@ -338,6 +338,7 @@ type Script = Box<dyn FnOnce(&mut World)>;
 pub(super) enum Action {
     Script,
     Up,
+    NetTimer,
     Broker,
     CoordinatorTimer,
     Coordinator,
@@ -367,7 +368,7 @@ pub struct World {
     pub(super) hazards: Vec<String>,
     steps: u64,
     steps_at_now: u64,
-    /// Answers delivered to the request they answer (duplicates left out), by API key.
+    /// Answers delivered to the request they answer, by API key.
     delivered: Vec<u64>,
     pub(super) touched: Touched,
     /// Processes whose cached deadline may be stale.
@@ -388,9 +389,6 @@ pub struct World {
     pub(super) recheck: BTreeSet<usize>,
     /// Processes with partitions in `stale_acked`.
     pub(super) stale_procs: BTreeSet<usize>,
-    /// Answers the network will deliver twice (a duplicate fault) whose duplicate has not
-    /// arrived yet: only their request ids are kept in `Process::answered`.
-    duplicates: BTreeSet<(ConnId, i32)>,
     /// Whether the last observation saw a KIP-848 group at the coordinator.
     pub(super) consumer_group_seen: bool,
 }
@@ -443,7 +441,6 @@ impl World {
             by_member_id: BTreeMap::new(),
             recheck: BTreeSet::new(),
             stale_procs: BTreeSet::new(),
-            duplicates: BTreeSet::new(),
             consumer_group_seen: false,
         }
     }
@@ -471,8 +468,7 @@ impl World {
     }
 
     /// How many answers of `api` reached the request they answer (a request/answer cycle each;
-    /// duplicate deliveries and answers to requests that timed out or whose connection closed
-    /// are not counted).
+    /// answers to requests that timed out or whose connection closed are not counted).
     pub fn delivered(&self, api: ApiKey) -> u64 {
         usize::try_from(api as i16)
             .ok()
@@ -685,7 +681,6 @@ impl World {
             bootstrap: None,
             coordinators: VecMap::new(),
             in_flight: VecMap::new(),
-            answered: VecMap::new(),
             next_correlation: 0,
             tickets: VecDeque::new(),
             revoking: BTreeMap::new(),
@@ -723,7 +718,6 @@ impl World {
             .collect();
         for c in conns {
             self.network.close(c);
-            self.forget_duplicates(p, c);
         }
         self.touch(p);
         self.procs[p].in_flight.clear();
@@ -827,8 +821,9 @@ impl World {
         });
     }
 
-    /// Closes the slot's coordinator connections (a network blip): requests in flight on them
-    /// fail with `Disconnected`, what was already sent is still processed.
+    /// Closes the slot's coordinator connections (the client drops them): requests in flight on
+    /// them fail with `Disconnected`; the broker processes what it has of them as it does for
+    /// any connection the client closed (see [`super::network`]).
     pub fn drop_connections(&mut self, h: MemberHandle) {
         let p = self.slots[h.0];
         self.touch(p);
@@ -837,6 +832,27 @@ impl World {
             self.close_conn(p, c, "connection reset");
         }
         self.drain(p);
+    }
+
+    /// Resets the slot's connections (a network fault, or the broker closing them: the
+    /// `Processor.close` of a connection reads the same): the broker reads nothing more from
+    /// them (requests already with its handlers are processed, their answers dropped), and the
+    /// client sees them fail one delay later, after the answers already on their way: every
+    /// request in flight on them fails with `Disconnected`.
+    pub fn reset_connections(&mut self, h: MemberHandle) {
+        let p = self.slots[h.0];
+        let conns: Vec<ConnId> = self.procs[p]
+            .bootstrap
+            .into_iter()
+            .chain(self.procs[p].coordinators.values().copied())
+            .collect();
+        let now = self.now;
+        for c in conns {
+            if self.network.reset(c, now, &mut self.rng) {
+                self.log(|| format!("network: resets {c}"));
+            }
+        }
+        self.net_events();
     }
 
     // ------------------------------------------------------------------ faults and scripts
@@ -996,6 +1012,9 @@ impl World {
         if let Some(t) = self.network.next_up() {
             consider(t, t, Action::Up);
         }
+        if let Some(t) = self.network.next_timer() {
+            consider(t, t, Action::NetTimer);
+        }
         if let Some(t) = self.network.next_broker_work() {
             let orig = self.network.broker_queue_head().unwrap_or(t);
             consider(t, orig, Action::Broker);
@@ -1049,7 +1068,11 @@ impl World {
                 f(self);
             }
             Action::Up => {
-                self.network.deliver_up(now);
+                self.network.deliver_up(now, &mut self.rng);
+                self.net_events();
+            }
+            Action::NetTimer => {
+                self.network.handle_timers(now, &mut self.rng);
                 self.net_events();
             }
             Action::Broker => {
@@ -1066,11 +1089,18 @@ impl World {
                     self.process(q, true);
                 }
             }
-            Action::Down => {
-                if let Some(d) = self.network.deliver_down(now) {
-                    self.deliver(d);
+            Action::Down => match self.network.deliver_down(now) {
+                Some(Arrival::Answer(d)) => self.deliver(d),
+                Some(Arrival::Closed { conn, cause, .. }) => {
+                    // The connection failed under the client: every request in flight on it
+                    // fails (NetworkClient.processDisconnection).
+                    if let Some(p) = self.proc_of_conn(conn) {
+                        self.close_conn(p, conn, cause.as_str());
+                        self.drain(p);
+                    }
                 }
-            }
+                None => {}
+            },
             Action::RequestTimeout(p) => self.request_timeout(p),
             Action::Ticket(p) => {
                 let Some((_, ticket)) = self.procs[p].tickets.pop_front() else {
@@ -1155,15 +1185,27 @@ impl World {
                     conn,
                     correlation,
                     position,
+                    overtook,
                 } => self.log(|| {
+                    let overtook = if overtook > 0 {
+                        format!(", ahead of {overtook} read before it")
+                    } else {
+                        String::new()
+                    };
                     if position > 0 {
                         format!(
-                            "    broker: reads {conn}#{correlation} (coordinator queue #{position})"
+                            "    broker: reads {conn}#{correlation} (coordinator queue #{position}{overtook})"
                         )
                     } else {
-                        format!("    broker: reads {conn}#{correlation}")
+                        format!("    broker: reads {conn}#{correlation}{overtook}")
                     }
                 }),
+                NetEvent::Discarded { conn, correlation } => self.log(|| {
+                    format!("    broker: {conn}#{correlation} never read: connection closed")
+                }),
+                NetEvent::BrokerClosed { conn, cause } => {
+                    self.log(|| format!("    broker: {conn} closed ({})", cause.as_str()))
+                }
             }
         }
     }
@@ -1226,16 +1268,33 @@ impl World {
                 self.network
                     .answer(r.conn, r.correlation, r.version, body, now, &mut self.rng);
             let (conn, corr) = (r.conn, r.correlation);
-            if fate == (AnswerFate::Sent { duplicate: true }) {
-                self.duplicates.insert((conn, corr));
-            }
             self.log(|| {
                 let fate = match fate {
-                    AnswerFate::ConnectionClosed => " -> dropped: connection closed by the client",
-                    AnswerFate::Lost => " -> LOST (fault)",
-                    AnswerFate::Sent { duplicate: true } => " (duplicated)",
-                    AnswerFate::Sent { duplicate: false } => "",
-                    AnswerFate::UnknownConnection => " -> unknown connection",
+                    AnswerFate::WrittenToClosed => {
+                        " -> into the socket the client closed (its side resets)".to_owned()
+                    }
+                    AnswerFate::WriteFailed { discarded } => format!(
+                        " -> write fails: the client closed and reset; {discarded} unread discarded"
+                    ),
+                    AnswerFate::BrokerClosed => " -> dropped: the broker closed it".into(),
+                    AnswerFate::ResetBefore => " -> LOST: connection reset (fault)".into(),
+                    AnswerFate::Sent {
+                        throttle,
+                        reset_after,
+                    } => format!(
+                        "{}{}",
+                        if throttle.is_zero() {
+                            String::new()
+                        } else {
+                            format!(" (throttled {throttle:?})")
+                        },
+                        if reset_after {
+                            " then connection reset (fault)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    AnswerFate::UnknownConnection => " -> unknown connection".into(),
                 };
                 format!("    broker: answers {conn}#{corr} {summary}{fate}")
             });
@@ -1251,29 +1310,16 @@ impl World {
         let now = self.now;
         let code = response_error(&d.body);
         let key = (d.conn, d.correlation);
-        let id = if d.duplicate {
-            self.duplicates.remove(&key);
-            self.procs[p].answered.remove(&key)
-        } else {
-            match self.procs[p].in_flight.remove(&key) {
-                Some(f) => {
-                    if let Ok(i) = usize::try_from(d.api as i16) {
-                        if self.delivered.len() <= i {
-                            self.delivered.resize(i + 1, 0);
-                        }
-                        self.delivered[i] += 1;
-                    }
-                    if self.duplicates.contains(&key) {
-                        self.procs[p].answered.insert(key, f.id);
-                    }
-                    Some(f.id)
-                }
-                None => None,
-            }
-        };
-        let Some(id) = id else {
+        let Some(f) = self.procs[p].in_flight.remove(&key) else {
             return;
         };
+        let id = f.id;
+        if let Ok(i) = usize::try_from(d.api as i16) {
+            if self.delivered.len() <= i {
+                self.delivered.resize(i + 1, 0);
+            }
+            self.delivered[i] += 1;
+        }
         let name = self.procs[p].name.clone();
         let summary = if self.config.trace {
             describe_response(&d.body)
@@ -1281,27 +1327,24 @@ impl World {
             String::new()
         };
         self.log(|| {
-            format!(
-                "{name} <- {}#{} {summary}{}",
-                d.conn,
-                d.correlation,
-                if d.duplicate { " (duplicate)" } else { "" }
-            )
+            let throttle = if d.throttle.is_zero() {
+                String::new()
+            } else {
+                format!(" (throttle_time_ms {})", d.throttle.as_millis())
+            };
+            format!("{name} <- {}#{} {summary}{throttle}", d.conn, d.correlation)
         });
         let at = self.elapsed();
         self.procs[p].seen.push(Seen {
             at,
             api: d.api,
             code,
-            duplicate: d.duplicate,
         });
         if d.api == ApiKey::ConsumerGroupHeartbeat {
-            if !d.duplicate
-                && matches!(
-                    code,
-                    super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
-                )
-            {
+            if matches!(
+                code,
+                super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
+            ) {
                 self.check_instance_conflict(p, key, code);
             }
         } else if code == super::codes::FENCED_INSTANCE_ID {
@@ -1349,14 +1392,6 @@ impl World {
         self.drain(p);
     }
 
-    /// The network dropped what was on its way on `conn` (closed): no duplicate comes anymore.
-    fn forget_duplicates(&mut self, p: usize, conn: ConnId) {
-        if self.duplicates.iter().any(|(c, _)| *c == conn) {
-            self.duplicates.retain(|(c, _)| *c != conn);
-            self.procs[p].answered.retain(|(c, _), _| *c != conn);
-        }
-    }
-
     /// The client closes `conn`: requests in flight on it fail with Disconnected.
     fn close_conn(&mut self, p: usize, conn: ConnId, reason: &str) {
         if !self.network.is_open(conn) {
@@ -1364,7 +1399,6 @@ impl World {
         }
         self.touch(p);
         self.network.close(conn);
-        self.forget_duplicates(p, conn);
         if self.procs[p].bootstrap == Some(conn) {
             self.procs[p].bootstrap = None;
         }

@@ -1705,7 +1705,8 @@ fn poll_timeout_loses_partitions_leaves_and_poll_rejoins_with_the_same_id() {
     }
 }
 
-/// Found by tests/sim_random.rs seed 28250 (SIM_SEEDS=200000, with the broker profiles): a
+/// Found by tests/sim_random.rs seed 28250 (SIM_SEEDS=200000, with the broker profiles; with the
+/// TCP-true network, seeds 20050, 74326, 161944, 181236 and 193810): a
 /// static member whose every partition was being revoked hit its poll timeout with the ticket
 /// still out; it left with -2 (the broker then drops the pending revocation and gives the
 /// partitions away) but told the application nothing, so the application went on owning them.
