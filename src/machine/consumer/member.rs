@@ -987,6 +987,18 @@ impl ConsumerMember {
             // Every failed attempt makes the next heartbeat full (resetHeartbeatState).
             self.known = None;
         }
+        if sent_epoch == 0
+            && matches!(
+                r.error_code,
+                codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR
+            )
+        {
+            // The join may have landed although it was answered with an error: a write that
+            // timed out is answered COORDINATOR_NOT_AVAILABLE while its records still commit
+            // (CoordinatorRuntime's OperationTimeout), and a coordinator that unloads answers its
+            // pending writes NOT_COORDINATOR while the next leader may hold their records.
+            self.registration.may_be_registered = true;
+        }
         match classify(
             ApiKey::ConsumerGroupHeartbeat,
             r.error_code,

@@ -1337,6 +1337,39 @@ fn unreleased_instance_id_after_a_lost_join_is_recovered_a_bounded_number_of_tim
     h.nothing("stopped");
 }
 
+/// Found by tests/sim_random.rs seed 4 once the simulated coordinator's writes could time out:
+/// the join was answered COORDINATOR_NOT_AVAILABLE (write timeout) but its records committed, so
+/// the retried join met the member's own registration.
+#[test]
+fn unreleased_instance_id_after_a_join_answered_with_a_coordinator_error_is_recovered() {
+    for code in [15, 16] {
+        let mut h = Harness::new(Some("i1"));
+        h.m.subscribe(["t".to_string()], h.now).unwrap();
+        h.find_coordinator();
+        let (join, _) = h.expect_hb();
+        h.hb_answer(&join, err(code));
+        h.find_coordinator();
+        h.advance(Duration::from_secs(1));
+        let (join, b) = h.expect_hb();
+        assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));
+        h.hb_answer(&join, err(111));
+        let (leave, b) = h.expect_hb();
+        assert_eq!(
+            (b.member_epoch, b.member_id.as_str()),
+            (-2, ID),
+            "code {code}: the member releases its own registration"
+        );
+        h.hb_answer(&leave, ok(-2, 0, None));
+        let (_, b) = h.expect_hb();
+        assert_eq!(b.member_epoch, 0, "code {code}: and rejoins");
+        assert!(
+            fatal_of(&h.events).is_empty(),
+            "code {code}: {:?}",
+            h.events
+        );
+    }
+}
+
 #[test]
 fn unreleased_instance_id_after_fencing_is_recovered() {
     let mut h = Harness::joined(Some("i1"));
