@@ -260,6 +260,9 @@ pub(super) struct Process {
     timer_floor: Option<Instant>,
     /// Highest generation seen per member id (invariant: never goes backwards).
     pub(super) generations: BTreeMap<String, i32>,
+    /// Member ids the process held when the coordinator moved: their generations may go back
+    /// (see `World::move_coordinator`).
+    pub(super) moved_ids: BTreeSet<String>,
     /// KIP-848: the highest member epoch the process held (invariant: a later epoch is 0 or at
     /// least this).
     pub(super) max_epoch: i32,
@@ -361,6 +364,16 @@ pub struct World {
     script_seq: u64,
     /// Which process opened each connection (kept after the connection closes).
     conn_owner: BTreeMap<ConnId, usize>,
+    /// The node each coordinator connection goes to.
+    conn_node: BTreeMap<ConnId, i32>,
+    /// When the coordinator last moved ([`World::move_coordinator`]).
+    pub(super) coordinator_moved_at: Option<Instant>,
+    /// Static registrations (instance id, member id) the coordinator reverted after answering
+    /// them ([`SimCoordinator::take_reverted_registrations`]).
+    pub(super) reverted_registrations: BTreeSet<(String, String)>,
+    /// Processes answered FENCED_INSTANCE_ID by a coordinator that took over since they started
+    /// while no other process held their instance id (see `check_fence`).
+    pub(super) excused_fences: BTreeSet<usize>,
     trace: Vec<String>,
     pub(super) violations: Vec<String>,
     anomalies: Vec<String>,
@@ -427,6 +440,10 @@ impl World {
             scripts: BTreeMap::new(),
             script_seq: 0,
             conn_owner: BTreeMap::new(),
+            conn_node: BTreeMap::new(),
+            coordinator_moved_at: None,
+            excused_fences: BTreeSet::new(),
+            reverted_registrations: BTreeSet::new(),
             trace: Vec::new(),
             violations: Vec::new(),
             anomalies: Vec::new(),
@@ -550,8 +567,14 @@ impl World {
     /// Invariants broken so far, checked after every step:
     /// - every answer encodes at its version (with the wire codec on);
     /// - classic: FENCED_INSTANCE_ID only while another process holds the instance id (alive, or
-    ///   its request was processed after this process started); no partition owned by two live
-    ///   members of the same generation; a generation never goes backwards under one member id;
+    ///   its request was processed after this process started), or from a coordinator that took
+    ///   over since the process started (it loaded an older registration), or for a registration
+    ///   the coordinator reverted after answering it ([`World::hazards`]); a member never stops on
+    ///   a FENCED_INSTANCE_ID of the coordinator that took over unless another process holds the
+    ///   instance id (the self-fence through failover); no partition owned by two live members
+    ///   of the same generation; a generation never goes backwards under one member id (except
+    ///   for a member id held across a coordinator move: the new coordinator starts from the last
+    ///   committed generation);
     /// - KIP-848: FENCED_INSTANCE_ID only while a member id of another process holds the
     ///   instance id; the member epoch never decreases except to 0; no partition owned by two
     ///   live members the coordinator holds, at any instant, and a held member owns only what
@@ -576,7 +599,10 @@ impl World {
     /// ownsRevokedPartitions` takes it as the acknowledgement of a revocation (or, for a stale
     /// -2 leave, `consumerGroupStaticMemberGroupLeave` drops the pending revocations), so the
     /// coordinator releases partitions the member owns by then. Until the member stops owning them, the
-    /// ownership invariants leave those partitions out.
+    /// ownership invariants leave those partitions out. Also the coordinator's
+    /// ([`SimCoordinator::take_hazards`], [`SimCoordinator::take_reverted_registrations`]): a
+    /// KIP-848 member restored by a failed append without its session timeout, and a static
+    /// registration reverted by a failed or timed-out append after a rebalance answered it.
     pub fn hazards(&self) -> &[String] {
         &self.hazards
     }
@@ -694,6 +720,7 @@ impl World {
             polling: self.config.app_polls,
             timer_floor: None,
             generations: BTreeMap::new(),
+            moved_ids: BTreeSet::new(),
             max_epoch: 0,
             member_ids: VecMap::new(),
             conflicts: BTreeMap::new(),
@@ -865,6 +892,37 @@ impl World {
         q.fail(&mut self.coordinator, code);
         self.route_replies();
         true
+    }
+
+    /// The group's coordinator moves to node `to` (a leader change of its `__consumer_offsets`
+    /// partition): the coordinator unloads the group now ([`SimCoordinator::unload`]; the first
+    /// `survivors` pending writes had reached the new leader and are replayed there), no broker
+    /// leads the partition for `gap` (FindCoordinator answers COORDINATOR_NOT_AVAILABLE), then
+    /// node `to` loads the committed records for `load` (COORDINATOR_LOAD_IN_PROGRESS) and serves
+    /// the group. Requests on connections to any other node get NOT_COORDINATOR, so members must
+    /// rediscover the coordinator.
+    pub fn move_coordinator(&mut self, to: i32, gap: Duration, load: Duration, survivors: usize) {
+        let from = self.coordinator.node_id();
+        self.log(|| {
+            format!("coordinator moves from node {from} to node {to} (gap {gap:?}, load {load:?})")
+        });
+        self.coordinator_moved_at = Some(self.now);
+        // ClassicGroup.fromRecord: the new coordinator starts from the last committed generation,
+        // and completeClassicGroupJoin writes no record for a non-empty group, so the generations
+        // it hands out may repeat ones the old coordinator handed out (under the same member ids).
+        for p in &mut self.procs {
+            let ids: Vec<String> = p.generations.keys().cloned().collect();
+            p.moved_ids.extend(ids);
+            p.generations.clear();
+        }
+        self.coordinator.unload(survivors);
+        self.route_replies();
+        self.touch_all();
+        let at = self.elapsed() + gap;
+        self.schedule(at, move |w| {
+            w.coordinator.load(to, load);
+            w.route_replies();
+        });
     }
 
     /// Runs `f` at `at` (virtual time since the start).
@@ -1187,7 +1245,15 @@ impl World {
                 q.frame.version
             )
         });
-        q.process(&mut self.coordinator, now);
+        match self.conn_node.get(&conn) {
+            // CoordinatorRuntime.contextOrThrow on a broker that does not lead the group's
+            // partition (any more): NOT_COORDINATOR.
+            Some(&node) if group && node != self.coordinator.node_id() => {
+                self.log(|| format!("      rule: node {node} does not lead the group's partition: NOT_COORDINATOR"));
+                q.fail(&mut self.coordinator, super::codes::NOT_COORDINATOR);
+            }
+            _ => q.process(&mut self.coordinator, now),
+        }
         self.route_replies();
         if let Some((p, epoch)) = stale {
             self.note_stale_ack(p, epoch);
@@ -1197,6 +1263,19 @@ impl World {
     fn route_replies(&mut self) {
         for n in self.coordinator.take_notes() {
             self.log(|| format!("      rule: {n}"));
+        }
+        for h in self.coordinator.take_hazards() {
+            let msg = format!("{:?}: {h}", self.elapsed());
+            self.log(|| format!("   hazard: {msg}"));
+            self.hazards.push(msg);
+        }
+        for (instance, member_id) in self.coordinator.take_reverted_registrations() {
+            let msg = format!(
+                "{:?}: the registration of {member_id} for instance {instance:?} was reverted after it was answered (a static replacement's append failed or timed out after a rebalance answered it): its next request is fenced",
+                self.elapsed()
+            );
+            self.hazards.push(msg);
+            self.reverted_registrations.insert((instance, member_id));
         }
         while let Some(r) = self.coordinator.poll_response() {
             let now = self.now;
@@ -1492,6 +1571,9 @@ impl World {
         if self.config.trace || matches!(e, Event::Fatal(_)) {
             self.procs[p].events.push((at, text));
         }
+        if let Event::Fatal(GroupError::FencedInstanceId { .. }) = &e {
+            self.check_fatal_fence(p);
+        }
         if matches!(e, Event::Lost { .. } | Event::Fatal(_)) {
             // The member declared its partitions lost: the application stops processing them,
             // including those it was still revoking.
@@ -1543,6 +1625,7 @@ impl World {
                     None => {
                         let c = self.network.open(p, ConnKind::Coordinator, now);
                         self.conn_owner.insert(c, p);
+                        self.conn_node.insert(c, b.node_id);
                         self.procs[p].coordinators.insert(b.node_id, c);
                         self.log(|| format!("{name}: opens {c} (coordinator node {})", b.node_id));
                         c
