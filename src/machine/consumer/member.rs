@@ -1323,6 +1323,23 @@ impl ConsumerMember {
                 instance_id,
             });
         }
+        let failed = result.is_err()
+            || matches!(
+                code,
+                codes::COORDINATOR_NOT_AVAILABLE
+                    | codes::NOT_COORDINATOR
+                    | codes::COORDINATOR_LOAD_IN_PROGRESS
+            );
+        if then == AfterLeave::Rejoin && failed {
+            // The release may not have happened (the coordinator was unavailable, its append
+            // failed or is still pending): the UNRELEASED_INSTANCE_ID that may follow is not a
+            // sign of another holder, so this attempt does not count against the bound.
+            self.registration.unreleased_recoveries =
+                self.registration.unreleased_recoveries.saturating_sub(1);
+            if result.is_err() || code != codes::COORDINATOR_LOAD_IN_PROGRESS {
+                self.shell.coordinator_failed();
+            }
+        }
         // Fire once: the leave completes whatever the answer.
         self.finish_leave(then);
     }
