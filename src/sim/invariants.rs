@@ -347,16 +347,25 @@ impl World {
         }
     }
 
-    /// Classic: no partition owned by two live members of the same generation. `changed`: the
-    /// processes whose snapshot changed (the only ones whose claims can have).
+    /// Classic: no partition owned by two live members of the same generation (of the same
+    /// coordinator incarnation: a coordinator that took over hands out generation numbers again,
+    /// so a member that missed the move may still own partitions under a number the new one
+    /// reuses, as a zombie does under an older generation). `changed`: the processes whose
+    /// snapshot changed (the only ones whose claims can have).
     fn observe_classic_ownership(&mut self, changed: &[usize]) {
         for &i in changed {
-            let next: Vec<(TopicPartition, i32)> = match self.procs[i].snapshot.as_ref() {
-                Some(m) if m.protocol != GroupProtocol::Consumer => m
-                    .owned
-                    .iter()
-                    .map(|tp| (tp.clone(), m.generation))
-                    .collect(),
+            let next: Vec<(TopicPartition, (u32, i32))> = match self.procs[i].snapshot.as_ref() {
+                Some(m) if m.protocol != GroupProtocol::Consumer => {
+                    let incarnation = self.procs[i]
+                        .gen_incarnation
+                        .get(&m.generation)
+                        .copied()
+                        .unwrap_or_default();
+                    m.owned
+                        .iter()
+                        .map(|tp| (tp.clone(), (incarnation, m.generation)))
+                        .collect()
+                }
                 _ => Vec::new(),
             };
             if next == self.procs[i].classic_claimed {
@@ -376,7 +385,7 @@ impl World {
                         key.0,
                         self.procs[pair[0]].name,
                         self.procs[pair[1]].name,
-                        key.1
+                        key.1.1
                     ));
                 }
             }

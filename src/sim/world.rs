@@ -285,7 +285,11 @@ pub(super) struct Process {
     /// index (nothing while it is a zombie, dead, or speaks the classic protocol).
     pub(super) claimed: Vec<TopicPartition>,
     /// Classic: the (partition, generation) pairs the process is registered as owning.
-    pub(super) classic_claimed: Vec<(TopicPartition, i32)>,
+    pub(super) classic_claimed: Vec<(TopicPartition, (u32, i32))>,
+    /// Classic: which coordinator incarnation ([`World::move_coordinator`] starts a new one)
+    /// answered the process's JoinGroups, by generation: generation numbers repeat across a
+    /// move (the new coordinator starts from the last committed one).
+    pub(super) gen_incarnation: BTreeMap<i32, u32>,
     /// KIP-848: partitions the process owns that the coordinator released on a stale heartbeat
     /// of the process (see [`World::hazards`]), until the process no longer owns them.
     pub(super) stale_acked: BTreeSet<TopicPartition>,
@@ -368,6 +372,8 @@ pub struct World {
     conn_node: BTreeMap<ConnId, i32>,
     /// When the coordinator last moved ([`World::move_coordinator`]).
     pub(super) coordinator_moved_at: Option<Instant>,
+    /// How many times the coordinator moved: its incarnation.
+    pub(super) coordinator_moves: u32,
     /// Static registrations (instance id, member id) the coordinator reverted after answering
     /// them ([`SimCoordinator::take_reverted_registrations`]).
     pub(super) reverted_registrations: BTreeSet<(String, String)>,
@@ -394,7 +400,7 @@ pub struct World {
     /// (see `Process::claimed`), in process order.
     pub(super) claims: BTreeMap<TopicPartition, Vec<usize>>,
     /// Classic ownership index: for each (partition, generation), its owners in process order.
-    pub(super) classic_claims: BTreeMap<(TopicPartition, i32), Vec<usize>>,
+    pub(super) classic_claims: BTreeMap<(TopicPartition, (u32, i32)), Vec<usize>>,
     /// Live processes by the member id of their last snapshot.
     pub(super) by_member_id: BTreeMap<String, Vec<usize>>,
     /// Processes whose KIP-848 ownership must be re-read at the next observation.
@@ -442,6 +448,7 @@ impl World {
             conn_owner: BTreeMap::new(),
             conn_node: BTreeMap::new(),
             coordinator_moved_at: None,
+            coordinator_moves: 0,
             excused_fences: BTreeSet::new(),
             reverted_registrations: BTreeSet::new(),
             trace: Vec::new(),
@@ -730,6 +737,7 @@ impl World {
             queued: [None; 3],
             claimed: Vec::new(),
             classic_claimed: Vec::new(),
+            gen_incarnation: BTreeMap::new(),
             stale_acked: BTreeSet::new(),
             heartbeat_processed: 0,
         });
@@ -907,6 +915,7 @@ impl World {
             format!("coordinator moves from node {from} to node {to} (gap {gap:?}, load {load:?})")
         });
         self.coordinator_moved_at = Some(self.now);
+        self.coordinator_moves += 1;
         // ClassicGroup.fromRecord: the new coordinator starts from the last committed generation,
         // and completeClassicGroupJoin writes no record for a non-empty group, so the generations
         // it hands out may repeat ones the old coordinator handed out (under the same member ids).
@@ -1281,6 +1290,15 @@ impl World {
             let now = self.now;
             let api = super::network::api_of(&r.body);
             self.note_instance_conflict(&r);
+            if let ResponseKind::JoinGroup(j) = &r.body
+                && j.error_code == super::codes::NONE
+                && let Some(p) = self.proc_of_conn(r.conn)
+            {
+                let incarnation = self.coordinator_moves;
+                self.procs[p]
+                    .gen_incarnation
+                    .insert(j.generation_id, incarnation);
+            }
             let body = if self.config.wire_codec {
                 match roundtrip_response(&r.body, api, r.version, r.correlation) {
                     Ok(b) => b,
