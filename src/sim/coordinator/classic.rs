@@ -599,6 +599,7 @@ impl SimCoordinator {
                             self.now,
                             Append::StaticReplacement {
                                 member_id: new_id,
+                                generation: self.g().generation,
                                 old: Box::new(old),
                                 current_leader,
                                 skip_assignment: p.version >= 9,
@@ -1178,6 +1179,7 @@ impl SimCoordinator {
     pub(super) fn static_replacement_failed(
         &mut self,
         new_id: &str,
+        generation: i32,
         old: ClassicMemberState,
         current_leader: Option<String>,
         code: i16,
@@ -1208,11 +1210,11 @@ impl SimCoordinator {
                 name(code)
             )
         });
-        if parked.is_none()
+        if (parked.is_none() || self.g().generation != generation)
             && let Some(i) = self.g().members[&old_id].instance_id.clone()
         {
-            // A rebalance answered the new member id meanwhile; the revert takes the instance
-            // id from under it all the same.
+            // A rebalance answered the new member id meanwhile (its join is no longer parked,
+            // or a later one is); the revert takes the instance id from under it all the same.
             self.note(|| format!("{new_id} was already answered: it will be fenced"));
             self.reverted.push((i, new_id.to_owned()));
         }

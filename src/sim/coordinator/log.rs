@@ -450,10 +450,11 @@ impl SimCoordinator {
             }
             Append::StaticReplacement {
                 member_id,
+                generation,
                 old,
                 current_leader,
                 ..
-            } => self.static_replacement_failed(&member_id, *old, current_leader, code),
+            } => self.static_replacement_failed(&member_id, generation, *old, current_leader, code),
         }
     }
 

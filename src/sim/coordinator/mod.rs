@@ -168,6 +168,8 @@ enum Append {
     /// `member_id` replaced `old` (kept to revert the replacement if the append fails).
     StaticReplacement {
         member_id: String,
+        /// The generation when the replacement was made.
+        generation: i32,
         old: Box<ClassicMemberState>,
         current_leader: Option<String>,
         skip_assignment: bool,
