@@ -27,7 +27,7 @@ use consumer_membership::config::GroupConfig;
 use consumer_membership::machine::classic::ClassicMember;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::sim::codes;
-use consumer_membership::sim::coordinator::GroupState;
+use consumer_membership::sim::coordinator::{AppendFault, GroupState, Residence};
 use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
 
 const SEED: u64 = 16;
@@ -266,4 +266,76 @@ fn the_failover_scenario_replays_identically_from_its_seed() {
     let (a, _, _) = scenario(Rule::Current);
     let (b, _, _) = scenario(Rule::Current);
     a.check(a.trace() == b.trace(), "same seed, same trace");
+}
+
+/// A write timeout answers COORDINATOR_NOT_AVAILABLE while the change still commits
+/// (CoordinatorRuntime's OperationTimeout): the Stable static replacement is reverted in
+/// memory (its appendFuture fails) and answered with an empty member id, but its record
+/// commits, so the coordinator that loads the log next maps the instance id to the new member
+/// id. With the append failing at once instead, nothing reaches the log.
+#[test]
+fn a_timed_out_replacement_is_reverted_but_its_record_commits() {
+    for (fault, committed) in [
+        (AppendFault::Slow(Duration::from_secs(1)), true),
+        (AppendFault::Fail(codes::COORDINATOR_NOT_AVAILABLE), false),
+    ] {
+        let (mut w, a, _) = stable_pair(Rule::Current);
+        let x = w.member(a).member_id();
+        w.coordinator_mut().fault_next_append(fault);
+        w.restart_classic(a, config("inst-a", 3), |_| {}).unwrap();
+        w.subscribe(a, &["t"]);
+        let answered = w.run_until(
+            |w| {
+                w.seen(a)
+                    .iter()
+                    .any(|s| s.code == codes::COORDINATOR_NOT_AVAILABLE)
+            },
+            Duration::from_secs(10),
+        );
+        w.check(
+            answered,
+            format!("{fault:?}: the replacement's JoinGroup fails"),
+        );
+        // No retry: the only replacement is the one whose append met the fault.
+        w.kill(a);
+        w.check(
+            w.coordinator().static_member("inst-a") == Some(x.as_str()),
+            format!("{fault:?}: the replacement is reverted in memory"),
+        );
+        // The late record commits (or nothing does); then the group moves.
+        w.run_until(
+            |w| w.coordinator().pending_writes() == 0,
+            Duration::from_secs(5),
+        );
+        let replacements = w
+            .trace()
+            .iter()
+            .filter(|l| l.contains("classicGroupJoinNewStaticMember") && l.contains("replacing"))
+            .count();
+        w.check(replacements == 1, "one replacement");
+        let in_log = w
+            .trace()
+            .iter()
+            .find(|l| l.contains("classicGroupJoinNewStaticMember") && l.contains("replacing"))
+            .and_then(|l| l.split("replacing with ").nth(1))
+            .map(str::to_owned)
+            .unwrap_or_default();
+        w.move_coordinator(2, Duration::ZERO, Duration::from_millis(100), 0);
+        w.run_until(
+            |w| w.coordinator().residence() == Residence::Active,
+            Duration::from_secs(1),
+        );
+        let loaded = w.coordinator().static_member("inst-a").map(str::to_owned);
+        if committed {
+            w.check(
+                loaded.as_deref() == Some(in_log.as_str()) && in_log != x,
+                format!("the timed-out record committed: {loaded:?} (replacement {in_log})"),
+            );
+        } else {
+            w.check(
+                loaded.as_deref() == Some(x.as_str()),
+                format!("the failed append left nothing: {loaded:?}"),
+            );
+        }
+    }
 }
