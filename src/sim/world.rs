@@ -903,7 +903,8 @@ impl World {
     }
 
     /// The group's coordinator moves to node `to` (a leader change of its `__consumer_offsets`
-    /// partition): the coordinator unloads the group now ([`SimCoordinator::unload`]; the first
+    /// partition; a move before the previous one's load supersedes it): the coordinator unloads
+    /// the group now ([`SimCoordinator::unload`]; the first
     /// `survivors` pending writes had reached the new leader and are replayed there), no broker
     /// leads the partition for `gap` (FindCoordinator answers COORDINATOR_NOT_AVAILABLE), then
     /// node `to` loads the committed records for `load` (COORDINATOR_LOAD_IN_PROGRESS) and serves
@@ -928,9 +929,13 @@ impl World {
         self.route_replies();
         self.touch_all();
         let at = self.elapsed() + gap;
+        let incarnation = self.coordinator_moves;
         self.schedule(at, move |w| {
-            w.coordinator.load(to, load);
-            w.route_replies();
+            // A later move (before this load) supersedes this one.
+            if w.coordinator_moves == incarnation {
+                w.coordinator.load(to, load);
+                w.route_replies();
+            }
         });
     }
 
