@@ -420,6 +420,8 @@ mod sim {
         config.trace = false;
         config.wire_codec = o.wire;
         config.net.service_time = Duration::from_micros(o.service_us);
+        // No coordinator moves here: no committed-state copy of the group per operation.
+        config.coordinator.keep_log = false;
         let hb_interval = config.coordinator.consumer_heartbeat_interval;
         let session = config.coordinator.consumer_session_timeout;
         println!(

@@ -6,11 +6,13 @@
 //! closing idle connections, connections dropped by the client, coordinator stalls, operations
 //! failed by the coordinator runtime, unsubscribe/resubscribe, application poll pauses, close +
 //! restart with the same instance id; a restarted KIP-848 process has a new member id,
-//! KIP-1082), against a broker of a release profile picked per schedule (4.0/4.1, 4.2, 4.3+:
-//! `BrokerProfile`) with the `uniform` or `range` assignor (the round robin churn mode in a few;
-//! `broker_rules`). The network is TCP-true (`sim::network`): an answer is never lost nor
-//! duplicated on a live connection, and the broker processes a closed connection's requests as
-//! it does. The world checks its invariants after every step, per protocol (see
+//! KIP-1082; coordinator moves to another node: unload, a leaderless gap, a load window, the new
+//! node replaying only committed records; appends that fail or commit after the write timeout,
+//! scripted and seeded per append), against a broker of a release profile picked per schedule
+//! (4.0/4.1, 4.2, 4.3+: `BrokerProfile`) with the `uniform` or `range` assignor (the round robin
+//! churn mode in a few; `broker_rules`). The network is TCP-true (`sim::network`): an answer is
+//! never lost nor duplicated on a live connection, and the broker processes a closed connection's
+//! requests as it does. The world checks its invariants after every step, per protocol (see
 //! `World::violations`): classic, FENCED_INSTANCE_ID only when another process holds the instance
 //! id, no partition owned by two live members of the same generation, a generation never goes
 //! backwards under one member id; KIP-848, FENCED_INSTANCE_ID only when another process's member
@@ -36,6 +38,7 @@ use consumer_membership::machine::events::CloseOptions;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::member::Member;
 use consumer_membership::sim::codes;
+use consumer_membership::sim::coordinator::{AppendFault, AppendFaults};
 use consumer_membership::sim::coordinator::{BrokerProfile, BrokerRules, ServerAssignor};
 use consumer_membership::sim::network::NetConfig;
 use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
@@ -195,6 +198,14 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
     let mut broker_rng = ChaCha8Rng::seed_from_u64(seed ^ 0xb20c_e250);
     let (rules, asked) = broker_rules(&mut broker_rng);
     sim.coordinator.rules = rules;
+    if rng.random_bool(0.3) {
+        // Seeded append faults until the faults stop.
+        sim.coordinator.append_faults = AppendFaults {
+            fail: 0.01,
+            slow: 0.01,
+            slow_extra: Duration::from_millis(rng.random_range(0..=3_000)),
+        };
+    }
     let mut w = World::new(sim);
     let mut specs = Vec::new();
     let mut handles = Vec::new();
@@ -227,10 +238,18 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
         let i = rng.random_range(0..n);
         let h = handles[i];
         let spec = specs[i].clone();
-        let kind = rng.random_range(0..10);
+        let kind = rng.random_range(0..13);
         let d = Duration::from_millis(rng.random_range(500..=15_000));
         let short = Duration::from_millis(rng.random_range(0..=500));
         let restart_seed: u64 = rng.random();
+        let gap = Duration::from_millis(rng.random_range(0..=3_000));
+        let load = Duration::from_millis(rng.random_range(0..=3_000));
+        let survivors = rng.random_range(0..=2);
+        let fail_code = if rng.random_bool(0.5) {
+            codes::COORDINATOR_NOT_AVAILABLE
+        } else {
+            codes::NOT_COORDINATOR
+        };
         match kind {
             0 => w.schedule(at, move |w| w.stall(d)),
             1 => w.schedule(at, move |w| {
@@ -286,6 +305,20 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
                     w.reset_connections(h);
                 }
             }),
+            9 => w.schedule(at, move |w| {
+                // The group's partition moves to another of three brokers.
+                let to = w.coordinator().node_id() % 3 + 1;
+                let survivors = survivors.min(w.coordinator().pending_writes());
+                w.move_coordinator(to, gap, load, survivors);
+            }),
+            10 => w.schedule(at, move |w| {
+                w.coordinator_mut()
+                    .fault_next_append(AppendFault::Fail(fail_code));
+            }),
+            11 => w.schedule(at, move |w| {
+                w.coordinator_mut()
+                    .fault_next_append(AppendFault::Slow(gap));
+            }),
             _ => w.schedule(at, move |w| {
                 // Crash without a word, restart with the same instance id.
                 w.kill(h);
@@ -299,9 +332,18 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
         }
     }
     // The faults stop: a quiet network from then on (the broker's default idle expiry).
-    w.schedule(FAULTS, |w| {
+    w.schedule(FAULTS, move |w| {
         w.note("faults stop");
         w.network_mut().set_config(NetConfig::default());
+        w.coordinator_mut()
+            .set_append_faults(AppendFaults::default());
+        if w.coordinator().failed_appends() > 0 {
+            // A log that refused appends (NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER) ends with
+            // a leader change; the load also ends what a failed append can leave behind (a
+            // KIP-848 member restored without its session timeout, see World::hazards).
+            let to = w.coordinator().node_id() % 3 + 1;
+            w.move_coordinator(to, Duration::ZERO, Duration::from_millis(500), 0);
+        }
     });
     (w, handles)
 }

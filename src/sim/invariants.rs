@@ -151,16 +151,69 @@ impl World {
             ));
             return;
         };
-        let legit = self.procs.iter().enumerate().any(|(i, q)| {
-            i != p
-                && q.instance_id.as_deref() == Some(&instance)
-                && (q.member.is_some() || q.last_processed_at.is_some_and(|t| t >= me.started_at))
-        });
-        if !legit {
+        let legit = self.instance_held_elsewhere(p, &instance) || self.registration_reverted(p);
+        // A coordinator that took over since the process started loads the last committed
+        // registration of the instance id, which may name an earlier process's member id: the
+        // broker writes no record for a static replacement made during a rebalance
+        // (GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin outside Stable) nor
+        // when a rebalance of a non-empty group completes (completeClassicGroupJoin), and
+        // ClassicGroup.validateMember then fences the live member. That answer is the broker's;
+        // the member must not stop on it (checked when it stops: `check_fatal_fence`).
+        let moved = self
+            .coordinator_moved_at
+            .is_some_and(|t| t >= me.started_at);
+        if !legit && moved {
+            self.excused_fences.insert(p);
+            let name = me.name.clone();
+            self.log(|| format!("   (FENCED_INSTANCE_ID to {name} after a coordinator move: an older registration loaded)"));
+        } else if !legit {
             let msg = format!(
                 "{:?}: FENCED_INSTANCE_ID reached {} although no other process holds instance id {instance:?} (self-fencing)",
                 self.elapsed(),
                 me.name
+            );
+            self.log(|| format!("!! VIOLATION {msg}"));
+            self.violations.push(msg);
+        }
+    }
+
+    /// Whether a process other than `p` holds `instance` (alive, or its request was processed
+    /// after `p` started).
+    fn instance_held_elsewhere(&self, p: usize, instance: &str) -> bool {
+        let me = &self.procs[p];
+        self.procs.iter().enumerate().any(|(i, q)| {
+            i != p
+                && q.instance_id.as_deref() == Some(instance)
+                && (q.member.is_some() || q.last_processed_at.is_some_and(|t| t >= me.started_at))
+        })
+    }
+
+    /// Whether the coordinator reverted the process's current registration after answering it
+    /// (a hazard of the broker's revert, [`World::hazards`]).
+    fn registration_reverted(&self, p: usize) -> bool {
+        let me = &self.procs[p];
+        let (Some(instance), Some(m)) = (me.instance_id.clone(), me.member.as_deref()) else {
+            return false;
+        };
+        self.reverted_registrations
+            .contains(&(instance, m.member_id()))
+    }
+
+    /// A member stopped on FENCED_INSTANCE_ID: after a fence excused by a coordinator move
+    /// (`check_fence`), that is a self-fence through failover unless another process holds the
+    /// instance id by now.
+    pub(super) fn check_fatal_fence(&mut self, p: usize) {
+        if !self.excused_fences.contains(&p) {
+            return;
+        }
+        let Some(instance) = self.procs[p].instance_id.clone() else {
+            return;
+        };
+        if !self.instance_held_elsewhere(p, &instance) && !self.registration_reverted(p) {
+            let msg = format!(
+                "{:?}: FENCED_INSTANCE_ID from a coordinator that took over stopped {} although no other process holds instance id {instance:?} (self-fencing through failover)",
+                self.elapsed(),
+                self.procs[p].name
             );
             self.log(|| format!("!! VIOLATION {msg}"));
             self.violations.push(msg);
@@ -247,7 +300,8 @@ impl World {
             return;
         };
         let (id, generation) = (m.member_id.clone(), m.generation);
-        if id.is_empty() || generation < 0 {
+        if id.is_empty() || generation < 0 || self.procs[i].moved_ids.contains(&id) {
+            // A member id held across a coordinator move may see an earlier generation again.
             return;
         }
         let prev = self.procs[i].generations.get(&id).copied();
@@ -293,16 +347,25 @@ impl World {
         }
     }
 
-    /// Classic: no partition owned by two live members of the same generation. `changed`: the
-    /// processes whose snapshot changed (the only ones whose claims can have).
+    /// Classic: no partition owned by two live members of the same generation (of the same
+    /// coordinator incarnation: a coordinator that took over hands out generation numbers again,
+    /// so a member that missed the move may still own partitions under a number the new one
+    /// reuses, as a zombie does under an older generation). `changed`: the processes whose
+    /// snapshot changed (the only ones whose claims can have).
     fn observe_classic_ownership(&mut self, changed: &[usize]) {
         for &i in changed {
-            let next: Vec<(TopicPartition, i32)> = match self.procs[i].snapshot.as_ref() {
-                Some(m) if m.protocol != GroupProtocol::Consumer => m
-                    .owned
-                    .iter()
-                    .map(|tp| (tp.clone(), m.generation))
-                    .collect(),
+            let next: Vec<(TopicPartition, (u32, i32))> = match self.procs[i].snapshot.as_ref() {
+                Some(m) if m.protocol != GroupProtocol::Consumer => {
+                    let incarnation = self.procs[i]
+                        .gen_incarnation
+                        .get(&m.generation)
+                        .copied()
+                        .unwrap_or_default();
+                    m.owned
+                        .iter()
+                        .map(|tp| (tp.clone(), (incarnation, m.generation)))
+                        .collect()
+                }
                 _ => Vec::new(),
             };
             if next == self.procs[i].classic_claimed {
@@ -322,7 +385,7 @@ impl World {
                         key.0,
                         self.procs[pair[0]].name,
                         self.procs[pair[1]].name,
-                        key.1
+                        key.1.1
                     ));
                 }
             }

@@ -260,6 +260,9 @@ pub(super) struct Process {
     timer_floor: Option<Instant>,
     /// Highest generation seen per member id (invariant: never goes backwards).
     pub(super) generations: BTreeMap<String, i32>,
+    /// Member ids the process held when the coordinator moved: their generations may go back
+    /// (see `World::move_coordinator`).
+    pub(super) moved_ids: BTreeSet<String>,
     /// KIP-848: the highest member epoch the process held (invariant: a later epoch is 0 or at
     /// least this).
     pub(super) max_epoch: i32,
@@ -282,7 +285,11 @@ pub(super) struct Process {
     /// index (nothing while it is a zombie, dead, or speaks the classic protocol).
     pub(super) claimed: Vec<TopicPartition>,
     /// Classic: the (partition, generation) pairs the process is registered as owning.
-    pub(super) classic_claimed: Vec<(TopicPartition, i32)>,
+    pub(super) classic_claimed: Vec<(TopicPartition, (u32, i32))>,
+    /// Classic: which coordinator incarnation ([`World::move_coordinator`] starts a new one)
+    /// answered the process's JoinGroups, by generation: generation numbers repeat across a
+    /// move (the new coordinator starts from the last committed one).
+    pub(super) gen_incarnation: BTreeMap<i32, u32>,
     /// KIP-848: partitions the process owns that the coordinator released on a stale heartbeat
     /// of the process (see [`World::hazards`]), until the process no longer owns them.
     pub(super) stale_acked: BTreeSet<TopicPartition>,
@@ -362,6 +369,18 @@ pub struct World {
     script_seq: u64,
     /// Which process opened each connection (kept after the connection closes).
     conn_owner: BTreeMap<ConnId, usize>,
+    /// The node each coordinator connection goes to.
+    conn_node: BTreeMap<ConnId, i32>,
+    /// When the coordinator last moved ([`World::move_coordinator`]).
+    pub(super) coordinator_moved_at: Option<Instant>,
+    /// How many times the coordinator moved: its incarnation.
+    pub(super) coordinator_moves: u32,
+    /// Static registrations (instance id, member id) the coordinator reverted after answering
+    /// them ([`SimCoordinator::take_reverted_registrations`]).
+    pub(super) reverted_registrations: BTreeSet<(String, String)>,
+    /// Processes answered FENCED_INSTANCE_ID by a coordinator that took over since they started
+    /// while no other process held their instance id (see `check_fence`).
+    pub(super) excused_fences: BTreeSet<usize>,
     trace: Vec<String>,
     pub(super) violations: Vec<String>,
     anomalies: Vec<String>,
@@ -382,7 +401,7 @@ pub struct World {
     /// (see `Process::claimed`), in process order.
     pub(super) claims: BTreeMap<TopicPartition, Vec<usize>>,
     /// Classic ownership index: for each (partition, generation), its owners in process order.
-    pub(super) classic_claims: BTreeMap<(TopicPartition, i32), Vec<usize>>,
+    pub(super) classic_claims: BTreeMap<(TopicPartition, (u32, i32)), Vec<usize>>,
     /// Live processes by the member id of their last snapshot.
     pub(super) by_member_id: BTreeMap<String, Vec<usize>>,
     /// Processes whose KIP-848 ownership must be re-read at the next observation.
@@ -425,6 +444,11 @@ impl World {
             scripts: BTreeMap::new(),
             script_seq: 0,
             conn_owner: BTreeMap::new(),
+            conn_node: BTreeMap::new(),
+            coordinator_moved_at: None,
+            coordinator_moves: 0,
+            excused_fences: BTreeSet::new(),
+            reverted_registrations: BTreeSet::new(),
             trace: Vec::new(),
             violations: Vec::new(),
             anomalies: Vec::new(),
@@ -546,8 +570,14 @@ impl World {
     /// Invariants broken so far, checked after every step:
     /// - every answer encodes at its version (with the wire codec on);
     /// - classic: FENCED_INSTANCE_ID only while another process holds the instance id (alive, or
-    ///   its request was processed after this process started); no partition owned by two live
-    ///   members of the same generation; a generation never goes backwards under one member id;
+    ///   its request was processed after this process started), or from a coordinator that took
+    ///   over since the process started (it loaded an older registration), or for a registration
+    ///   the coordinator reverted after answering it ([`World::hazards`]); a member never stops on
+    ///   a FENCED_INSTANCE_ID of the coordinator that took over unless another process holds the
+    ///   instance id (the self-fence through failover); no partition owned by two live members
+    ///   of the same generation; a generation never goes backwards under one member id (except
+    ///   for a member id held across a coordinator move: the new coordinator starts from the last
+    ///   committed generation);
     /// - KIP-848: FENCED_INSTANCE_ID only while a member id of another process holds the
     ///   instance id; the member epoch never decreases except to 0; no partition owned by two
     ///   live members the coordinator holds, at any instant, and a held member owns only what
@@ -572,7 +602,10 @@ impl World {
     /// ownsRevokedPartitions` takes it as the acknowledgement of a revocation (or, for a stale
     /// -2 leave, `consumerGroupStaticMemberGroupLeave` drops the pending revocations), so the
     /// coordinator releases partitions the member owns by then. Until the member stops owning them, the
-    /// ownership invariants leave those partitions out.
+    /// ownership invariants leave those partitions out. Also the coordinator's
+    /// ([`SimCoordinator::take_hazards`], [`SimCoordinator::take_reverted_registrations`]): a
+    /// KIP-848 member restored by a failed append without its session timeout, and a static
+    /// registration reverted by a failed or timed-out append after a rebalance answered it.
     pub fn hazards(&self) -> &[String] {
         &self.hazards
     }
@@ -689,6 +722,7 @@ impl World {
             polling: self.config.app_polls,
             timer_floor: None,
             generations: BTreeMap::new(),
+            moved_ids: BTreeSet::new(),
             max_epoch: 0,
             member_ids: VecMap::new(),
             conflicts: BTreeMap::new(),
@@ -698,6 +732,7 @@ impl World {
             queued: [None; 3],
             claimed: Vec::new(),
             classic_claimed: Vec::new(),
+            gen_incarnation: BTreeMap::new(),
             stale_acked: BTreeSet::new(),
             heartbeat_processed: 0,
         });
@@ -881,6 +916,43 @@ impl World {
         q.fail(&mut self.coordinator, code);
         self.route_replies();
         true
+    }
+
+    /// The group's coordinator moves to node `to` (a leader change of its `__consumer_offsets`
+    /// partition; a move before the previous one's load supersedes it): the coordinator unloads
+    /// the group now ([`SimCoordinator::unload`]; the first
+    /// `survivors` pending writes had reached the new leader and are replayed there), no broker
+    /// leads the partition for `gap` (FindCoordinator answers COORDINATOR_NOT_AVAILABLE), then
+    /// node `to` loads the committed records for `load` (COORDINATOR_LOAD_IN_PROGRESS) and serves
+    /// the group. Requests on connections to any other node get NOT_COORDINATOR, so members must
+    /// rediscover the coordinator.
+    pub fn move_coordinator(&mut self, to: i32, gap: Duration, load: Duration, survivors: usize) {
+        let from = self.coordinator.node_id();
+        self.log(|| {
+            format!("coordinator moves from node {from} to node {to} (gap {gap:?}, load {load:?})")
+        });
+        self.coordinator_moved_at = Some(self.now);
+        self.coordinator_moves += 1;
+        // ClassicGroup.fromRecord: the new coordinator starts from the last committed generation,
+        // and completeClassicGroupJoin writes no record for a non-empty group, so the generations
+        // it hands out may repeat ones the old coordinator handed out (under the same member ids).
+        for p in &mut self.procs {
+            let ids: Vec<String> = p.generations.keys().cloned().collect();
+            p.moved_ids.extend(ids);
+            p.generations.clear();
+        }
+        self.coordinator.unload(survivors);
+        self.route_replies();
+        self.touch_all();
+        let at = self.elapsed() + gap;
+        let incarnation = self.coordinator_moves;
+        self.schedule(at, move |w| {
+            // A later move (before this load) supersedes this one.
+            if w.coordinator_moves == incarnation {
+                w.coordinator.load(to, load);
+                w.route_replies();
+            }
+        });
     }
 
     /// Runs `f` at `at` (virtual time since the start).
@@ -1229,7 +1301,15 @@ impl World {
                 q.frame.version
             )
         });
-        q.process(&mut self.coordinator, now);
+        match self.conn_node.get(&conn) {
+            // CoordinatorRuntime.contextOrThrow on a broker that does not lead the group's
+            // partition (any more): NOT_COORDINATOR.
+            Some(&node) if group && node != self.coordinator.node_id() => {
+                self.log(|| format!("      rule: node {node} does not lead the group's partition: NOT_COORDINATOR"));
+                q.fail(&mut self.coordinator, super::codes::NOT_COORDINATOR);
+            }
+            _ => q.process(&mut self.coordinator, now),
+        }
         self.route_replies();
         if let Some((p, epoch)) = stale {
             self.note_stale_ack(p, epoch);
@@ -1240,10 +1320,32 @@ impl World {
         for n in self.coordinator.take_notes() {
             self.log(|| format!("      rule: {n}"));
         }
+        for h in self.coordinator.take_hazards() {
+            let msg = format!("{:?}: {h}", self.elapsed());
+            self.log(|| format!("   hazard: {msg}"));
+            self.hazards.push(msg);
+        }
+        for (instance, member_id) in self.coordinator.take_reverted_registrations() {
+            let msg = format!(
+                "{:?}: the registration of {member_id} for instance {instance:?} was reverted after it was answered (a static replacement's append failed or timed out after a rebalance answered it): its next request is fenced",
+                self.elapsed()
+            );
+            self.hazards.push(msg);
+            self.reverted_registrations.insert((instance, member_id));
+        }
         while let Some(r) = self.coordinator.poll_response() {
             let now = self.now;
             let api = super::network::api_of(&r.body);
             self.note_instance_conflict(&r);
+            if let ResponseKind::JoinGroup(j) = &r.body
+                && j.error_code == super::codes::NONE
+                && let Some(p) = self.proc_of_conn(r.conn)
+            {
+                let incarnation = self.coordinator_moves;
+                self.procs[p]
+                    .gen_incarnation
+                    .insert(j.generation_id, incarnation);
+            }
             let body = if self.config.wire_codec {
                 match roundtrip_response(&r.body, api, r.version, r.correlation) {
                     Ok(b) => b,
@@ -1526,6 +1628,9 @@ impl World {
         if self.config.trace || matches!(e, Event::Fatal(_)) {
             self.procs[p].events.push((at, text));
         }
+        if let Event::Fatal(GroupError::FencedInstanceId { .. }) = &e {
+            self.check_fatal_fence(p);
+        }
         if matches!(e, Event::Lost { .. } | Event::Fatal(_)) {
             // The member declared its partitions lost: the application stops processing them,
             // including those it was still revoking.
@@ -1577,6 +1682,7 @@ impl World {
                     None => {
                         let c = self.network.open(p, ConnKind::Coordinator, now);
                         self.conn_owner.insert(c, p);
+                        self.conn_node.insert(c, b.node_id);
                         self.procs[p].coordinators.insert(b.node_id, c);
                         self.log(|| format!("{name}: opens {c} (coordinator node {})", b.node_id));
                         c

@@ -216,6 +216,10 @@ pub struct ClassicMember {
     /// Simulation only: wipe the member id on a suppressed LeaveGroup, as the Java client does.
     #[cfg(feature = "sim")]
     java_reset_policy: bool,
+    /// Simulation only: forgive the first FENCED_INSTANCE_ID from a coordinator that took over
+    /// (off: the rule before the coordinator-failover issue, that fence is terminal).
+    #[cfg(feature = "sim")]
+    failover_fence_rule: bool,
     /// Reason a rejoin was requested while stable (for the JoinGroup `Reason`).
     rejoin_reason: Reason,
 }
@@ -255,6 +259,8 @@ impl ClassicMember {
             rejoin_reason: Reason::Subscribed,
             #[cfg(feature = "sim")]
             java_reset_policy: false,
+            #[cfg(feature = "sim")]
+            failover_fence_rule: true,
             shell: Shell::new(config, now, seed),
         })
     }
@@ -327,6 +333,28 @@ impl ClassicMember {
     #[cfg(feature = "sim")]
     pub fn java_reset_policy(&self) -> bool {
         self.java_reset_policy
+    }
+
+    /// **Test only** (feature `sim`): whether the first FENCED_INSTANCE_ID from a coordinator
+    /// other than the one that registered the member id is forgiven (on by default; see the
+    /// identity rules). Off restores the earlier rule, where that fence is terminal, so
+    /// simulations can show the self-fence a coordinator failover causes without it. Never for
+    /// production.
+    #[cfg(feature = "sim")]
+    pub fn set_failover_fence_rule(&mut self, on: bool) {
+        self.failover_fence_rule = on;
+    }
+
+    /// Simulation only: whether the failover fence rule applies (always outside the simulation).
+    fn failover_rule(&self) -> bool {
+        #[cfg(feature = "sim")]
+        {
+            self.failover_fence_rule
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            true
+        }
     }
 
     /// Hands out request ids from `offset` on (and lookup ids from `LOOKUP_IDS + offset`): a
@@ -1111,7 +1139,12 @@ impl ClassicMember {
     fn fenced(&mut self) {
         let by = self.shell.answered_by;
         let moved = self.registered_by.is_some() && by.is_some() && by != self.registered_by;
-        if moved && self.failover_fence_forgiven != by && self.is_static() && !self.java_policy() {
+        if moved
+            && self.failover_fence_forgiven != by
+            && self.is_static()
+            && !self.java_policy()
+            && self.failover_rule()
+        {
             self.failover_fence_forgiven = by;
             tracing::warn!(group = %self.shell.config.group_id, coordinator = ?by, registered_by = ?self.registered_by, "FENCED_INSTANCE_ID from a coordinator that did not register this member id (it loaded an older registration after a failover); rejoining with the instance id");
             return self.replaced(Reason::FencedByOlderRegistration);

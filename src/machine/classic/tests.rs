@@ -1436,6 +1436,20 @@ fn the_first_fence_from_a_coordinator_that_took_over_is_forgiven_once() {
     ));
 }
 
+#[cfg(feature = "sim")]
+#[test]
+fn without_the_failover_fence_rule_the_first_fence_from_a_new_coordinator_is_terminal() {
+    // The simulation-only knob restores the earlier rule (tests/sim_failover_fence.rs).
+    let (mut h, join) = Harness::failed_over_to(2);
+    h.m.set_failover_fence_rule(false);
+    h.join_error(&join, 82);
+    assert_eq!(h.m.state(), MemberState::Fatal);
+    assert!(matches!(
+        h.m.fatal_error(),
+        Some(GroupError::FencedInstanceId { .. })
+    ));
+}
+
 #[test]
 fn after_the_forgiven_fence_the_member_is_registered_by_the_new_coordinator() {
     let (mut h, join) = Harness::failed_over_to(2);

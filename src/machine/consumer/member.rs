@@ -987,6 +987,18 @@ impl ConsumerMember {
             // Every failed attempt makes the next heartbeat full (resetHeartbeatState).
             self.known = None;
         }
+        if sent_epoch == 0
+            && matches!(
+                r.error_code,
+                codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR
+            )
+        {
+            // The join may have landed although it was answered with an error: a write that
+            // timed out is answered COORDINATOR_NOT_AVAILABLE while its records still commit
+            // (CoordinatorRuntime's OperationTimeout), and a coordinator that unloads answers its
+            // pending writes NOT_COORDINATOR while the next leader may hold their records.
+            self.registration.may_be_registered = true;
+        }
         match classify(
             ApiKey::ConsumerGroupHeartbeat,
             r.error_code,
@@ -1310,6 +1322,23 @@ impl ConsumerMember {
                 group: self.shell.config.group_id.clone(),
                 instance_id,
             });
+        }
+        let failed = result.is_err()
+            || matches!(
+                code,
+                codes::COORDINATOR_NOT_AVAILABLE
+                    | codes::NOT_COORDINATOR
+                    | codes::COORDINATOR_LOAD_IN_PROGRESS
+            );
+        if then == AfterLeave::Rejoin && failed {
+            // The release may not have happened (the coordinator was unavailable, its append
+            // failed or is still pending): the UNRELEASED_INSTANCE_ID that may follow is not a
+            // sign of another holder, so this attempt does not count against the bound.
+            self.registration.unreleased_recoveries =
+                self.registration.unreleased_recoveries.saturating_sub(1);
+            if result.is_err() || code != codes::COORDINATOR_LOAD_IN_PROGRESS {
+                self.shell.coordinator_failed();
+            }
         }
         // Fire once: the leave completes whatever the answer.
         self.finish_leave(then);

@@ -13,6 +13,10 @@
 //! - Heartbeat (`classicGroupHeartbeat`, `validateClassicGroupHeartbeat`), session expiry
 //!   (`expireClassicGroupMemberHeartbeat`, `ClassicGroupMember.hasSatisfiedHeartbeat`).
 //! - LeaveGroup (`classicGroupLeave`, `removeCurrentMemberFromClassicGroup`).
+//! - Records (`GroupCoordinatorRecordHelpers.newGroupMetadataRecord`, loaded by
+//!   `ClassicGroup.fromRecord`): written for a new group, an empty generation, a static
+//!   replacement in Stable and the leader's assignment, never when a rebalance of a non-empty
+//!   group completes; failed appends (`appendFuture` callbacks) and unload (`onUnloaded`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -27,6 +31,7 @@ use kafka_protocol::messages::{
 };
 use rand::RngCore;
 
+use super::log::Record;
 use super::{Append, Parked, SimCoordinator, ms, name, s};
 use crate::sim::codes::*;
 
@@ -280,6 +285,36 @@ impl ClassicGroup {
         removed
     }
 
+    /// The group as `ClassicGroup.fromRecord` loads the `GroupMetadataValue` that
+    /// `newGroupMetadataRecord(group, assignment)` writes now: Stable (Empty without members)
+    /// at this generation, protocol and leader, the members with their protocols, timeouts and
+    /// `assignment` (their current one when `None`); no parked futures, no pending members.
+    pub(super) fn record(&self, assignment: Option<&BTreeMap<String, Bytes>>) -> ClassicGroup {
+        let mut g = self.clone();
+        g.state = if g.members.is_empty() {
+            GroupState::Empty
+        } else {
+            GroupState::Stable
+        };
+        g.previous_state = GroupState::Empty;
+        g.pending_join.clear();
+        g.pending_sync.clear();
+        g.new_member_added = false;
+        g.static_members.clear();
+        for (id, m) in g.members.iter_mut() {
+            m.awaiting_join = None;
+            m.awaiting_sync = None;
+            m.is_new = false;
+            if let Some(a) = assignment {
+                m.assignment = a.get(id).cloned().unwrap_or_default();
+            }
+            if let Some(i) = &m.instance_id {
+                g.static_members.insert(i.clone(), id.clone());
+            }
+        }
+        g
+    }
+
     /// `ClassicGroup.currentClassicGroupMembers`.
     fn join_members(&self, version: i16) -> Vec<JoinGroupResponseMember> {
         self.members
@@ -377,6 +412,8 @@ impl SimCoordinator {
             }
             self.classic = Some(ClassicGroup::new());
             self.consumer = None;
+            // classicGroupJoin: a new group writes its empty metadata record.
+            self.write_record(Record::Classic(Box::new(self.g().record(None))));
         }
         // acceptJoiningMember.
         if !self.accept_joining_member(&member_id) {
@@ -541,6 +578,7 @@ impl SimCoordinator {
             .map(|i| i.to_string())
             .unwrap_or_default();
         let current_leader = self.g().leader.clone();
+        let old = self.g().members.get(&old_id).cloned();
         self.replace_static_member(&instance, &old_id, &new_id);
         // Heartbeat of the old id expires without effect; schedule the new one.
         self.reschedule_heartbeat(&new_id, None);
@@ -554,14 +592,20 @@ impl SimCoordinator {
                     self.note(|| {
                         format!("static member {new_id} joins Stable group without protocol change: no rebalance, answer after the append")
                     });
-                    self.appends.push_back((
-                        self.now + self.config.append_latency,
-                        Append::StaticReplacement {
-                            member_id: new_id,
-                            current_leader,
-                            skip_assignment: p.version >= 9,
-                        },
-                    ));
+                    let record = self.g().record(None);
+                    self.write_record(Record::Classic(Box::new(record)));
+                    if let Some(old) = old {
+                        self.appends.push_back((
+                            self.now,
+                            Append::StaticReplacement {
+                                member_id: new_id,
+                                generation: self.g().generation,
+                                old: Box::new(old),
+                                current_leader,
+                                skip_assignment: p.version >= 9,
+                            },
+                        ));
+                    }
                 } else {
                     self.maybe_prepare_rebalance_or_complete_join("static member changed protocol");
                 }
@@ -819,6 +863,9 @@ impl SimCoordinator {
         let generation = g.generation;
         if g.state == GroupState::Empty {
             self.note(|| format!("generation {generation}: group is empty"));
+            // The empty generation is written (its append failing changes nothing).
+            let record = self.g().record(None);
+            self.write_record(Record::Classic(Box::new(record)));
             return;
         }
         let leader = g.leader.clone();
@@ -1015,8 +1062,10 @@ impl SimCoordinator {
                     self.note(|| {
                         format!("assignment from leader {member_id} for generation {generation}; persisting")
                     });
+                    let record = self.g().record(Some(&assignment));
+                    self.write_record(Record::Classic(Box::new(record)));
                     self.appends.push_back((
-                        self.now + self.config.append_latency,
+                        self.now,
                         Append::SyncAssignment {
                             generation,
                             assignment,
@@ -1100,6 +1149,129 @@ impl SimCoordinator {
             self.propagate_assignment(NONE);
             self.group().transition(GroupState::Stable);
             self.note(|| format!("generation {generation} stable"));
+        }
+    }
+
+    /// `classicGroupSync`'s appendFuture for the leader's assignment failed (or timed out): if
+    /// the group still waits for that assignment, every parked SyncGroup gets the error with an
+    /// empty assignment and the group rebalances (`resetAndPropagateAssignmentWithError`,
+    /// `maybePrepareRebalanceOrCompleteJoin`).
+    pub(super) fn sync_assignment_failed(&mut self, generation: i32, code: i16) {
+        let Some(g) = self.classic.as_ref() else {
+            return;
+        };
+        if g.state == GroupState::CompletingRebalance && g.generation == generation {
+            self.note(|| {
+                format!(
+                    "storing the assignment of generation {generation} failed: {}; rebalance",
+                    name(code)
+                )
+            });
+            self.reset_and_propagate_assignment_with_error(code);
+            self.maybe_prepare_rebalance_or_complete_join("error storing the group assignment");
+        }
+    }
+
+    /// `updateStaticMemberThenRebalanceOrCompleteJoin`'s appendFuture failed (or timed out):
+    /// the replacement is reverted (the old member id gets the member back, with its protocols
+    /// and timeouts: `updateMember(..., null)`, `replaceStaticMember(instance, new, old)`) and the
+    /// new member's JoinGroup is answered with an empty member id and the error.
+    pub(super) fn static_replacement_failed(
+        &mut self,
+        new_id: &str,
+        generation: i32,
+        old: ClassicMemberState,
+        current_leader: Option<String>,
+        code: i16,
+    ) {
+        let Some(g) = self.classic.as_mut() else {
+            return;
+        };
+        let Some(mut m) = g.members.remove(new_id) else {
+            return;
+        };
+        let parked = m.awaiting_join.take();
+        m.member_id = old.member_id.clone();
+        m.protocols = old.protocols;
+        m.rebalance_timeout_ms = old.rebalance_timeout_ms;
+        m.session_timeout_ms = old.session_timeout_ms;
+        if let Some(i) = &m.instance_id {
+            g.static_members.insert(i.clone(), old.member_id.clone());
+        }
+        if g.is_leader(new_id) {
+            g.leader = Some(old.member_id.clone());
+        }
+        g.members.insert(old.member_id.clone(), m);
+        self.reschedule_heartbeat(&old.member_id, None);
+        let old_id = old.member_id;
+        self.note(|| {
+            format!(
+                "persisting static member {new_id} failed: {}; reverted to {old_id}",
+                name(code)
+            )
+        });
+        if (parked.is_none() || self.g().generation != generation)
+            && let Some(i) = self.g().members[&old_id].instance_id.clone()
+        {
+            // A rebalance answered the new member id meanwhile (its join is no longer parked,
+            // or a later one is); the revert takes the instance id from under it all the same.
+            self.note(|| format!("{new_id} was already answered: it will be fenced"));
+            self.reverted.push((i, new_id.to_owned()));
+        }
+        if let Some(p) = parked {
+            let g = self.g();
+            let body = match Self::join_ok(g, p, "", Vec::new(), current_leader.as_deref(), false) {
+                ResponseKind::JoinGroup(r) => ResponseKind::JoinGroup(r.with_error_code(code)),
+                other => other,
+            };
+            self.reply(p, body);
+        }
+    }
+
+    /// `classicGroupJoin`'s appendFuture for a new group's empty record failed: the group's
+    /// creation is reverted (the group map is a timeline structure) and the JoinGroup that
+    /// created it, still parked, is answered with the error.
+    pub(super) fn classic_creation_failed(&mut self, code: i16) {
+        let Some(g) = self.classic.take() else {
+            return;
+        };
+        for (id, m) in g.members {
+            self.heartbeats.remove(&id);
+            if let Some(p) = m.awaiting_join {
+                self.reply(p, Self::join_error(p, "", code));
+            }
+        }
+        for id in g.pending_join {
+            self.heartbeats.remove(&id);
+        }
+        self.join_timer = None;
+    }
+
+    /// `GroupMetadataManager.onUnloaded`: the group turns Dead; parked JoinGroups (the group was
+    /// preparing a rebalance) or parked SyncGroups (completing a rebalance, or stable) are
+    /// answered NOT_COORDINATOR.
+    pub(super) fn classic_unloaded(&mut self) {
+        let Some(g) = self.classic.as_mut() else {
+            return;
+        };
+        g.transition(GroupState::Dead);
+        let previous = g.previous_state;
+        let ids: Vec<String> = g.members.keys().cloned().collect();
+        for id in ids {
+            let m = self.group().members.get_mut(&id).expect("member");
+            match previous {
+                GroupState::PreparingRebalance => {
+                    if let Some(p) = m.awaiting_join.take() {
+                        self.reply(p, Self::join_error(p, &id, NOT_COORDINATOR));
+                    }
+                }
+                GroupState::CompletingRebalance | GroupState::Stable => {
+                    if let Some(p) = m.awaiting_sync.take() {
+                        self.reply(p, Self::sync_error(NOT_COORDINATOR));
+                    }
+                }
+                GroupState::Empty | GroupState::Dead => {}
+            }
         }
     }
 

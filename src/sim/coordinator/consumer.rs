@@ -1013,3 +1013,56 @@ fn fmt_tps(tps: &BTreeSet<Tp>) -> String {
     let v: Vec<String> = tps.iter().map(|(t, p)| format!("{t}-{p}")).collect();
     format!("[{}]", v.join(","))
 }
+
+impl ConsumerGroup {
+    /// Whether `other` holds the same records (everything but the change tracking): an
+    /// operation that leaves the group so wrote no record.
+    pub(super) fn same_records(&self, other: &ConsumerGroup) -> bool {
+        self.epoch == other.epoch
+            && self.assignment_epoch == other.assignment_epoch
+            && self.members == other.members
+            && self.static_members == other.static_members
+            && self.target == other.target
+            && self.assignment_time == other.assignment_time
+    }
+
+    /// The group put back in place of `replaced` (a reverted write, or a load): every member of
+    /// either counts as changed.
+    pub(super) fn restored(mut self, replaced: Option<&ConsumerGroup>) -> ConsumerGroup {
+        let ids: Vec<String> = self
+            .members
+            .keys()
+            .chain(replaced.into_iter().flat_map(|r| r.members.keys()))
+            .cloned()
+            .collect();
+        if let Some(r) = replaced {
+            self.changed.extend(r.changed.iter().cloned());
+        }
+        self.changed.extend(ids);
+        self
+    }
+}
+
+impl SimCoordinator {
+    /// `GroupMetadataManager.onLoaded` for a consumer group: every member's session timeout,
+    /// and the rebalance timeout of the members revoking partitions.
+    pub(super) fn consumer_on_loaded(&mut self) {
+        let Some(c) = &self.consumer else {
+            return;
+        };
+        let now = self.now;
+        let session = self.config.consumer_session_timeout;
+        let members: Vec<(String, i32, i32, CgState)> = c
+            .members
+            .iter()
+            .map(|(id, m)| (id.clone(), m.epoch, m.rebalance_timeout_ms, m.state))
+            .collect();
+        for (id, epoch, timeout, state) in members {
+            self.consumer_sessions.insert(id.clone(), now + session, ());
+            if state == CgState::UnrevokedPartitions && timeout >= 0 {
+                let at = now + Duration::from_millis(timeout as u64);
+                self.consumer_rebalance_timeouts.insert(id, at, epoch);
+            }
+        }
+    }
+}

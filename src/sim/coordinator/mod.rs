@@ -18,10 +18,14 @@
 //! - `consumer`: KIP-848 `ConsumerGroupHeartbeat` (`GroupMetadataManager.java`,
 //!   `modern/consumer/CurrentAssignmentBuilder.java`, `modern/consumer/ConsumerGroup.java`);
 //! - `messages`: error answers, error codes and one-line descriptions of requests and answers,
-//!   which do not depend on a group's state.
+//!   which do not depend on a group's state;
+//! - `log`: the group's partition as `CoordinatorRuntime` drives it: writes that commit after
+//!   [`CoordinatorConfig::append_latency`], answers that wait for them, appends that fail or time
+//!   out ([`AppendFault`], [`AppendFaults`]), unload ([`SimCoordinator::unload`]) and load on
+//!   another node ([`SimCoordinator::load`]) replaying only committed records.
 //!
-//! Simplified: one group per coordinator (other group ids get NOT_COORDINATOR); appends never
-//! fail; no group deletion (`Dead`) and no coordinator failover; a request to a group that does
+//! Simplified: one group per coordinator (other group ids get NOT_COORDINATOR); no group
+//! deletion (`Dead` only while unloaded); a request to a group that does
 //! not exist yet with a member id is answered UNKNOWN_MEMBER_ID for every API (the new
 //! coordinator answers some with GROUP_ID_NOT_FOUND); the target assignment of a KIP-848 group
 //! is computed on the request path by the first heartbeat after the group epoch moved (4.3+:
@@ -52,14 +56,17 @@ use crate::request::api_key_of;
 mod assignors;
 mod classic;
 mod consumer;
+mod log;
 mod messages;
 mod offsets;
 mod rules;
 
 pub use classic::GroupState;
-use classic::{ClassicGroup, JoinTimer};
+use classic::{ClassicGroup, ClassicMemberState, JoinTimer};
 use consumer::ConsumerGroup;
 pub use consumer::ConsumerMemberView;
+pub use log::{AppendFault, AppendFaults, Residence};
+use log::{Image, OpStart, Record, Write};
 pub use messages::{
     describe_request, describe_response, error_response, name, response_error, topic_id,
 };
@@ -97,6 +104,18 @@ pub struct CoordinatorConfig {
     pub consumer_session_timeout: Duration,
     /// `group.consumer.heartbeat.interval.ms` (5000).
     pub consumer_heartbeat_interval: Duration,
+    /// The write timeout of group operations (`offsets.commit.timeout.ms`, 5000): an operation
+    /// whose records are not committed by then fails with COORDINATOR_NOT_AVAILABLE while its
+    /// records still commit.
+    pub write_timeout: Duration,
+    /// Seeded faults of appends (none by default); scripted ones:
+    /// [`SimCoordinator::fault_next_append`].
+    pub append_faults: AppendFaults,
+    /// Keep the committed state a coordinator that takes over replays, and tell which KIP-848
+    /// operations write records (a copy of the KIP-848 group per operation: O(members)). Off,
+    /// a load replays the state as it was at the unload, and only classic records and offset
+    /// commits make answers wait for a commit of their own.
+    pub keep_log: bool,
     /// Seed of the member-id generator.
     pub seed: u64,
     /// The broker release and its version-dependent settings (`rules`).
@@ -120,6 +139,9 @@ impl CoordinatorConfig {
             append_latency: Duration::from_millis(5),
             consumer_session_timeout: Duration::from_millis(45_000),
             consumer_heartbeat_interval: Duration::from_millis(5_000),
+            write_timeout: Duration::from_millis(5_000),
+            append_faults: AppendFaults::default(),
+            keep_log: true,
             seed: 0,
             rules: BrokerRules::default(),
         }
@@ -148,9 +170,13 @@ struct Parked {
 /// What an append completes once committed.
 #[derive(Debug, Clone)]
 enum Append {
-    /// `updateStaticMemberThenRebalanceOrCompleteJoin`'s appendFuture (Stable, protocol unchanged).
+    /// `updateStaticMemberThenRebalanceOrCompleteJoin`'s appendFuture (Stable, protocol unchanged):
+    /// `member_id` replaced `old` (kept to revert the replacement if the append fails).
     StaticReplacement {
         member_id: String,
+        /// The generation when the replacement was made.
+        generation: i32,
+        old: Box<ClassicMemberState>,
         current_leader: Option<String>,
         skip_assignment: bool,
     },
@@ -278,9 +304,26 @@ pub struct SimCoordinator {
     consumer_rebalance_timeouts: Timers<i32>,
     join_timer: Option<(Instant, JoinTimer)>,
     sync_timer: Option<(Instant, i32)>,
+    /// What the current operation completes once its records commit (moved to `log` when it
+    /// ends; the time is not used).
     appends: VecDeque<(Instant, Append)>,
+    /// Classic records the current operation writes.
+    op_records: Vec<Record>,
+    /// Writes appended, not committed yet, in log order.
+    log: VecDeque<Write>,
+    /// What the committed records rebuild (what a coordinator that takes over loads).
+    committed: Image,
+    residence: Residence,
+    forced_faults: VecDeque<AppendFault>,
+    failed_appends: u64,
+    fault_rng: ChaCha8Rng,
     replies: VecDeque<Reply>,
     offsets: BTreeMap<(String, i32), (i64, Option<String>)>,
+    /// Static registrations reverted after their member was answered (see
+    /// [`SimCoordinator::take_reverted_registrations`]).
+    reverted: Vec<(String, String)>,
+    /// Broker hazards met since the last [`SimCoordinator::take_hazards`].
+    hazards: Vec<String>,
     notes: Vec<String>,
     notes_enabled: bool,
     now: Instant,
@@ -299,6 +342,7 @@ impl SimCoordinator {
     pub fn new(config: CoordinatorConfig, now: Instant) -> Self {
         Self {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
+            fault_rng: ChaCha8Rng::seed_from_u64(config.seed ^ 0x00a9_9e7d),
             config,
             active: true,
             classic: None,
@@ -309,8 +353,16 @@ impl SimCoordinator {
             join_timer: None,
             sync_timer: None,
             appends: VecDeque::new(),
+            op_records: Vec::new(),
+            log: VecDeque::new(),
+            committed: Image::default(),
+            residence: Residence::Active,
+            forced_faults: VecDeque::new(),
+            failed_appends: 0,
             replies: VecDeque::new(),
             offsets: BTreeMap::new(),
+            reverted: Vec::new(),
+            hazards: Vec::new(),
             notes: Vec::new(),
             notes_enabled: true,
             now,
@@ -325,6 +377,23 @@ impl SimCoordinator {
     /// Whether to keep notes naming the broker rule behind each decision ([`Self::take_notes`]).
     pub fn set_notes(&mut self, on: bool) {
         self.notes_enabled = on;
+    }
+
+    /// Static registrations (instance id, member id) a failed or timed-out append reverted after
+    /// a rebalance had already answered the new member id: the broker's revert
+    /// (`updateStaticMemberThenRebalanceOrCompleteJoin`'s appendFuture callback) checks no
+    /// state, so that member is fenced at its next request although no other process holds the
+    /// instance id. Since the last call.
+    pub fn take_reverted_registrations(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.reverted)
+    }
+
+    /// Hazards of the broker's rules met since the last call (not member bugs): a KIP-848 member
+    /// whose removal a failed append reverted keeps no session timeout
+    /// (`consumerGroupFenceMembers` cancels the timers at once, the timeline revert does not
+    /// bring them back), so it stays in the group until the partition is loaded again.
+    pub fn take_hazards(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.hazards)
     }
 
     /// The notes since the last call: one line per broker rule applied.
@@ -457,7 +526,7 @@ impl SimCoordinator {
         if let Some((t, _)) = self.sync_timer {
             consider(t);
         }
-        if let Some(t) = self.appends.iter().map(|(t, _)| *t).min() {
+        if let Some(t) = self.log_timeout() {
             consider(t);
         }
         next
@@ -466,42 +535,45 @@ impl SimCoordinator {
     /// Fires every timer due at `now`, earliest first.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
-        // Appends commit in order.
-        while let Some((t, _)) = self.appends.front()
-            && *t <= now
-        {
-            let (_, a) = self.appends.pop_front().expect("checked");
-            self.append_committed(a);
-        }
+        // Writes commit in log order; operations time out; a load completes.
+        self.timer_op(|c| c.advance_log(now));
         if let Some((t, timer)) = self.join_timer
             && t <= now
         {
             self.join_timer = None;
-            match timer {
+            self.timer_op(|c| match timer {
                 JoinTimer::Initial { delay, remaining } => {
-                    self.try_complete_initial_rebalance(delay, remaining)
+                    c.try_complete_initial_rebalance(delay, remaining)
                 }
-                JoinTimer::Complete => self.complete_join(),
-            }
+                JoinTimer::Complete => c.complete_join(),
+            });
         }
         if let Some((t, generation)) = self.sync_timer
             && t <= now
         {
             self.sync_timer = None;
-            self.expire_pending_sync(generation);
+            self.timer_op(|c| c.expire_pending_sync(generation));
         }
         for (id, ()) in self.heartbeats.due(now) {
             self.heartbeats.remove(&id);
-            self.expire_heartbeat(&id);
+            self.timer_op(|c| c.expire_heartbeat(&id));
         }
         for (id, ()) in self.consumer_sessions.due(now) {
             self.consumer_sessions.remove(&id);
-            self.consumer_session_expired(&id);
+            self.timer_op(|c| c.consumer_session_expired(&id));
         }
         for (id, epoch) in self.consumer_rebalance_timeouts.due(now) {
             self.consumer_rebalance_timeouts.remove(&id);
-            self.consumer_rebalance_timeout_expired(&id, epoch);
+            self.timer_op(|c| c.consumer_rebalance_timeout_expired(&id, epoch));
         }
+    }
+
+    /// Runs a timer's operation (`CoordinatorTimer` tasks are write operations too): its records
+    /// go to the log; no append fault.
+    fn timer_op(&mut self, f: impl FnOnce(&mut Self)) {
+        let op: OpStart = self.begin_op(false);
+        f(self);
+        self.end_op(op, None);
     }
 
     /// Handles one request read from `conn` at `version`. The answer comes out of
@@ -527,6 +599,31 @@ impl SimCoordinator {
             let body = error_response(&request, version, COORDINATOR_NOT_AVAILABLE);
             return self.reply(p, body);
         }
+        if Self::is_group_api(api) {
+            let code = match self.residence {
+                Residence::Active => NONE,
+                // CoordinatorRuntime.contextOrThrow: no context for the partition here.
+                Residence::Unloaded => NOT_COORDINATOR,
+                // CoordinatorRuntime.withActiveContextOrThrow: the partition is loading.
+                Residence::Loading { .. } => COORDINATOR_LOAD_IN_PROGRESS,
+            };
+            if code != NONE {
+                self.note(|| format!("coordinator runtime: {:?} answered {}", api, name(code)));
+                let body = error_response(&request, version, code);
+                return self.reply(p, body);
+            }
+        }
+        // Group operations other than OffsetFetch (a read) are write events.
+        let op =
+            (Self::is_group_api(api) && api != ApiKey::OffsetFetch).then(|| self.begin_op(true));
+        self.dispatch(p, client_id, request);
+        if let Some(op) = op {
+            self.end_op(op, Some((p, api)));
+        }
+    }
+
+    fn dispatch(&mut self, p: Parked, client_id: &str, request: RequestKind) {
+        let version = p.version;
         match request {
             RequestKind::FindCoordinator(r) => self.find_coordinator(p, r),
             RequestKind::Metadata(r) => self.metadata(p, r),
@@ -575,10 +672,24 @@ impl SimCoordinator {
 
     // ------------------------------------------------------------------ broker-level APIs
 
-    /// KafkaApis.handleFindCoordinatorRequest: this broker leads the offsets partition of every
-    /// group it is asked about.
+    /// KafkaApis.handleFindCoordinatorRequest: the leader of the group's offsets partition
+    /// (node `n` listens on the configured port + `n` - 1); KafkaApis.getCoordinator answers
+    /// COORDINATOR_NOT_AVAILABLE while the partition has no leader (after an unload, before the
+    /// next load).
     fn find_coordinator(&mut self, p: Parked, r: FindCoordinatorRequest) {
         let mut resp = FindCoordinatorResponse::default();
+        let node = self.config.node_id;
+        let port = self.config.port + node - 1;
+        let code = if self.residence == Residence::Unloaded {
+            COORDINATOR_NOT_AVAILABLE
+        } else {
+            NONE
+        };
+        let (node, port, host) = if code == NONE {
+            (node, port, s(&self.config.host))
+        } else {
+            (-1, -1, s(""))
+        };
         if p.version >= 4 {
             resp.coordinators = r
                 .coordinator_keys
@@ -586,15 +697,17 @@ impl SimCoordinator {
                 .map(|k| {
                     Coordinator::default()
                         .with_key(k.clone())
-                        .with_node_id(BrokerId(self.config.node_id))
-                        .with_host(s(&self.config.host))
-                        .with_port(self.config.port)
+                        .with_node_id(BrokerId(node))
+                        .with_host(host.clone())
+                        .with_port(port)
+                        .with_error_code(code)
                 })
                 .collect();
         } else {
-            resp.node_id = BrokerId(self.config.node_id);
-            resp.host = s(&self.config.host);
-            resp.port = self.config.port;
+            resp.node_id = BrokerId(node);
+            resp.host = host;
+            resp.port = port;
+            resp.error_code = code;
         }
         self.reply(p, ResponseKind::FindCoordinator(resp));
     }
@@ -666,6 +779,7 @@ impl SimCoordinator {
                 member_id,
                 current_leader,
                 skip_assignment,
+                ..
             } => self.static_replacement_committed(member_id, current_leader, skip_assignment),
         }
     }

@@ -209,19 +209,17 @@ impl SimCoordinator {
             .iter()
             .map(|g| self.validate_offset_fetch(g))
             .collect();
-        let waiting = self.appends.back().map(|(t, _)| *t);
-        match waiting {
-            Some(t) if stable && errors.contains(&NONE) => {
+        match self.log.back_mut() {
+            Some(write) if stable && errors.contains(&NONE) => {
                 // GroupCoordinatorService.fetchOffsets: a write operation, completed after the
-                // writes before it.
-                self.note(|| "RequireStable OffsetFetch waits for pending writes".into());
+                // writes before it (it fails with the last one if that times out).
                 let a = OffsetAppend::StableFetch {
                     p,
                     request: r,
                     errors,
                 };
-                self.appends
-                    .push_back((t.max(self.now), Append::Offsets(Box::new(a))));
+                write.on_commit.push(Append::Offsets(Box::new(a)));
+                self.note(|| "RequireStable OffsetFetch waits for pending writes".into());
             }
             _ => self.answer_offset_fetch(p, &r, &errors),
         }
@@ -235,6 +233,16 @@ impl SimCoordinator {
             OffsetAppend::StableFetch { p, request, errors } => {
                 self.answer_offset_fetch(p, &request, &errors)
             }
+        }
+    }
+
+    /// An offset append failed with `code`: a commit's offsets never become visible (its
+    /// answer, a separate [`Append::Answer`], carries the error); a waiting RequireStable fetch
+    /// is answered with it.
+    pub(super) fn offsets_failed(&mut self, a: OffsetAppend, code: i16) {
+        if let OffsetAppend::StableFetch { p, request, errors } = a {
+            let failed = vec![code; errors.len()];
+            self.answer_offset_fetch(p, &request, &failed);
         }
     }
 

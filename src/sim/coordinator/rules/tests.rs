@@ -30,6 +30,8 @@ struct Broker {
     c: SimCoordinator,
     now: Instant,
     correlation: i32,
+    /// Whether `send` lets the request's own records commit before it returns.
+    wait_commits: bool,
 }
 
 impl Broker {
@@ -43,6 +45,7 @@ impl Broker {
             c: SimCoordinator::new(config, now),
             now,
             correlation: 0,
+            wait_commits: true,
         }
     }
 
@@ -68,7 +71,19 @@ impl Broker {
             request,
             self.now,
         );
-        self.drain()
+        // An answer that waits for its records comes once they commit (`append_latency`).
+        let mut replies = self.drain();
+        let commit = self.now + self.c.config().append_latency;
+        while replies.is_empty()
+            && self.wait_commits
+            && let Some(t) = self.c.poll_timeout()
+            && t <= commit
+        {
+            self.now = self.now.max(t);
+            self.c.handle_timeout(self.now);
+            replies = self.drain();
+        }
+        replies
     }
 
     /// Moves the clock, firing the coordinator's timers (appends commit).
@@ -421,6 +436,7 @@ fn offset_fetch_checks_the_member_and_sees_only_committed_offsets() {
     );
     assert_eq!(fetched(&b.fetch_v9(None, -1, true)), (NONE, -1));
     assert_eq!(fetched(&b.fetch_v9(None, 1, true)).0, UNKNOWN_MEMBER_ID);
+    b.wait_commits = false;
     // A commit whose records are not committed yet.
     let r = OffsetCommitRequest::default()
         .with_group_id(GroupId(s("g")))
@@ -441,7 +457,11 @@ fn offset_fetch_checks_the_member_and_sees_only_committed_offsets() {
     // With RequireStable the answer waits for the commit, then shows it.
     assert!(b.fetch_v9(Some("a"), 1, true).is_empty());
     let replies = b.advance(Duration::from_millis(10));
-    assert_eq!(replies.len(), 2, "the commit's answer, then the fetch's");
+    assert_eq!(
+        replies.len(),
+        2,
+        "the commit's answer, then the fetch's: {replies:?}"
+    );
     assert_eq!(fetched(&replies[1..]), (NONE, 42));
     assert_eq!(fetched(&b.fetch_v9(Some("a"), 1, false)), (NONE, 42));
 }
