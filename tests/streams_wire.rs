@@ -11,8 +11,9 @@
 //! run); no broker is needed. Checked here:
 //! (a) our encoding equals kafka-clients' for each message and version;
 //! (b) we decode kafka-clients' bytes into a value equal to our sample, with no byte left;
-//! (c) kafka-clients decodes our bytes into an object equal to its sample, with no byte left.
-//! A field missing or encoded differently on either side fails (a), and (b) or (c).
+//! (c) kafka-clients decodes our bytes into an object equal to its sample, with no byte left;
+//! and a field set at a version that lacks it is refused, or dropped when ignorable, on both
+//! sides alike. A field missing or encoded differently on either side fails (a), and (b) or (c).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -402,6 +403,7 @@ struct JavaRun {
     encoded: BTreeMap<(String, i16), Vec<u8>>,
     coverage: BTreeMap<(String, i16), String>,
     decoded: BTreeMap<(String, i16), String>,
+    lacking: BTreeMap<(String, i16), String>,
 }
 
 fn cases() -> impl Iterator<Item = (&'static str, i16)> {
@@ -490,6 +492,7 @@ fn java() -> &'static JavaRun {
             encoded: BTreeMap::new(),
             coverage: BTreeMap::new(),
             decoded: BTreeMap::new(),
+            lacking: BTreeMap::new(),
         };
         for line in stdout.lines() {
             let mut parts = line.splitn(4, ' ');
@@ -504,6 +507,7 @@ fn java() -> &'static JavaRun {
                 "encoded" => run.encoded.insert(key, from_hex(&rest)),
                 "coverage" => run.coverage.insert(key, rest).map(|_| Vec::new()),
                 "decoded" => run.decoded.insert(key, rest).map(|_| Vec::new()),
+                "lacking" => run.lacking.insert(key, rest).map(|_| Vec::new()),
                 _ => panic!("unexpected line from StreamsWireCheck.java: {line}"),
             };
         }
@@ -589,23 +593,69 @@ fn kafka_clients_decodes_rust_bytes_into_its_samples() {
     expect_java_ok(&java().decoded);
 }
 
+/// What encoding `set` at `version` does with the one field it sets that the version lacks, as
+/// StreamsWireCheck.java says it: "refused", "dropped" (an ignorable field, written as if at its
+/// default) or "written".
+fn lacking<T: Encodable + Default>(set: T, version: i16) -> &'static str {
+    let mut buf = BytesMut::new();
+    match set.encode(&mut buf, version) {
+        Err(_) => "refused",
+        Ok(()) if buf.to_vec() == encode_body(&T::default(), version) => "dropped",
+        Ok(()) => "written",
+    }
+}
+
 /// Fields a version lacks, as kafka-clients treats them: a non-ignorable one set to a
-/// non-default value is an error (Java: UnsupportedVersionException), an ignorable one is left
+/// non-default value is refused (Java: UnsupportedVersionException), an ignorable one is left
 /// out (AcceptableRecoveryLag, v1+, "ignorable": true).
 #[test]
-fn fields_a_version_lacks_are_refused_unless_ignorable() {
-    let mut buf = BytesMut::new();
-    let v1_only = StreamsGroupHeartbeatResponse::default().with_topology_description_required(true);
-    assert!(v1_only.encode(&mut buf, 0).is_err());
-    let v0_only = StreamsGroupHeartbeatResponse::default().with_acceptable_recovery_lag_legacy(1);
-    assert!(v0_only.encode(&mut buf, 1).is_err());
-    let ignorable = StreamsGroupHeartbeatResponse::default().with_acceptable_recovery_lag(5);
-    assert_eq!(
-        encode_body(&ignorable, 0),
-        encode_body(&StreamsGroupHeartbeatResponse::default(), 0)
+fn fields_a_version_lacks_are_treated_as_kafka_clients_does() {
+    let ours = [
+        (
+            "StreamsGroupHeartbeatResponse.topologyDescriptionRequired",
+            0,
+            lacking(
+                StreamsGroupHeartbeatResponse::default().with_topology_description_required(true),
+                0,
+            ),
+        ),
+        (
+            "StreamsGroupHeartbeatResponse.acceptableRecoveryLagLegacy",
+            1,
+            lacking(
+                StreamsGroupHeartbeatResponse::default().with_acceptable_recovery_lag_legacy(1),
+                1,
+            ),
+        ),
+        (
+            "StreamsGroupHeartbeatResponse.acceptableRecoveryLag",
+            0,
+            lacking(
+                StreamsGroupHeartbeatResponse::default().with_acceptable_recovery_lag(5),
+                0,
+            ),
+        ),
+        (
+            "StreamsGroupDescribeRequest.includeTopologyDescription",
+            0,
+            lacking(
+                StreamsGroupDescribeRequest::default().with_include_topology_description(true),
+                0,
+            ),
+        ),
+    ];
+    let ours: BTreeMap<(String, i16), String> = ours
+        .into_iter()
+        .map(|(field, v, what)| ((field.to_owned(), v), what.to_owned()))
+        .collect();
+    assert_eq!(ours, java().lacking);
+    // And what that is: only the ignorable field is dropped.
+    let dropped: Vec<_> = ours.iter().filter(|(_, w)| *w == "dropped").collect();
+    assert_eq!(dropped.len(), 1, "{ours:?}");
+    assert!(
+        dropped[0].0.0.ends_with(".acceptableRecoveryLag"),
+        "{ours:?}"
     );
-    let v1_only = StreamsGroupDescribeRequest::default().with_include_topology_description(true);
-    assert!(v1_only.encode(&mut buf, 0).is_err());
 }
 
 /// A forged array count in an answer is a decode error, never an allocation of that size.

@@ -14,6 +14,9 @@
 //                                  else "coverage NAME VERSION missing PATH..."
 //   decoded NAME VERSION ok        a stdin line parsed into an object equal to the sample, with
 //                                  no byte left over; else "decoded NAME VERSION mismatch WHY"
+//   lacking FIELD VERSION WHAT     a field set at a version that does not have it: "refused"
+//                                  (UnsupportedVersionException), "dropped" (ignorable: written
+//                                  as if at its default) or "written"
 //
 // The samples mirror `sample()` in tests/streams_wire.rs field for field: change both together.
 
@@ -57,6 +60,20 @@ public class StreamsWireCheck {
                     + (missing.isEmpty() ? "ok" : "missing " + String.join(" ", missing)));
             }
         }
+        // Fields a version lacks: "refused" (UnsupportedVersionException), "dropped" (written
+        // as if at the default: an ignorable field) or "written".
+        lacking("StreamsGroupHeartbeatResponse.topologyDescriptionRequired", (short) 0,
+            new StreamsGroupHeartbeatResponseData().setTopologyDescriptionRequired(true),
+            new StreamsGroupHeartbeatResponseData());
+        lacking("StreamsGroupHeartbeatResponse.acceptableRecoveryLagLegacy", (short) 1,
+            new StreamsGroupHeartbeatResponseData().setAcceptableRecoveryLagLegacy(1),
+            new StreamsGroupHeartbeatResponseData());
+        lacking("StreamsGroupHeartbeatResponse.acceptableRecoveryLag", (short) 0,
+            new StreamsGroupHeartbeatResponseData().setAcceptableRecoveryLag(5),
+            new StreamsGroupHeartbeatResponseData());
+        lacking("StreamsGroupDescribeRequest.includeTopologyDescription", (short) 0,
+            new StreamsGroupDescribeRequestData().setIncludeTopologyDescription(true),
+            new StreamsGroupDescribeRequestData());
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         for (String line; (line = in.readLine()) != null; ) {
             if (line.isBlank()) continue;
@@ -76,6 +93,16 @@ public class StreamsWireCheck {
             }
             System.out.println("decoded " + name + " " + v + " " + verdict);
         }
+    }
+
+    static void lacking(String field, short v, Message set, Message dflt) {
+        String verdict;
+        try {
+            verdict = java.util.Arrays.equals(encode(set, v), encode(dflt, v)) ? "dropped" : "written";
+        } catch (org.apache.kafka.common.errors.UnsupportedVersionException e) {
+            verdict = "refused";
+        }
+        System.out.println("lacking " + field + " " + v + " " + verdict);
     }
 
     static byte[] encode(Message m, short v) {
