@@ -25,18 +25,19 @@
 //! The transport does not send them yet: [`Request::Raw`](crate::request::Request::Raw) carries
 //! a kafka-protocol `RequestKind`, whose closed `ApiKey` has no 88 or 89.
 
-// Generated code: it imports more than each module uses (`#![allow(unused)]` inside), and its
-// shapes (e.g. `Default` impls written out field by field, `Borrow` calls) are the generator's
-// and trip clippy lints that kafka-protocol does not run on its generated modules either.
 mod protocol;
 
-#[allow(clippy::all, missing_docs)]
+// Generated code, kept as the generator writes it (so it can go back upstream): it imports more
+// than each module uses (`#![allow(unused)]` inside), and trips clippy lints that kafka-protocol
+// does not run on its own generated modules either (`i16::MAX`-style legacy constants, range
+// checks written as comparisons, `Default` impls written out field by field).
+#[allow(clippy::all)]
 pub mod streams_group_describe_request;
-#[allow(clippy::all, missing_docs)]
+#[allow(clippy::all)]
 pub mod streams_group_describe_response;
-#[allow(clippy::all, missing_docs)]
+#[allow(clippy::all)]
 pub mod streams_group_heartbeat_request;
-#[allow(clippy::all, missing_docs)]
+#[allow(clippy::all)]
 pub mod streams_group_heartbeat_response;
 
 pub use streams_group_describe_request::StreamsGroupDescribeRequest;
