@@ -173,6 +173,7 @@ pub mod driver;
 pub mod error;
 pub mod machine;
 pub mod member_id;
+pub mod messages;
 #[cfg(feature = "tokio")]
 pub mod metrics;
 pub mod properties;
