@@ -213,6 +213,10 @@ pub struct ClassicMember {
     registered_by: Option<i32>,
     /// A coordinator whose FENCED_INSTANCE_ID was forgiven since that join (see `fenced`).
     failover_fence_forgiven: Option<i32>,
+    /// The coordinator answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE since that join:
+    /// the group's partition was unloaded, so whichever node leads it now (the registering one
+    /// included, after a move away and back) loaded the group from its log.
+    unloaded_since_join: bool,
     /// Simulation only: wipe the member id on a suppressed LeaveGroup, as the Java client does.
     #[cfg(feature = "sim")]
     java_reset_policy: bool,
@@ -256,6 +260,7 @@ impl ClassicMember {
             empty_join: EmptyJoins::default(),
             registered_by: None,
             failover_fence_forgiven: None,
+            unloaded_since_join: false,
             rejoin_reason: Reason::Subscribed,
             #[cfg(feature = "sim")]
             java_reset_policy: false,
@@ -1109,7 +1114,7 @@ impl ClassicMember {
                 Reason::RebalanceInProgress,
             ),
             ErrorAction::Rediscover => {
-                self.shell.coordinator_failed();
+                self.coordinator_unloaded();
                 self.rejoin_after_backoff(Reason::CoordinatorMoved);
             }
             ErrorAction::RetryBackoff => self.rejoin_after_backoff(Reason::RetriableJoinGroupError),
@@ -1127,7 +1132,9 @@ impl ClassicMember {
     /// - an empty-id join of this very member may have landed late and replaced it; then rejoin
     ///   with `""` (bounded by the number of such joins); or
     /// - it is the first one from a coordinator other than the one that registered this member
-    ///   id (the coordinator moved since the member's last successful join). A static
+    ///   id (the coordinator moved since the member's last successful join), or from the
+    ///   registering one after it answered NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE since
+    ///   that join (it gave the group up and loaded it again from its log). A static
     ///   replacement made while the group rebalances writes no record
     ///   (`GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin` outside Stable,
     ///   and `completeClassicGroupJoin` writes none for a non-empty group), so a coordinator that
@@ -1138,7 +1145,9 @@ impl ClassicMember {
     ///   instance id) still ends fenced.
     fn fenced(&mut self) {
         let by = self.shell.answered_by;
-        let moved = self.registered_by.is_some() && by.is_some() && by != self.registered_by;
+        let moved = self.registered_by.is_some()
+            && by.is_some()
+            && (by != self.registered_by || self.unloaded_since_join);
         if moved
             && self.failover_fence_forgiven != by
             && self.is_static()
@@ -1159,6 +1168,14 @@ impl ClassicMember {
             group: self.shell.config.group_id.clone(),
             instance_id,
         });
+    }
+
+    /// The coordinator answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE: it gave the
+    /// group's partition up (`CoordinatorRuntime.unload`), or has none loaded yet; look it up
+    /// again, and remember that the next leader loads the group from its log.
+    fn coordinator_unloaded(&mut self) {
+        self.unloaded_since_join = true;
+        self.shell.coordinator_failed();
     }
 
     /// A forgiven FENCED_INSTANCE_ID: what the member owned is lost, and it rejoins with `""`
@@ -1208,6 +1225,7 @@ impl ClassicMember {
         // This coordinator registered the member id now; a later move may be forgiven again.
         self.registered_by = self.shell.answered_by;
         self.failover_fence_forgiven = None;
+        self.unloaded_since_join = false;
         if self.generation >= 0 && r.generation_id > self.generation + 1 {
             // Generations went by without this member: one of their assignments may have given
             // what it still owns to another member (a static member that did not rejoin stays
@@ -1480,7 +1498,7 @@ impl ClassicMember {
             }
             ErrorAction::Fenced if current => self.fenced(),
             ErrorAction::Rediscover => {
-                self.shell.coordinator_failed();
+                self.coordinator_unloaded();
                 self.rejoin_after_backoff(Reason::CoordinatorMoved);
             }
             ErrorAction::RetryBackoff => self.rejoin_after_backoff(Reason::RetriableSyncGroupError),
@@ -1543,7 +1561,7 @@ impl ClassicMember {
             // An answer for an older generation or member id says nothing about the member now,
             // but a coordinator that moved has moved for everyone (markCoordinatorUnknown).
             if action == ErrorAction::Rediscover {
-                self.shell.coordinator_failed();
+                self.coordinator_unloaded();
             }
             return;
         }
@@ -1568,7 +1586,7 @@ impl ClassicMember {
             }
             ErrorAction::Fenced => self.fenced(),
             ErrorAction::Rediscover => {
-                self.shell.coordinator_failed();
+                self.coordinator_unloaded();
                 self.heartbeat_backoff();
             }
             ErrorAction::Fatal(e) => self.fail(e),

@@ -1470,12 +1470,45 @@ fn after_the_forgiven_fence_the_member_is_registered_by_the_new_coordinator() {
 fn a_fence_from_the_registering_coordinator_is_terminal_even_after_a_reconnect() {
     let mut h = Harness::stable(Some("i1"), "i1-abc");
     let hb = h.heartbeat();
-    h.heartbeat_answer(&hb, 16); // NOT_COORDINATOR, but the lookup names node 1 again
+    // The connection drops; the lookup names node 1 again, which never gave the group up.
+    h.m.handle_response(
+        hb.id,
+        Err(crate::error::TransportError::Disconnected {
+            addr: "h:9093".into(),
+            reason: "reset".into(),
+        }),
+        h.now,
+    );
     h.advance(Duration::from_secs(2));
     h.find_coordinator_at(1);
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 82);
     assert_eq!(h.m.state(), MemberState::Fatal);
+}
+
+/// Found by tests/sim_random.rs seed 113449 (SIM_SEEDS=200000, with coordinator moves): the
+/// group's partition moved away from node 1 and back (1 -> 2 -> 3 -> 1), node 1 loaded the
+/// older registration from its log and fenced the live member, which stopped as if a duplicate
+/// held its instance id. A NOT_COORDINATOR since the last join says the registering node gave
+/// the group up: its next fence is forgiven once, a second one is terminal.
+#[test]
+fn a_coordinator_that_gave_the_group_up_and_took_it_back_is_forgiven_once() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 16); // NOT_COORDINATOR; later the lookup names node 1 again
+    h.advance(Duration::from_secs(2));
+    h.find_coordinator_at(1);
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 82);
+    assert_ne!(h.m.state(), MemberState::Fatal, "{:?}", h.m.fatal_error());
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "", "takes the instance id back with an empty member id");
+    h.join_error(&join, 82);
+    assert_eq!(
+        h.m.state(),
+        MemberState::Fatal,
+        "a second fence is terminal"
+    );
 }
 
 #[test]
