@@ -188,15 +188,19 @@ impl World {
         })
     }
 
-    /// Whether the coordinator reverted the process's current registration after answering it
-    /// (a hazard of the broker's revert, [`World::hazards`]).
+    /// Whether the coordinator reverted a registration of the process after answering it (a
+    /// hazard of the broker's revert, [`World::hazards`]). Any member id the process was
+    /// answered with counts, not only the current one: the fence is checked after the member
+    /// handled it, and a member that rejoins at once with `""` no longer holds the reverted id.
     fn registration_reverted(&self, p: usize) -> bool {
         let me = &self.procs[p];
-        let (Some(instance), Some(m)) = (me.instance_id.clone(), me.member.as_deref()) else {
+        let Some(instance) = me.instance_id.clone() else {
             return false;
         };
-        self.reverted_registrations
-            .contains(&(instance, m.member_id()))
+        me.member_ids.keys().any(|id| {
+            self.reverted_registrations
+                .contains(&(instance.clone(), id.clone()))
+        })
     }
 
     /// A member stopped on FENCED_INSTANCE_ID: after a fence excused by a coordinator move

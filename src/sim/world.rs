@@ -296,6 +296,10 @@ pub(super) struct Process {
     /// KIP-848: the highest correlation id of the process's ConsumerGroupHeartbeats the
     /// coordinator processed (correlation ids grow across the process's connections).
     pub(super) heartbeat_processed: i32,
+    /// After a stale heartbeat was processed: answers to this process's heartbeats up to this
+    /// correlation were computed before it, so what they assign may already be gone at the
+    /// coordinator (see `note_stale_ack`).
+    pub(super) stale_answers_upto: i32,
 }
 
 impl fmt::Debug for Process {
@@ -735,6 +739,7 @@ impl World {
             gen_incarnation: BTreeMap::new(),
             stale_acked: BTreeSet::new(),
             heartbeat_processed: 0,
+            stale_answers_upto: 0,
         });
         self.procs.len() - 1
     }
@@ -1312,6 +1317,7 @@ impl World {
         }
         self.route_replies();
         if let Some((p, epoch)) = stale {
+            self.procs[p].stale_answers_upto = self.procs[p].heartbeat_processed;
             self.note_stale_ack(p, epoch);
         }
     }
@@ -1450,6 +1456,13 @@ impl World {
                 self.check_instance_conflict(p, key, code);
             }
         } else if code == super::codes::FENCED_INSTANCE_ID {
+            // The classic member's id now: a fence answering an earlier request may arrive
+            // after the member rejoined with "" (`registration_reverted` looks at every id).
+            if let Some(id) = self.procs[p].member.as_deref().map(|m| m.member_id())
+                && !id.is_empty()
+            {
+                self.procs[p].member_ids.insert(id, ());
+            }
             self.check_fence(p);
         }
         let Some(m) = self.procs[p].member.as_deref_mut() else {
@@ -1463,6 +1476,16 @@ impl World {
             }),
             now,
         );
+        let epoch = m.generation();
+        if d.api == ApiKey::ConsumerGroupHeartbeat
+            && d.correlation <= self.procs[p].stale_answers_upto
+        {
+            // An answer computed before a stale heartbeat of this member was processed: the
+            // stale one may have moved the member's assignment since (a request of a connection
+            // the client closed is still processed, SocketServer), so what this answer assigns
+            // may be gone at the coordinator already.
+            self.note_stale_ack(p, epoch);
+        }
         self.drain(p);
     }
 
@@ -1832,7 +1855,7 @@ impl<K: Ord, V> VecMap<K, V> {
         self.0.iter().map(|(k, v)| (k, v))
     }
 
-    fn keys(&self) -> impl Iterator<Item = &K> {
+    pub(super) fn keys(&self) -> impl Iterator<Item = &K> {
         self.0.iter().map(|(k, _)| k)
     }
 
