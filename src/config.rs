@@ -144,23 +144,6 @@ impl Default for SecurityConfig {
 }
 
 impl SecurityConfig {
-    /// The rustls client settings the TCP transport connects with: the CA bundle of
-    /// `ssl.ca.location` (else the system roots), the client certificate and key when both are
-    /// set, host names verified unless `ssl.endpoint.identification.algorithm` is empty. Hand
-    /// them to a data-plane client on the same rustls 0.23 (rskafka's `tls_config`, for one),
-    /// so records and membership trust the same brokers the same way.
-    ///
-    /// # Errors
-    ///
-    /// [`TransportError::Tls`](crate::TransportError::Tls) naming the file that cannot be read or
-    /// the setting that is wrong (a certificate without its key), or when no CA is trusted.
-    #[cfg(feature = "tls")]
-    pub fn tls_client_config(
-        &self,
-    ) -> Result<std::sync::Arc<rustls::ClientConfig>, crate::TransportError> {
-        crate::transport::tls_client_config(self).map(std::sync::Arc::new)
-    }
-
     setter!(
         /// Sets `security.protocol` (default `PLAINTEXT`).
         with_protocol => protocol: SecurityProtocol

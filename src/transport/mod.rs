@@ -26,8 +26,6 @@ use std::time::Duration;
 pub use memory::{Handler, MemoryTransport};
 #[cfg(feature = "tokio")]
 pub use tcp::TcpTransport;
-#[cfg(feature = "tls")]
-pub(crate) use tls::client_config as tls_client_config;
 
 use crate::error::TransportError;
 use crate::request::{Request, Response, Target};
