@@ -1330,6 +1330,17 @@ impl ConsumerMember {
                     | codes::NOT_COORDINATOR
                     | codes::COORDINATOR_LOAD_IN_PROGRESS
             );
+        if then == AfterLeave::Rejoin && code == codes::NONE && result.is_ok() {
+            // The -2 leave under this member's id was accepted: the broker found the instance id
+            // held by this very member id (consumerGroupStaticMemberGroupLeave answers
+            // UNKNOWN_MEMBER_ID when nobody holds it, throwIfInstanceIdIsFenced
+            // FENCED_INSTANCE_ID when another id does), so the UNRELEASED_INSTANCE_ID was this
+            // member's own lost join, not a sign of another holder: it does not count against
+            // the bound either (tests/sim_random.rs seed 788016: three joins in a row whose
+            // answers outlived the request timeout).
+            self.registration.unreleased_recoveries =
+                self.registration.unreleased_recoveries.saturating_sub(1);
+        }
         if then == AfterLeave::Rejoin && failed {
             // The release may not have happened (the coordinator was unavailable, its append
             // failed or is still pending): the UNRELEASED_INSTANCE_ID that may follow is not a
