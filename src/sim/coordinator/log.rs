@@ -40,7 +40,6 @@ use rand::Rng;
 
 use super::classic::ClassicGroup;
 use super::consumer::ConsumerGroup;
-use super::offsets::OffsetAppend;
 use super::{Append, Parked, Reply, SimCoordinator, name};
 use crate::sim::codes::*;
 
@@ -275,17 +274,7 @@ impl SimCoordinator {
         let mut records = std::mem::take(&mut self.op_records);
         let mut on_commit = Vec::new();
         for (_, a) in std::mem::take(&mut self.appends) {
-            match a {
-                // The commit's OffsetCommitValue records: its offsets become visible when they
-                // commit, whether or not the operation timed out first (`advance_log`).
-                Append::Offsets(offsets) => match *offsets {
-                    OffsetAppend::Commit { offsets } => {
-                        records.push(Record::Offsets(Box::new(offsets.into_iter().collect())))
-                    }
-                    fetch => on_commit.push(Append::Offsets(Box::new(fetch))),
-                },
-                a => on_commit.push(a),
-            }
+            on_commit.push(a);
         }
         if let Some(Some(before)) = &op.consumer
             && let Some(after) = &self.consumer

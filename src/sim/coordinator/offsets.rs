@@ -26,6 +26,7 @@ use kafka_protocol::messages::{
 
 use super::classic::{ClassicGroup, GroupState};
 use super::consumer::ConsumerGroup;
+use super::log::Record;
 use super::messages::offset_commit_answer;
 use super::{Append, Parked, Reply, SimCoordinator, name, s, topic_id};
 use crate::sim::codes::*;
@@ -35,21 +36,14 @@ type Committed = (i64, Option<String>);
 /// One topic of an OffsetFetch answer: name, id, and per partition its committed offset.
 type TopicOffsets = (String, uuid::Uuid, Vec<(i32, Committed)>);
 
-/// An append of the offset rules, completed by [`SimCoordinator::offsets_committed`].
+/// A RequireStable OffsetFetch (a write operation without records): answered once every
+/// earlier write committed ([`SimCoordinator::offsets_committed`]), with the per-group
+/// validation made when it was processed.
 #[derive(Debug, Clone)]
-pub(super) enum OffsetAppend {
-    /// `commitOffset`'s records, applied once committed (the answer follows as an
-    /// [`Append::Answer`] of the same instant).
-    Commit {
-        offsets: Vec<((String, i32), Committed)>,
-    },
-    /// A RequireStable OffsetFetch (a write operation without records): answered once every
-    /// earlier write committed, with the per-group validation made when it was processed.
-    StableFetch {
-        p: Parked,
-        request: OffsetFetchRequest,
-        errors: Vec<i16>,
-    },
+pub(super) struct OffsetAppend {
+    p: Parked,
+    request: OffsetFetchRequest,
+    errors: Vec<i16>,
 }
 
 /// One group of an OffsetFetch, whatever the version's layout: id, member fields (v9+; null and
@@ -126,11 +120,10 @@ impl SimCoordinator {
                 })
             })
             .collect();
-        // The offsets and the answer wait for the records to be committed.
+        // The offsets are the operation's OffsetCommitValue records: visible once they commit,
+        // whether or not the operation timed out first (`advance_log`); the answer waits too.
         let at = self.now + self.config.append_latency;
-        let commit = OffsetAppend::Commit { offsets };
-        self.appends
-            .push_back((at, Append::Offsets(Box::new(commit))));
+        self.write_record(Record::Offsets(Box::new(offsets)));
         self.appends
             .push_back((at, Append::Answer(Box::new(reply))));
     }
@@ -213,7 +206,7 @@ impl SimCoordinator {
             Some(write) if stable && errors.contains(&NONE) => {
                 // GroupCoordinatorService.fetchOffsets: a write operation, completed after the
                 // writes before it (it fails with the last one if that times out).
-                let a = OffsetAppend::StableFetch {
+                let a = OffsetAppend {
                     p,
                     request: r,
                     errors,
@@ -225,25 +218,17 @@ impl SimCoordinator {
         }
     }
 
-    /// An offset append committed: the commit's offsets become visible, or a waiting
-    /// RequireStable fetch is answered.
+    /// The writes before a waiting RequireStable fetch committed: it is answered.
     pub(super) fn offsets_committed(&mut self, a: OffsetAppend) {
-        match a {
-            OffsetAppend::Commit { offsets } => self.offsets.extend(offsets),
-            OffsetAppend::StableFetch { p, request, errors } => {
-                self.answer_offset_fetch(p, &request, &errors)
-            }
-        }
+        self.answer_offset_fetch(a.p, &a.request, &a.errors)
     }
 
     /// An offset append failed with `code`: a commit's offsets never become visible (its
     /// answer, a separate [`Append::Answer`], carries the error); a waiting RequireStable fetch
     /// is answered with it.
     pub(super) fn offsets_failed(&mut self, a: OffsetAppend, code: i16) {
-        if let OffsetAppend::StableFetch { p, request, errors } = a {
-            let failed = vec![code; errors.len()];
-            self.answer_offset_fetch(p, &request, &failed);
-        }
+        let failed = vec![code; a.errors.len()];
+        self.answer_offset_fetch(a.p, &a.request, &failed);
     }
 
     /// The group's `validateOffsetFetch` (and `GroupCoordinatorService`'s routing: a group this
