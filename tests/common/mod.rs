@@ -420,3 +420,4 @@ pub async fn wait_balanced(
 }
 pub mod java_peer;
 pub mod proxy;
+pub mod streams_peer;
