@@ -54,7 +54,12 @@ async fn wait_converged(peers: &[&StreamsPeer], standbys: usize) -> Result<(), S
         let standby_ok = stateful_tasks(PARTITIONS)
             .iter()
             .all(|t| standby_count.get(t).copied().unwrap_or(0) == standbys)
-            && standby_count.len() == if standbys == 0 { 0 } else { PARTITIONS as usize };
+            && standby_count.len()
+                == if standbys == 0 {
+                    0
+                } else {
+                    PARTITIONS as usize
+                };
         if running && split.is_ok() && standby_ok {
             return Ok(());
         }
@@ -119,17 +124,32 @@ async fn two_java_streams_processes_split_tasks_with_standbys() {
 
     let s1 = p1.status().unwrap();
     let s2 = p2.status().unwrap();
-    let (id1, id2) = (s1.process_id.clone().unwrap(), s2.process_id.clone().unwrap());
+    let (id1, id2) = (
+        s1.process_id.clone().unwrap(),
+        s2.process_id.clone().unwrap(),
+    );
     assert_ne!(id1, id2, "two JVMs, two process ids");
     // Both processes do work: the sticky assignor balances 8 active tasks over 2 processes.
-    assert_eq!(s1.active.len(), PARTITIONS as usize, "{}", p1.report("unbalanced"));
-    assert_eq!(s2.active.len(), PARTITIONS as usize, "{}", p2.report("unbalanced"));
+    assert_eq!(
+        s1.active.len(),
+        PARTITIONS as usize,
+        "{}",
+        p1.report("unbalanced")
+    );
+    assert_eq!(
+        s2.active.len(),
+        PARTITIONS as usize,
+        "{}",
+        p2.report("unbalanced")
+    );
 
     // The first heartbeat joins with epoch 0 and the topology; later ones carry neither.
     let hb = p1.heartbeats();
     assert!(
         hb.first().is_some_and(|h| h.contains("memberEpoch=0,")
-            && h.contains("topology=Topology(epoch=0, subtopologies=[Subtopology(subtopologyId='0'")),
+            && h.contains(
+                "topology=Topology(epoch=0, subtopologies=[Subtopology(subtopologyId='0'"
+            )),
         "{hb:#?}"
     );
     assert!(
@@ -142,15 +162,25 @@ async fn two_java_streams_processes_split_tasks_with_standbys() {
     // topology with the internal topics the broker created.
     let d = describe_stable(&b, &group, 2).await;
     let described: BTreeSet<&str> = d.members.iter().map(|m| m.process_id.as_str()).collect();
-    assert_eq!(described, BTreeSet::from([id1.as_str(), id2.as_str()]), "{d:#?}");
+    assert_eq!(
+        described,
+        BTreeSet::from([id1.as_str(), id2.as_str()]),
+        "{d:#?}"
+    );
     for m in &d.members {
         assert_eq!(m.member_epoch, d.target_assignment_epoch, "{d:#?}");
         assert!(m.instance_id.is_none(), "{d:#?}");
         assert_eq!(m.active, m.target_active, "{d:#?}");
         assert!(m.warmup.is_empty(), "{d:#?}");
         let peer = if m.process_id == id1 { &s1 } else { &s2 };
-        assert_eq!(m.active, peer.active, "describe vs the peer's own view: {d:#?}");
-        assert_eq!(m.standby, peer.standby, "describe vs the peer's own view: {d:#?}");
+        assert_eq!(
+            m.active, peer.active,
+            "describe vs the peer's own view: {d:#?}"
+        );
+        assert_eq!(
+            m.standby, peer.standby,
+            "describe vs the peer's own view: {d:#?}"
+        );
     }
     let split: Vec<_> = d
         .members
@@ -169,7 +199,10 @@ async fn two_java_streams_processes_split_tasks_with_standbys() {
     let changelog = &sub1["state_changelog_topics"][0];
     assert_eq!(changelog["name"], streams_peer::changelog_topic(&group));
     assert_eq!(changelog["partitions"], PARTITIONS, "{sub1:#}");
-    assert_eq!(changelog["configs"]["cleanup.policy"], "compact", "{sub1:#}");
+    assert_eq!(
+        changelog["configs"]["cleanup.policy"], "compact",
+        "{sub1:#}"
+    );
     let repartition = &sub1["repartition_source_topics"][0];
     assert_eq!(repartition["name"], streams_peer::repartition_topic(&group));
     assert_eq!(repartition["partitions"], PARTITIONS, "{sub1:#}");

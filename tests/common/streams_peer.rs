@@ -102,7 +102,10 @@ impl PeerStatus {
 
     /// The same holdings, ignoring when they were seen.
     fn same(&self, other: &PeerStatus) -> bool {
-        PeerStatus { at: other.at, ..self.clone() } == *other
+        PeerStatus {
+            at: other.at,
+            ..self.clone()
+        } == *other
     }
 }
 
@@ -204,11 +207,7 @@ impl StreamsPeer {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let label = b.instance_id.clone().unwrap_or_else(|| format!("p{seq}"));
-        let name = sanitize(&format!(
-            "{}-{label}-{}-{seq}",
-            b.group,
-            std::process::id()
-        ));
+        let name = sanitize(&format!("{}-{label}-{}-{seq}", b.group, std::process::id()));
         let stderr_path = env.dir.join(format!("{name}.stderr.log"));
         let stderr = File::create(&stderr_path)
             .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
@@ -363,7 +362,10 @@ impl StreamsPeer {
 
     /// The StreamsGroupHeartbeat responses so far: `StreamsGroupHeartbeatResponseData(...)`.
     pub fn heartbeat_responses(&self) -> Vec<String> {
-        log_lines(&self.stderr_path, "Received STREAMS_GROUP_HEARTBEAT response")
+        log_lines(
+            &self.stderr_path,
+            "Received STREAMS_GROUP_HEARTBEAT response",
+        )
     }
 
     /// Whether the stderr / log output so far contains `needle`.
@@ -498,7 +500,12 @@ pub fn set_standby_replicas(bootstrap: &str, group: &str, n: u32) -> Result<(), 
 
 /// Creates `topic` with `partitions` partitions (replication factor 1) through the Java Admin.
 pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), String> {
-    admin(bootstrap, "-", &["create-topic", topic, &partitions.to_string()]).map(|_| ())
+    admin(
+        bootstrap,
+        "-",
+        &["create-topic", topic, &partitions.to_string()],
+    )
+    .map(|_| ())
 }
 
 /// `describeStreamsGroups(group)`; Err with the exception (e.g. GroupIdNotFoundException)
@@ -625,7 +632,9 @@ pub fn check_split(
             problems.push(format!("process {process} holds {t} active and standby"));
         }
         if standby_set.len() != standby.len() {
-            problems.push(format!("process {process} holds a standby twice: {standby:?}"));
+            problems.push(format!(
+                "process {process} holds a standby twice: {standby:?}"
+            ));
         }
         for t in &standby_set {
             if !expected.contains(*t) {
@@ -658,7 +667,10 @@ fn admin(bootstrap: &str, group: &str, args: &[&str]) -> Result<Value, String> {
         .output()
         .map_err(|e| format!("run {}: {e}", env.java.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{'));
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'));
     let value: Option<Value> = line.and_then(|l| serde_json::from_str(l).ok());
     match value {
         Some(v) if v.get("ok") == Some(&Value::Bool(true)) => Ok(v),
@@ -734,7 +746,10 @@ fn env() -> &'static Env {
             .map_err(|e| format!("run {}: {e}", script.display()))?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
-            return Err(format!("{} streams-libs failed:\n{stderr}", script.display()));
+            return Err(format!(
+                "{} streams-libs failed:\n{stderr}",
+                script.display()
+            ));
         }
         eprint!("{stderr}");
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -865,7 +880,9 @@ fn log_lines(path: &Path, marker: &str) -> Vec<String> {
         .filter_map(|l| {
             let data = l.find("Data(")?;
             let start = l[..data].rfind(' ').map_or(data, |s| s + 1);
-            let end = l.rfind(" (org.apache.kafka.clients.NetworkClient)").unwrap_or(l.len());
+            let end = l
+                .rfind(" (org.apache.kafka.clients.NetworkClient)")
+                .unwrap_or(l.len());
             Some(l[start..end].to_owned())
         })
         .collect()
