@@ -143,17 +143,26 @@ async fn two_java_streams_processes_split_tasks_with_standbys() {
         p2.report("unbalanced")
     );
 
-    // The first heartbeat joins with epoch 0 and the topology; later ones carry neither.
+    // The first heartbeat joins with epoch 0, the topology and the process id; later ones
+    // carry neither (nor the rebalance timeout, client tags or task offsets).
     let hb = p1.heartbeats();
-    assert!(
-        hb.first().is_some_and(|h| h.contains("memberEpoch=0,")
-            && h.contains(
-                "topology=Topology(epoch=0, subtopologies=[Subtopology(subtopologyId='0'"
-            )),
-        "{hb:#?}"
+    let first = hb.first().map(String::as_str).unwrap_or_default();
+    let join = format!(
+        "memberEpoch=0, endpointInformationEpoch=-1, instanceId=null, rackId=null, \
+         rebalanceTimeoutMs=300000, topology={}, activeTasks=[], standbyTasks=[], \
+         warmupTasks=[], processId='{id1}', userEndpoint=null, clientTags=[], taskOffsets=[], \
+         taskEndOffsets=[], shutdownApplication=false)",
+        streams_peer::java_join_topology(&group, &input)
     );
     assert!(
-        hb.iter().skip(1).all(|h| h.contains("topology=null")),
+        first.starts_with("StreamsGroupHeartbeatRequestData(") && first.ends_with(&join),
+        "the Java join changed:\n{first}\nexpected it to end with\n{join}"
+    );
+    assert!(
+        hb.iter()
+            .skip(1)
+            .all(|h| h.contains("rebalanceTimeoutMs=-1, topology=null,")
+                && h.contains("processId=null, userEndpoint=null, clientTags=null,")),
         "{hb:#?}"
     );
     eprintln!("first StreamsGroupHeartbeat of {}: {}", id1, hb[0]);
@@ -282,4 +291,40 @@ async fn static_java_streams_member_restart_gets_its_tasks_back() {
     assert_eq!(Some(a2_member.process_id.clone()), a2.process_id());
     assert!(a2.close().await);
     assert!(other.close().await);
+}
+
+/// Several members of one process (Kafka Streams stream threads share the process id): the
+/// broker places standbys by process, so no process holds a task both active (on one of its
+/// members) and standby (on another), and no task twice in one process.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_threads_in_one_process_share_its_process_id() {
+    let Some(b) = common::bootstrap() else { return };
+    let (group, input, output) = setup(&b, "streams-threads").await;
+    let p1 = StreamsPeer::builder(&b, &group, &input, &output)
+        .threads(2)
+        .spawn();
+    let p2 = StreamsPeer::builder(&b, &group, &input, &output).spawn();
+    wait_converged(&[&p1, &p2], 1).await.unwrap();
+    let id1 = p1.process_id().unwrap();
+    let id2 = p2.process_id().unwrap();
+
+    let d = describe_stable(&b, &group, 3).await;
+    let of = |id: &str| d.members.iter().filter(|m| m.process_id == id).count();
+    assert_eq!((of(&id1), of(&id2)), (2, 1), "{d:#?}");
+    let per_member: Vec<_> = d
+        .members
+        .iter()
+        .map(|m| (m.process_id.clone(), m.active.clone(), m.standby.clone()))
+        .collect();
+    check_split(&expected_tasks(PARTITIONS), &per_member).unwrap_or_else(|e| panic!("{e}\n{d:#?}"));
+    // Every member of the two-thread process has work of its own.
+    for m in d.members.iter().filter(|m| m.process_id == id1) {
+        assert!(!m.active.is_empty() || !m.standby.is_empty(), "{d:#?}");
+    }
+    assert!(p1.close().await);
+    assert!(p2.close().await);
 }

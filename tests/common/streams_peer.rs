@@ -58,6 +58,35 @@ pub fn changelog_topic(group: &str) -> String {
     format!("{group}-counts-changelog")
 }
 
+/// The topology Kafka Streams 4.4 sends in its joining (epoch 0) StreamsGroupHeartbeat for
+/// StreamsPeer's application in `group` over `input`, as kafka-clients prints it
+/// (`StreamsGroupHeartbeatRequestData.Topology.toString()`, what [`StreamsPeer::heartbeats`]
+/// shows). Subtopologies sorted by id, topic lists by name, configs by key; partitions 0 (unset:
+/// the broker derives them) and replication factor -1 (StreamsConfig `replication.factor`
+/// default: the broker's default) for every internal topic; no copartition groups, no regex.
+/// The broker refuses (INVALID_REQUEST "Topology updates are not supported yet.") a join whose
+/// topology differs from the group's in anything but the order of subtopologies.
+pub fn java_join_topology(group: &str, input: &str) -> String {
+    let repartition = repartition_topic(group);
+    let changelog = changelog_topic(group);
+    format!(
+        "Topology(epoch=0, subtopologies=[\
+         Subtopology(subtopologyId='0', sourceTopics=[{input}], sourceTopicRegex=[], \
+         stateChangelogTopics=[], repartitionSinkTopics=[{repartition}], \
+         repartitionSourceTopics=[], copartitionGroups=[]), \
+         Subtopology(subtopologyId='1', sourceTopics=[], sourceTopicRegex=[], \
+         stateChangelogTopics=[TopicInfo(name='{changelog}', partitions=0, replicationFactor=-1, \
+         topicConfigs=[KeyValue(key='cleanup.policy', value='compact'), \
+         KeyValue(key='message.timestamp.type', value='CreateTime')])], \
+         repartitionSinkTopics=[], \
+         repartitionSourceTopics=[TopicInfo(name='{repartition}', partitions=0, replicationFactor=-1, \
+         topicConfigs=[KeyValue(key='cleanup.policy', value='delete'), \
+         KeyValue(key='message.timestamp.type', value='CreateTime'), \
+         KeyValue(key='retention.ms', value='-1'), \
+         KeyValue(key='segment.bytes', value='52428800')])], copartitionGroups=[])])"
+    )
+}
+
 /// One status line of the peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerStatus {
