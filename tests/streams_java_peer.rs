@@ -112,7 +112,8 @@ async fn describe_stable(b: &str, group: &str, members: usize) -> GroupDescripti
     }
 }
 
-async fn setup(b: &str, prefix: &str) -> (String, String, String) {
+/// Topics and a group id; the group's standby replicas (1) and `configs` set before it exists.
+async fn setup(b: &str, prefix: &str, configs: &[(&str, &str)]) -> (String, String, String) {
     let (t, _) = common::transport(b);
     let input = unique(&format!("{prefix}-in"));
     let output = unique(&format!("{prefix}-out"));
@@ -120,11 +121,16 @@ async fn setup(b: &str, prefix: &str) -> (String, String, String) {
     common::create_topic(&*t, &output, PARTITIONS).await;
     let group = unique(prefix);
     // The group config may be set before the group exists.
+    let mut all = vec![("streams.num.standby.replicas".to_owned(), "1".to_owned())];
+    all.extend(configs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let (b2, g2) = (b.to_owned(), group.clone());
-    tokio::task::spawn_blocking(move || streams_peer::set_standby_replicas(&b2, &g2, 1))
-        .await
-        .unwrap()
-        .expect("streams.num.standby.replicas=1 on a group that does not exist yet");
+    tokio::task::spawn_blocking(move || {
+        let pairs: Vec<(&str, &str)> = all.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        streams_peer::set_group_config(&b2, &g2, &pairs)
+    })
+    .await
+    .unwrap()
+    .expect("group configs of a group that does not exist yet");
     (group, input, output)
 }
 
@@ -135,7 +141,7 @@ async fn setup(b: &str, prefix: &str) -> (String, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_java_streams_processes_split_tasks_with_standbys() {
     let Some(b) = broker() else { return };
-    let (group, input, output) = setup(&b, "streams-two").await;
+    let (group, input, output) = setup(&b, "streams-two", &[]).await;
     let p1 = StreamsPeer::builder(&b, &group, &input, &output).spawn();
     let p2 = StreamsPeer::builder(&b, &group, &input, &output).spawn();
     wait_converged(&[&p1, &p2], 1).await.unwrap();
@@ -251,7 +257,16 @@ async fn two_java_streams_processes_split_tasks_with_standbys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_java_streams_member_restart_gets_its_tasks_back() {
     let Some(b) = broker() else { return };
-    let (group, input, output) = setup(&b, "streams-static").await;
+    // A JVM restart takes 5-7 s on two busy cores: more than the test broker's 6 s session
+    // timeout, after which the broker drops the static member and the restart is a new member.
+    // The group's own session timeout (a group config, within group.streams.max.session.
+    // timeout.ms = 60 s) gives it time.
+    let (group, input, output) = setup(
+        &b,
+        "streams-static",
+        &[("streams.session.timeout.ms", "30000")],
+    )
+    .await;
     let a = StreamsPeer::builder(&b, &group, &input, &output)
         .instance_id("a")
         .spawn();
@@ -271,7 +286,7 @@ async fn static_java_streams_member_restart_gets_its_tasks_back() {
     let seen_before = other.statuses().len();
 
     // A static member's close leaves with epoch -2: the broker keeps its assignment until
-    // the session timeout (group.streams.session.timeout.ms, 6 s on the test broker).
+    // the session timeout (the group's streams.session.timeout.ms, 30 s here).
     assert!(a.close().await, "a did not close cleanly");
     let a2 = StreamsPeer::builder(&b, &group, &input, &output)
         .instance_id("a")
@@ -321,7 +336,7 @@ async fn static_java_streams_member_restart_gets_its_tasks_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_threads_in_one_process_share_its_process_id() {
     let Some(b) = broker() else { return };
-    let (group, input, output) = setup(&b, "streams-threads").await;
+    let (group, input, output) = setup(&b, "streams-threads", &[]).await;
     let p1 = StreamsPeer::builder(&b, &group, &input, &output)
         .threads(2)
         .spawn();

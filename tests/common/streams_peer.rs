@@ -524,7 +524,26 @@ fn read_lines(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
 /// on a GROUP resource). The broker takes it before the group exists; it must not exceed the
 /// broker's `group.streams.max.standby.replicas` (default 2).
 pub fn set_standby_replicas(bootstrap: &str, group: &str, n: u32) -> Result<(), String> {
-    admin(bootstrap, group, &["set-standby", &n.to_string()]).map(|_| ())
+    set_group_config(
+        bootstrap,
+        group,
+        &[("streams.num.standby.replicas", &n.to_string())],
+    )
+}
+
+/// Sets group configs of `group` (incrementalAlterConfigs SET on a GROUP resource), e.g.
+/// `streams.session.timeout.ms` (within the broker's group.streams.min/max.session.timeout.ms)
+/// or `streams.heartbeat.interval.ms`. Err with the broker's refusal
+/// (InvalidConfigurationException ...).
+pub fn set_group_config(
+    bootstrap: &str,
+    group: &str,
+    configs: &[(&str, &str)],
+) -> Result<(), String> {
+    let mut args = vec!["set-config".to_owned()];
+    args.extend(configs.iter().map(|(k, v)| format!("{k}={v}")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    admin(bootstrap, group, &args).map(|_| ())
 }
 
 /// Creates `topic` with `partitions` partitions (replication factor 1) through the Java Admin.

@@ -22,9 +22,13 @@
 //   then, when stdin closes, {"name":"closing"}, close(), {"name":"closed"} and exit 0.
 //   {"name":"error","message":..} on an uncaught exception (the client shuts down).
 //
+// admin --bootstrap B --group G set-config KEY=VALUE...
+//   incrementalAlterConfigs GROUP G, SET each KEY (group configs: streams.num.standby.replicas,
+//   streams.session.timeout.ms, streams.heartbeat.interval.ms, ...). The broker takes them
+//   before the group exists. stdout: {"name":"set_config","ok":true} or
+//   {"name":"set_config","ok":false,"error":..} (e.g. InvalidConfigurationException).
 // admin --bootstrap B --group G set-standby N
-//   incrementalAlterConfigs GROUP G: streams.num.standby.replicas=N.
-//   stdout: {"name":"set_standby","ok":true} or {"name":"set_standby","ok":false,"error":..}
+//   set-config streams.num.standby.replicas=N.
 // admin --bootstrap B --group G describe
 //   describeStreamsGroups(G). stdout: {"name":"describe","ok":true,"group":{...}} with
 //   group_epoch, target_assignment_epoch, topology_epoch, state, subtopologies (source,
@@ -238,16 +242,27 @@ public class StreamsPeer {
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
         try (Admin admin = Admin.create(p)) {
             switch (rest.get(0)) {
-                case "set-standby" -> {
-                    if (rest.size() != 2) usage("set-standby N");
+                case "set-standby", "set-config" -> {
+                    // set-standby N is set-config streams.num.standby.replicas=N.
+                    List<String> pairs = rest.get(0).equals("set-standby")
+                        ? List.of("streams.num.standby.replicas=" + (rest.size() == 2 ? rest.get(1) : ""))
+                        : rest.subList(1, rest.size());
+                    if (pairs.isEmpty() || (rest.get(0).equals("set-standby") && rest.size() != 2)) {
+                        usage("set-standby N | set-config KEY=VALUE...");
+                    }
+                    List<AlterConfigOp> ops = new ArrayList<>();
+                    for (String kv : pairs) {
+                        int eq = kv.indexOf('=');
+                        if (eq <= 0) usage("set-config KEY=VALUE, not " + kv);
+                        ops.add(new AlterConfigOp(
+                            new ConfigEntry(kv.substring(0, eq), kv.substring(eq + 1)), AlterConfigOp.OpType.SET));
+                    }
                     ConfigResource r = new ConfigResource(ConfigResource.Type.GROUP, group);
-                    AlterConfigOp op = new AlterConfigOp(
-                        new ConfigEntry("streams.num.standby.replicas", rest.get(1)), AlterConfigOp.OpType.SET);
                     try {
-                        admin.incrementalAlterConfigs(Map.of(r, List.of(op))).all().get();
-                        emit("{\"name\":\"set_standby\",\"ok\":true}");
+                        admin.incrementalAlterConfigs(Map.of(r, ops)).all().get();
+                        emit("{\"name\":\"set_config\",\"ok\":true}");
                     } catch (ExecutionException e) {
-                        emit("{\"name\":\"set_standby\",\"ok\":false,\"error\":" + str(String.valueOf(e.getCause())) + "}");
+                        emit("{\"name\":\"set_config\",\"ok\":false,\"error\":" + str(String.valueOf(e.getCause())) + "}");
                         return 1;
                     }
                 }
