@@ -547,7 +547,7 @@ fn forged_sizes_in_responses_allocate_in_proportion_to_the_bytes() {
         for v in range.min..=range.max {
             let Some(frame) = samples
                 .iter()
-                .find_map(|b| wire::encode_response(b, api, v, 7).ok())
+                .find_map(|b| wire::encode_response(&b.clone().into(), api, v, 7).ok())
             else {
                 panic!("no sample of {api:?} encodes at v{v}");
             };
