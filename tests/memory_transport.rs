@@ -147,3 +147,56 @@ async fn a_member_started_by_the_driver_draws_its_id_from_the_os_not_from_its_se
     let given = MemberId::parse("Zm9vYmFyYmF6cXV4MTIzNA").unwrap();
     assert_eq!(start(Some(given)).await, given);
 }
+
+#[tokio::test]
+async fn a_streams_group_heartbeat_goes_through_the_memory_transport() {
+    use consumer_membership::messages::{
+        StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse,
+    };
+    use consumer_membership::request::{Api, Request};
+    use consumer_membership::transport::Transport;
+
+    let t = MemoryTransport::new(|_: &Target, body: RequestBody, version: i16| {
+        let RequestBody::StreamsGroupHeartbeat(r) = body else {
+            panic!("unexpected {body:?}")
+        };
+        assert_eq!(version, 1);
+        Ok(ResponseBody::StreamsGroupHeartbeat(
+            StreamsGroupHeartbeatResponse::default()
+                .with_member_id(r.member_id)
+                .with_member_epoch(r.member_epoch + 1),
+        ))
+    });
+    let request = Request::StreamsGroupHeartbeat {
+        body: Box::new(
+            StreamsGroupHeartbeatRequest::default()
+                .with_member_id(StrBytes::from_static_str("m"))
+                .with_member_epoch(1),
+        ),
+        versions: 0..=1,
+    };
+    let r = t
+        .send(Target::Bootstrap, request.clone(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(r.version, 1);
+    let ResponseBody::StreamsGroupHeartbeat(body) = &r.body else {
+        panic!("{r:?}")
+    };
+    assert_eq!((body.member_id.as_str(), body.member_epoch), ("m", 2));
+    assert_eq!(t.sent().len(), 1);
+    // A broker that does not serve it: typed, nothing sent.
+    let mut old = BrokerVersions::all();
+    old.set(Api::STREAMS_GROUP_HEARTBEAT, None);
+    t.set_versions(old);
+    let e = t
+        .send(Target::Bootstrap, request, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, consumer_membership::TransportError::UnsupportedApi { api, .. }
+            if *api == Api::STREAMS_GROUP_HEARTBEAT),
+        "{e:?}"
+    );
+    assert_eq!(t.sent().len(), 1);
+}
