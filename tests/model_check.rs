@@ -836,7 +836,7 @@ impl ModelWorld {
                 self.slots[s].member.handle_response(
                     p.id,
                     Err(TransportError::Timeout {
-                        api: p.api.into(),
+                        api: p.api,
                         timeout: p.timeout,
                     }),
                     now,
