@@ -834,6 +834,25 @@ mod tests {
             for (id, _, result, ms) in &answers {
                 m.on_response(RequestId(*id), result, t0 + *ms * MS);
             }
+            // The streams heartbeat feeds the heartbeat sensor too; a describe feeds none.
+            let streams = [
+                (
+                    10,
+                    Api::STREAMS_GROUP_HEARTBEAT,
+                    ok(ResponseBody::StreamsGroupHeartbeat(Default::default())),
+                    21,
+                ),
+                (
+                    11,
+                    Api::STREAMS_GROUP_DESCRIBE,
+                    ok(ResponseBody::StreamsGroupDescribe(Default::default())),
+                    23,
+                ),
+            ];
+            for (id, api, result, ms) in &streams {
+                m.on_request(RequestId(*id), *api, t0);
+                m.on_response(RequestId(*id), result, t0 + *ms * MS);
+            }
             // Unknown and repeated ids are ignored.
             m.on_response(RequestId(1), &answers[0].2, t0 + 100 * MS);
             m.on_response(RequestId(99), &answers[0].2, t0 + 100 * MS);
@@ -841,7 +860,7 @@ mod tests {
         });
         assert_eq!(
             samples(&values, HEARTBEAT_RESPONSE_TIME_MS),
-            [3.0, 5.0, 7.0]
+            [3.0, 5.0, 7.0, 21.0]
         );
         assert_eq!(samples(&values, JOIN_TIME_MS), [11.0]);
         assert_eq!(samples(&values, SYNC_TIME_MS), [15.0]);

@@ -73,12 +73,17 @@ impl Api {
         ApiKey::try_from(self.0).ok()
     }
 
-    /// The API's name, as in the Kafka protocol guide ("JoinGroup", "StreamsGroupHeartbeat").
+    /// The API's name, as in the Kafka protocol guide and as kafka-protocol's `ApiKey` prints it
+    /// ("JoinGroup", "StreamsGroupHeartbeat").
     pub fn name(self) -> &'static str {
+        self.known_name().unwrap_or("Unknown")
+    }
+
+    fn known_name(self) -> Option<&'static str> {
         match self {
-            Api::STREAMS_GROUP_HEARTBEAT => "StreamsGroupHeartbeat",
-            Api::STREAMS_GROUP_DESCRIBE => "StreamsGroupDescribe",
-            _ => self.kafka().map_or("Unknown", kafka_name),
+            Api::STREAMS_GROUP_HEARTBEAT => Some("StreamsGroupHeartbeat"),
+            Api::STREAMS_GROUP_DESCRIBE => Some("StreamsGroupDescribe"),
+            _ => self.kafka().map(kafka_name),
         }
     }
 
@@ -141,9 +146,9 @@ impl PartialEq<Api> for ApiKey {
 
 impl fmt::Debug for Api {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            "Unknown" => write!(f, "ApiKey({})", self.0),
-            name => f.write_str(name),
+        match self.known_name() {
+            Some(name) => f.write_str(name),
+            None => write!(f, "ApiKey({})", self.0),
         }
     }
 }

@@ -596,9 +596,13 @@ impl SimCoordinator {
             correlation,
             version,
         };
+        // The dispatch point of the streams-group requests (KIP-1071).
         let request = match request {
             RequestBody::Kafka(request) => request,
-            streams => return self.dispatch_streams(p, streams),
+            // streams groups: served by coordinator/streams.rs
+            RequestBody::StreamsGroupHeartbeat(_) => return self.streams_not_served(p, &request),
+            // streams groups: served by coordinator/streams.rs
+            RequestBody::StreamsGroupDescribe(_) => return self.streams_not_served(p, &request),
         };
         let api = api_key_of(&request);
         // GroupCoordinatorService: an inactive coordinator answers COORDINATOR_NOT_AVAILABLE.
@@ -648,28 +652,14 @@ impl SimCoordinator {
         }
     }
 
-    /// The streams-group requests (KIP-1071). This coordinator does not serve streams groups: it
-    /// does not advertise StreamsGroupHeartbeat / StreamsGroupDescribe (see
-    /// `world::broker_versions_4x`), and answers one that reaches it anyway with
-    /// UNSUPPORTED_VERSION, as a broker without the streams protocol enabled does
-    /// (KafkaApis.handleStreamsGroupHeartbeat / handleStreamsGroupDescribe).
-    fn dispatch_streams(&mut self, p: Parked, request: RequestBody) {
-        match request {
-            // streams groups: served by coordinator/streams.rs
-            RequestBody::StreamsGroupHeartbeat(_) => {
-                let body = error_body(&request, p.version, UNSUPPORTED_VERSION);
-                self.reply(p, body)
-            }
-            // streams groups: served by coordinator/streams.rs
-            RequestBody::StreamsGroupDescribe(_) => {
-                let body = error_body(&request, p.version, UNSUPPORTED_VERSION);
-                self.reply(p, body)
-            }
-            RequestBody::Kafka(request) => {
-                let body = error_response(&request, p.version, UNSUPPORTED_VERSION);
-                self.reply(p, body)
-            }
-        }
+    /// A streams-group request (KIP-1071): this coordinator does not serve streams groups yet. It
+    /// does not advertise StreamsGroupHeartbeat / StreamsGroupDescribe (`world::broker_versions_4x`)
+    /// and answers one that reaches it anyway with UNSUPPORTED_VERSION, as a broker without the
+    /// streams protocol enabled does (KafkaApis.handleStreamsGroupHeartbeat /
+    /// handleStreamsGroupDescribe).
+    fn streams_not_served(&mut self, p: Parked, request: &RequestBody) {
+        let body = error_body(request, p.version, UNSUPPORTED_VERSION);
+        self.reply(p, body)
     }
 
     /// Answers the request with `code` without processing it: the coordinator runtime failing an
