@@ -756,3 +756,102 @@ fn a_classic_member_reads_forged_consumer_protocol_bytes_as_typed_errors() {
         other => panic!("expected InvalidResponse from SyncGroup, got {other:?}"),
     }
 }
+
+/// A broker that advertises StreamsGroupHeartbeat (API key 88) v0-1 and answers it with a
+/// v1 answer whose `Status` array claims 2^32 - 2 elements.
+async fn forging_streams_broker(listener: TcpListener) {
+    let Ok((mut s, _)) = listener.accept().await else {
+        return;
+    };
+    loop {
+        let mut size = [0u8; 4];
+        if s.read_exact(&mut size).await.is_err() {
+            return;
+        }
+        let mut req = vec![0u8; i32::from_be_bytes(size) as usize];
+        if s.read_exact(&mut req).await.is_err() {
+            return;
+        }
+        let api = i16::from_be_bytes([req[0], req[1]]);
+        let version = i16::from_be_bytes([req[2], req[3]]);
+        let correlation_id = i32::from_be_bytes([req[4], req[5], req[6], req[7]]);
+        let answer = if api == ApiKey::ApiVersions as i16 {
+            let keys = [(ApiKey::ApiVersions as i16, 0, 4), (88, 0, 1)].map(|(k, lo, hi)| {
+                ApiVersion::default()
+                    .with_api_key(k)
+                    .with_min_version(lo)
+                    .with_max_version(hi)
+            });
+            let r = ApiVersionsResponse::default().with_api_keys(keys.to_vec());
+            wire::encode_response(
+                &ResponseKind::ApiVersions(r).into(),
+                ApiKey::ApiVersions,
+                version,
+                correlation_id,
+            )
+            .expect("encode")
+            .to_vec()
+        } else {
+            assert_eq!(
+                (api, version),
+                (88, 1),
+                "the heartbeat at the negotiated version"
+            );
+            // Header v1 (tagged fields), throttle, error code, null error message, "" member
+            // id, member epoch, heartbeat interval, task offset interval, acceptable recovery
+            // lag, then the forged `Status` count.
+            let body = b()
+                .uv(0)
+                .zeros(4 + 2)
+                .uv(0)
+                .uv(1)
+                .zeros(4 * 3 + 8)
+                .huge()
+                .zeros(8);
+            let mut f = correlation_id.to_be_bytes().to_vec();
+            f.extend_from_slice(&body.0);
+            let mut out = (f.len() as i32).to_be_bytes().to_vec();
+            out.extend_from_slice(&f);
+            out
+        };
+        if s.write_all(&answer).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The streams-group answers are decoded by the crate's own generated decoders (kafka-protocol
+/// 0.18.0 has no API key 88): a forged count in one is a typed error through `TcpTransport`.
+#[tokio::test]
+async fn a_forged_streams_group_heartbeat_answer_over_tcp_is_a_typed_error() {
+    use consumer_membership::messages::StreamsGroupHeartbeatRequest;
+    use consumer_membership::request::Api;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let transport = TcpTransport::new(ClientConfig::new(&addr.to_string()).expect("config"));
+    let target = Target::Node(Broker {
+        node_id: 1,
+        host: addr.ip().to_string(),
+        port: addr.port(),
+    });
+    let server = tokio::spawn(forging_streams_broker(listener));
+    let request = Request::StreamsGroupHeartbeat {
+        body: Box::new(StreamsGroupHeartbeatRequest::default().with_member_epoch(0)),
+        versions: 0..=1,
+    };
+    let r = transport
+        .send(target, request, Duration::from_secs(5))
+        .await;
+    server.abort();
+    match &r {
+        Err(TransportError::Decode {
+            api,
+            version: 1,
+            reason,
+        }) if *api == Api::STREAMS_GROUP_HEARTBEAT && reason.contains("compact array") => {
+            println!("StreamsGroupHeartbeat v1: {reason}")
+        }
+        other => panic!("expected a typed decode error, got {other:?}"),
+    }
+}
