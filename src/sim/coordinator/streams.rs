@@ -522,9 +522,8 @@ impl StreamsGroups {
             .user_endpoint
             .as_ref()
             .map(|e| (e.host.to_string(), e.port));
-        if joining {
-            updated.user_endpoint = endpoint;
-        } else if endpoint.is_some() {
+        // A join sets the endpoint (none clears it); a heartbeat only changes it when sent.
+        if joining || endpoint.is_some() {
             updated.user_endpoint = endpoint;
         }
         // `hasStreamsMemberMetadataChanged`: any change writes the member; a static member

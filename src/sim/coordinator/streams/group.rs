@@ -417,10 +417,10 @@ impl Group {
     pub(crate) fn state(&self) -> GroupState {
         if self.members.is_empty() {
             GroupState::Empty
-        } else if !self
+        } else if self
             .topology
             .as_ref()
-            .is_some_and(|t| t.epoch == self.validated_topology_epoch)
+            .is_none_or(|t| t.epoch != self.validated_topology_epoch)
         {
             GroupState::NotReady
         } else if self.group_epoch > self.assignment_epoch {

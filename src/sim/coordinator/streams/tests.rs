@@ -23,14 +23,17 @@ fn set(ps: &[i32]) -> BTreeSet<Task> {
 /// (member id, process, active, standby, pending standby) of every member.
 type Row = (&'static str, &'static str, Vec<i32>, Vec<i32>, Vec<i32>);
 
+/// A [`Row`] as sets.
+type RowSets = (
+    String,
+    String,
+    BTreeSet<Task>,
+    BTreeSet<Task>,
+    BTreeSet<Task>,
+);
+
 fn assert_table(step: &Step, rows: &[Row]) {
-    let got: Vec<(
-        String,
-        String,
-        BTreeSet<Task>,
-        BTreeSet<Task>,
-        BTreeSet<Task>,
-    )> = step
+    let got: Vec<RowSets> = step
         .members
         .iter()
         .map(|m| {
