@@ -92,11 +92,12 @@ fn from_ids(list: &[resp::TaskIds]) -> BTreeSet<Task> {
 }
 
 impl Script {
-    /// A group `app` with `topology`, on `topics`.
+    /// A group `app` with `topology`, on `topics`, starting at `now`.
     pub fn new(
         config: StreamsConfig,
         topics: BTreeMap<String, i32>,
         topology: req::Topology,
+        now: Instant,
     ) -> Self {
         Self {
             groups: StreamsGroups::new(config),
@@ -104,7 +105,7 @@ impl Script {
             topics,
             topology,
             members: BTreeMap::new(),
-            now: Instant::now(),
+            now,
         }
     }
 
@@ -251,8 +252,8 @@ pub mod ids {
 /// KAFKA-21401's steps 1-8 with `index`: three stateful tasks 0_0, 0_1, 0_2 (a 3-partition
 /// source topic and a changelog), two standby replicas, static members A1 and A2 on process
 /// Pold, B on Q; A1 and A2 leave with -2 and rejoin on Pnew with new member ids; A1 revokes
-/// its standbys; B leaves with -1; A3 joins on Pnew.
-pub fn kafka_21401(index: OwnershipIndex) -> Kafka21401 {
+/// its standbys; B leaves with -1; A3 joins on Pnew. Requests are one second apart from `start`.
+pub fn kafka_21401(index: OwnershipIndex, start: Instant) -> Kafka21401 {
     use ids::*;
     let config = StreamsConfig {
         num_standby_replicas: 2,
@@ -260,7 +261,7 @@ pub fn kafka_21401(index: OwnershipIndex) -> Kafka21401 {
         ..StreamsConfig::default()
     };
     let topics = BTreeMap::from([("input".to_owned(), 3), ("store-changelog".to_owned(), 3)]);
-    let mut sc = Script::new(config, topics, one_stateful_subtopology());
+    let mut sc = Script::new(config, topics, one_stateful_subtopology(), start);
     let mut steps = Vec::new();
     // 1. The initial state, built by joins: a helper member C on Q, then B, A2 and A1, then C
     // leaves (the shortest join/leave sequence found that ends in the seed's step 1).

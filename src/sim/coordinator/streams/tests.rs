@@ -2,7 +2,7 @@
 //! timeouts and statuses.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{GroupId, TopicName};
 
@@ -159,7 +159,7 @@ fn double_holdings(members: &[MemberView]) -> Vec<(String, Task)> {
 
 #[test]
 fn kafka_21401_per_process_index_grants_active_beside_standby() {
-    let run = kafka_21401(OwnershipIndex::PerProcess);
+    let run = kafka_21401(OwnershipIndex::PerProcess, Instant::now());
     assert_steps_1_to_7(&run.steps);
     // After step 6 the index has lost A2's standby 0_2 on Pnew.
     assert_eq!(
@@ -185,7 +185,7 @@ fn kafka_21401_per_process_index_grants_active_beside_standby() {
 
 #[test]
 fn kafka_21401_per_member_index_withholds_until_released() {
-    let run = kafka_21401(OwnershipIndex::PerMember);
+    let run = kafka_21401(OwnershipIndex::PerMember, Instant::now());
     assert_steps_1_to_7(&run.steps);
     // 8. Active 0_2 is withheld from A3 while A2 holds standby 0_2 on Pnew.
     assert_eq!(answer_active(&run.a3_answer), Some(set(&[])));
@@ -333,7 +333,12 @@ fn script(standby: u32) -> Script {
         num_standby_replicas: standby,
         ..StreamsConfig::default()
     };
-    Script::new(config, topics3(), one_stateful_subtopology())
+    Script::new(
+        config,
+        topics3(),
+        one_stateful_subtopology(),
+        Instant::now(),
+    )
 }
 
 #[test]
@@ -445,7 +450,12 @@ fn session_expiry_removes_members_and_static_members_after_minus_two() {
 #[test]
 fn statuses_and_internal_topic_creation() {
     let config = StreamsConfig::default();
-    let mut sc = Script::new(config, BTreeMap::new(), one_stateful_subtopology());
+    let mut sc = Script::new(
+        config,
+        BTreeMap::new(),
+        one_stateful_subtopology(),
+        Instant::now(),
+    );
     // No source topic.
     let a = sc.join("d1", None, "P1");
     let status = a.status.clone().unwrap();
@@ -489,7 +499,7 @@ fn incorrectly_partitioned_copartitioned_topics() {
                 ]),
         ]);
     let topics = BTreeMap::from([("left".to_owned(), 3), ("right".to_owned(), 2)]);
-    let mut sc = Script::new(StreamsConfig::default(), topics, topology);
+    let mut sc = Script::new(StreamsConfig::default(), topics, topology, Instant::now());
     let a = sc.join("d1", None, "P1");
     let status = a.status.unwrap();
     assert_eq!(status[0].status_code, 2);
@@ -586,4 +596,21 @@ fn endpoints_and_describe() {
     let topo = g.topology.as_ref().unwrap().subtopologies.as_ref().unwrap();
     assert_eq!(topo[0].state_changelog_topics[0].partitions, 3);
     assert_eq!(d.groups[1].error_code, GROUP_ID_NOT_FOUND);
+}
+
+#[test]
+fn rebalance_timeout_fences_a_member_that_does_not_revoke() {
+    let mut sc = script(0);
+    sc.join("d1", None, "P1");
+    sc.join("d2", None, "P2");
+    // d1 is told to revoke; it never heartbeats again.
+    sc.heartbeat("d1");
+    let d1 = sc.view().into_iter().find(|m| m.member_id == "d1").unwrap();
+    assert_eq!(d1.state, "UNREVOKED_TASKS");
+    // The rebalance timeout (30 s) comes before the session timeout (45 s).
+    let deadline = sc.groups.next_deadline().unwrap();
+    assert_eq!(deadline, sc.now + Duration::from_secs(30));
+    sc.groups.expire(deadline);
+    let ids: Vec<String> = sc.view().into_iter().map(|m| m.member_id).collect();
+    assert_eq!(ids, vec!["d2"]);
 }
