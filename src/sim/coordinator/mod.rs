@@ -60,6 +60,7 @@ mod log;
 mod messages;
 mod offsets;
 mod rules;
+pub mod streams;
 
 pub use classic::GroupState;
 use classic::{ClassicGroup, ClassicMemberState, JoinTimer};
