@@ -51,9 +51,7 @@ fuzz_target!(|data: &[u8]| {
         DECODED[usize::from(*a) % DECODED.len()]
     } else {
         let n = Api::all().count();
-        Api::all()
-            .nth(usize::from(a & 0x7f) % n)
-            .expect("in range")
+        Api::all().nth(usize::from(a & 0x7f) % n).expect("in range")
     };
     let range = api.versions();
     let (min, max) = (*range.start(), *range.end());
