@@ -16,6 +16,7 @@ pub mod metadata;
 pub mod offsets;
 mod shell;
 mod state;
+pub mod streams;
 pub mod timer;
 pub mod topics;
 
