@@ -21,7 +21,7 @@ use consumer_membership::machine::consumer::ConsumerMember;
 use consumer_membership::machine::coordinator::{CoordinatorLookup, LookupConfig};
 use consumer_membership::machine::events::Event;
 use consumer_membership::machine::events::MemberState;
-use consumer_membership::request::{Outbound, Request, RequestId, Response};
+use consumer_membership::request::{Outbound, Request, RequestId, Response, ResponseBody};
 use consumer_membership::transport::wire::{self, BrokerVersions};
 use criterion::{Criterion, criterion_group, criterion_main};
 use kafka_protocol::messages::consumer_group_heartbeat_response::{
@@ -79,7 +79,8 @@ fn find_coordinator_round(c: &mut Criterion) {
             let frame = wire::encode_request(&body, api, version, 1, "bench").unwrap();
             black_box(frame);
             let reply =
-                wire::encode_response(&answer, ApiKey::FindCoordinator, version, 1).unwrap();
+                wire::encode_response(&answer.clone().into(), ApiKey::FindCoordinator, version, 1)
+                    .unwrap();
             let response = wire::decode_response(reply.freeze().slice(4..), api, version).unwrap();
             lookup.handle_response(out.id, Ok(response), now);
             black_box(lookup.coordinator("g").is_some())
@@ -134,7 +135,7 @@ fn s(x: &str) -> StrBytes {
 /// Sends `out` through the codec and answers it with `answer`, as a transport and a broker
 /// would: build at the negotiated version, encode the request frame, encode and decode the
 /// response frame.
-fn exchange(out: &Outbound, answer: &ResponseKind, versions: &BrokerVersions) -> Response {
+fn exchange(out: &Outbound, answer: &ResponseBody, versions: &BrokerVersions) -> Response {
     let (api, version, body) = wire::build(&out.request, versions).expect("build");
     black_box(wire::encode_request(&body, api, version, 1, "bench").expect("encode"));
     let reply = wire::encode_response(answer, api, version, 1).expect("encode answer");
@@ -153,7 +154,7 @@ fn settle<M: Member>(
             while m.poll_event().is_some() {}
             return;
         };
-        let response = exchange(&out, &answer(&out), versions);
+        let response = exchange(&out, &answer(&out).into(), versions);
         m.handle_response(out.id, response, now);
     }
     panic!("the member keeps sending requests; state {}", m.state());
@@ -162,7 +163,11 @@ fn settle<M: Member>(
 fn request_body(out: &Outbound) -> RequestKind {
     match &out.request {
         Request::Raw { body, .. } => (**body).clone(),
-        other => other.build(*other.versions().end()).expect("build"),
+        other => (other
+            .build(*other.versions().end())
+            .expect("build")
+            .into_kafka())
+        .expect("kafka"),
     }
 }
 
@@ -281,10 +286,13 @@ fn bench_heartbeat<M: Member>(
     let first = m.poll_request().expect("a heartbeat is due");
     let (api, version, _) = wire::build(&first.request, versions).expect("build");
     assert!(
-        matches!(api, ApiKey::Heartbeat | ApiKey::ConsumerGroupHeartbeat),
+        matches!(
+            api.kafka(),
+            Some(ApiKey::Heartbeat | ApiKey::ConsumerGroupHeartbeat)
+        ),
         "{api:?}"
     );
-    let frame = wire::encode_response(&answer, api, version, 1)
+    let frame = wire::encode_response(&answer.into(), api, version, 1)
         .expect("encode answer")
         .freeze()
         .slice(4..);

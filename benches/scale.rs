@@ -622,7 +622,7 @@ mod broker {
     use consumer_membership::driver::{GroupMember, MemberHandle};
     use consumer_membership::machine::events::{CloseOptions, Event, MemberState};
     use consumer_membership::metrics::HEARTBEAT_RESPONSE_TIME_MS;
-    use consumer_membership::request::{Request, Response, Target};
+    use consumer_membership::request::{Request, Response, ResponseBody, Target};
     use consumer_membership::transport::{TcpTransport, Transport};
     use kafka_protocol::messages::create_topics_request::CreatableTopic;
     use kafka_protocol::messages::{CreateTopicsRequest, RequestKind, ResponseKind, TopicName};
@@ -684,7 +684,7 @@ mod broker {
             )
             .await
             .map_err(|e| format!("CreateTopics: {e}"))?;
-        let ResponseKind::CreateTopics(r) = r.body else {
+        let ResponseBody::Kafka(ResponseKind::CreateTopics(r)) = r.body else {
             return Err("not a CreateTopics answer".into());
         };
         match r.topics.first() {

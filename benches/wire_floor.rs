@@ -37,6 +37,7 @@ use bytes::Bytes;
 use consumer_membership::MemberId;
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
+use consumer_membership::request::{RequestBody, ResponseBody};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -86,6 +87,7 @@ impl Conn {
     /// Writes a request; its answer is read by [`recv`](Self::recv), in order.
     fn send(&mut self, api: ApiKey, version: i16, body: RequestKind) -> Result<i32> {
         self.correlation += 1;
+        let body = RequestBody::Kafka(body);
         let frame = wire::encode_request(&body, api, version, self.correlation, "wire-floor")?;
         self.stream.write_all(&frame)?;
         Ok(self.correlation)
@@ -100,7 +102,10 @@ impl Conn {
         if wire::peek_correlation_id(&buf) != Some(correlation) {
             bail!("answer to another request");
         }
-        Ok(wire::decode_response(Bytes::from(buf), api, version)?.body)
+        match wire::decode_response(Bytes::from(buf), api, version)?.body {
+            ResponseBody::Kafka(body) => Ok(body),
+            other => bail!("not a kafka-protocol answer: {other:?}"),
+        }
     }
 
     /// FindCoordinator with a Metadata request for `topic` right behind it on the connection,

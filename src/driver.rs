@@ -12,7 +12,7 @@ use crate::config::ClientConfig;
 use crate::error::{Error, TransportError};
 use crate::machine::Machine;
 use crate::machine::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
-use crate::request::{Broker, Outbound, RequestId, Response};
+use crate::request::{Broker, Outbound, RequestId, Response, ResponseBody};
 use crate::transport::Transport;
 
 /// Drives `machine` until `done` returns `Some`, and returns that value. Requests run
@@ -660,11 +660,13 @@ fn leave_outcome(result: &Result<Response, TransportError>) -> CloseOutcome {
     let code = match result {
         Err(e) => return CloseOutcome::Failed(e.clone()),
         Ok(r) => match &r.body {
-            ResponseKind::LeaveGroup(r) => {
+            ResponseBody::Kafka(ResponseKind::LeaveGroup(r)) => {
                 let member = r.members.iter().map(|m| m.error_code).find(|c| *c != 0);
                 Some(r.error_code).filter(|c| *c != 0).or(member)
             }
-            ResponseKind::ConsumerGroupHeartbeat(r) => Some(r.error_code).filter(|c| *c != 0),
+            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => {
+                Some(r.error_code).filter(|c| *c != 0)
+            }
             _ => None,
         },
     };

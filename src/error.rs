@@ -6,6 +6,8 @@ use std::time::Duration;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::ApiKey;
 
+use crate::request::Api;
+
 /// Any error this crate returns.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -99,7 +101,7 @@ pub enum TransportError {
     #[error("cannot decode {api:?} v{version} response: {reason}")]
     Decode {
         /// The API.
-        api: ApiKey,
+        api: Api,
         /// The version.
         version: i16,
         /// The decoder's message.
@@ -109,7 +111,7 @@ pub enum TransportError {
     #[error("cannot encode {api:?} v{version} request: {reason}")]
     Encode {
         /// The API.
-        api: ApiKey,
+        api: Api,
         /// The version.
         version: i16,
         /// Why.
@@ -119,7 +121,7 @@ pub enum TransportError {
     #[error("{api:?}: no common version (client speaks {ours:?}, broker {broker})", broker = broker_range(.broker))]
     UnsupportedApi {
         /// The API.
-        api: ApiKey,
+        api: Api,
         /// Versions this client can send.
         ours: RangeInclusive<i16>,
         /// Versions the broker advertised, `None` when it does not serve the API at all.
@@ -136,7 +138,7 @@ pub enum TransportError {
     #[error("{api:?} request timed out after {timeout:?}")]
     Timeout {
         /// The API.
-        api: ApiKey,
+        api: Api,
         /// The timeout that ran out.
         timeout: Duration,
     },
@@ -244,6 +246,13 @@ pub mod codes {
     pub const STALE_MEMBER_EPOCH: i16 = ResponseError::StaleMemberEpoch.code();
     /// UNSUPPORTED_ASSIGNOR.
     pub const UNSUPPORTED_ASSIGNOR: i16 = ResponseError::UnsupportedAssignor.code();
+    /// STREAMS_INVALID_TOPOLOGY (KIP-1071).
+    pub const STREAMS_INVALID_TOPOLOGY: i16 = ResponseError::StreamsInvalidTopology.code();
+    /// STREAMS_INVALID_TOPOLOGY_EPOCH (KIP-1071).
+    pub const STREAMS_INVALID_TOPOLOGY_EPOCH: i16 =
+        ResponseError::StreamsInvalidTopologyEpoch.code();
+    /// STREAMS_TOPOLOGY_FENCED (KIP-1071).
+    pub const STREAMS_TOPOLOGY_FENCED: i16 = ResponseError::StreamsTopologyFenced.code();
 }
 
 /// Kafka's name of an error code (`"NOT_COORDINATOR"` for 16), `"NONE"` for 0, or
@@ -364,7 +373,7 @@ pub enum GroupError {
     #[error("{api:?} failed with non-retriable error {code} ({name})", name = error_name(*.code))]
     Fatal {
         /// The API.
-        api: ApiKey,
+        api: Api,
         /// The Kafka error code.
         code: i16,
     },
@@ -372,7 +381,7 @@ pub enum GroupError {
     #[error("{api:?} failed with unknown error code {code}")]
     UnknownErrorCode {
         /// The API.
-        api: ApiKey,
+        api: Api,
         /// The code.
         code: i16,
     },
@@ -380,7 +389,7 @@ pub enum GroupError {
     #[error("invalid {api:?} response: {reason}")]
     InvalidResponse {
         /// The API.
-        api: ApiKey,
+        api: Api,
         /// What is wrong.
         reason: String,
     },
@@ -443,12 +452,17 @@ pub enum ErrorAction {
 /// `CoordinatorRequestManager`) except where a comment says otherwise. Whether an answer is
 /// stale (sent for an older generation) is decided by the caller before it acts.
 /// `group` names the group in typed errors.
-pub fn classify(api: ApiKey, code: i16, group: &str) -> ErrorAction {
-    use ApiKey::{
-        ConsumerGroupHeartbeat, FindCoordinator, Heartbeat, JoinGroup, OffsetCommit, OffsetFetch,
-        SyncGroup,
-    };
+pub fn classify(api: impl Into<Api>, code: i16, group: &str) -> ErrorAction {
+    const CONSUMER_GROUP_HEARTBEAT: Api = Api::of(ApiKey::ConsumerGroupHeartbeat);
+    const FIND_COORDINATOR: Api = Api::of(ApiKey::FindCoordinator);
+    const HEARTBEAT: Api = Api::of(ApiKey::Heartbeat);
+    const JOIN_GROUP: Api = Api::of(ApiKey::JoinGroup);
+    const OFFSET_COMMIT: Api = Api::of(ApiKey::OffsetCommit);
+    const OFFSET_FETCH: Api = Api::of(ApiKey::OffsetFetch);
+    const SYNC_GROUP: Api = Api::of(ApiKey::SyncGroup);
+    const STREAMS_GROUP_HEARTBEAT: Api = Api::STREAMS_GROUP_HEARTBEAT;
     use ErrorAction::*;
+    let api = api.into();
     use codes::*;
     let fatal = || Fatal(GroupError::Fatal { api, code });
     match (api, code) {
@@ -461,10 +475,10 @@ pub fn classify(api: ApiKey, code: i16, group: &str) -> ErrorAction {
         // FindCoordinator: every retriable error (the offsets topic is being created, the
         // coordinator is loading, the broker answered before it knew) is retried after the
         // backoff (ensureCoordinatorReady, CoordinatorRequestManager.onFailedResponse).
-        (FindCoordinator, c) if is_retriable(c) => RetryBackoff,
+        (FIND_COORDINATOR, c) if is_retriable(c) => RetryBackoff,
         // Requests to the coordinator: it moved or is gone (markCoordinatorUnknown). A commit
         // that timed out at the broker is treated the same way (OffsetCommitResponseHandler).
-        (_, NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE) | (OffsetCommit, REQUEST_TIMED_OUT) => {
+        (_, NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE) | (OFFSET_COMMIT, REQUEST_TIMED_OUT) => {
             Rediscover
         }
         // Loading: JoinGroup sleeps retry.backoff.ms and rejoins; heartbeats back off; commits
@@ -473,25 +487,44 @@ pub fn classify(api: ApiKey, code: i16, group: &str) -> ErrorAction {
         (_, COORDINATOR_LOAD_IN_PROGRESS) => RetryBackoff,
         // ConsumerGroupHeartbeat (protocol.md §6.6, AbstractHeartbeatRequestManager /
         // ConsumerHeartbeatRequestManager.handleErrorResponse).
-        (ConsumerGroupHeartbeat, FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID) => FencedMember,
-        (ConsumerGroupHeartbeat, UNRELEASED_INSTANCE_ID) => UnreleasedInstance,
-        (ConsumerGroupHeartbeat, FENCED_INSTANCE_ID) => Fenced,
-        (ConsumerGroupHeartbeat, UNSUPPORTED_VERSION) => UnsupportedProtocol,
+        (CONSUMER_GROUP_HEARTBEAT, FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID) => FencedMember,
+        (CONSUMER_GROUP_HEARTBEAT, UNRELEASED_INSTANCE_ID) => UnreleasedInstance,
+        (CONSUMER_GROUP_HEARTBEAT, FENCED_INSTANCE_ID) => Fenced,
+        (CONSUMER_GROUP_HEARTBEAT, UNSUPPORTED_VERSION) => UnsupportedProtocol,
         // Not fatal in Java: an error event on the next poll, the member keeps its state.
-        (ConsumerGroupHeartbeat, TOPIC_AUTHORIZATION_FAILED) => Report,
+        (CONSUMER_GROUP_HEARTBEAT, TOPIC_AUTHORIZATION_FAILED) => Report,
+        // StreamsGroupHeartbeat (KIP-1071): the same codes mean the same as for
+        // ConsumerGroupHeartbeat (StreamsGroupHeartbeatRequestManager.onErrorResponse; the
+        // broker's GroupMetadataManager.streamsGroupHeartbeat throws FencedMemberEpoch /
+        // UnknownMemberId / UnreleasedInstanceId / FencedInstanceId as for consumer groups).
+        // UNSUPPORTED_VERSION: the cluster does not run the streams protocol; the Java client
+        // makes it fatal, the caller decides (it has no classic fallback).
+        (STREAMS_GROUP_HEARTBEAT, FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID) => FencedMember,
+        (STREAMS_GROUP_HEARTBEAT, UNRELEASED_INSTANCE_ID) => UnreleasedInstance,
+        (STREAMS_GROUP_HEARTBEAT, FENCED_INSTANCE_ID) => Fenced,
+        (STREAMS_GROUP_HEARTBEAT, UNSUPPORTED_VERSION) => UnsupportedProtocol,
+        (STREAMS_GROUP_HEARTBEAT, TOPIC_AUTHORIZATION_FAILED) => Report,
+        // A topology the broker refuses (invalid, an epoch ahead of the group's, or fenced by a
+        // newer one) is terminal: the same topology fails again (Java: handleFatalFailure).
+        (
+            STREAMS_GROUP_HEARTBEAT,
+            STREAMS_INVALID_TOPOLOGY | STREAMS_INVALID_TOPOLOGY_EPOCH | STREAMS_TOPOLOGY_FENCED,
+        ) => fatal(),
         // Commits and fetches of a consumer-protocol member (CommitRequestManager).
-        (OffsetCommit | OffsetFetch, STALE_MEMBER_EPOCH) => StaleEpoch,
-        (OffsetCommit | OffsetFetch, UNKNOWN_TOPIC_ID) => RetryBackoff,
-        (JoinGroup, MEMBER_ID_REQUIRED) => AdoptMemberId,
-        (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, UNKNOWN_MEMBER_ID) => ResetMemberId,
-        (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, ILLEGAL_GENERATION) => ResetGeneration,
-        (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, REBALANCE_IN_PROGRESS) => RejoinNow,
-        (JoinGroup | SyncGroup | Heartbeat | OffsetCommit, FENCED_INSTANCE_ID) => Fenced,
+        (OFFSET_COMMIT | OFFSET_FETCH, STALE_MEMBER_EPOCH) => StaleEpoch,
+        (OFFSET_COMMIT | OFFSET_FETCH, UNKNOWN_TOPIC_ID) => RetryBackoff,
+        (JOIN_GROUP, MEMBER_ID_REQUIRED) => AdoptMemberId,
+        (JOIN_GROUP | SYNC_GROUP | HEARTBEAT | OFFSET_COMMIT, UNKNOWN_MEMBER_ID) => ResetMemberId,
+        (JOIN_GROUP | SYNC_GROUP | HEARTBEAT | OFFSET_COMMIT, ILLEGAL_GENERATION) => {
+            ResetGeneration
+        }
+        (JOIN_GROUP | SYNC_GROUP | HEARTBEAT | OFFSET_COMMIT, REBALANCE_IN_PROGRESS) => RejoinNow,
+        (JOIN_GROUP | SYNC_GROUP | HEARTBEAT | OFFSET_COMMIT, FENCED_INSTANCE_ID) => Fenced,
         // A commit to a partition the broker does not know yet is retriable; a fetch of one is
         // not (OffsetFetchResponseHandler raises a KafkaException).
-        (OffsetCommit, UNKNOWN_TOPIC_OR_PARTITION) => RetryBackoff,
-        (OffsetFetch, UNKNOWN_TOPIC_OR_PARTITION) => fatal(),
-        (OffsetFetch, UNSTABLE_OFFSET_COMMIT) => RetryBackoff,
+        (OFFSET_COMMIT, UNKNOWN_TOPIC_OR_PARTITION) => RetryBackoff,
+        (OFFSET_FETCH, UNKNOWN_TOPIC_OR_PARTITION) => fatal(),
+        (OFFSET_FETCH, UNSTABLE_OFFSET_COMMIT) => RetryBackoff,
         (_, c) if known(c).is_none() => Fatal(GroupError::UnknownErrorCode { api, code }),
         // Everything else Kafka marks retriable is retried; the rest is terminal (for JoinGroup:
         // GROUP_MAX_SIZE_REACHED, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
@@ -529,21 +562,21 @@ mod tests {
         assert_eq!(
             f(24),
             ErrorAction::Fatal(GroupError::Fatal {
-                api: ApiKey::FindCoordinator,
+                api: ApiKey::FindCoordinator.into(),
                 code: 24
             })
         );
         assert_eq!(
             f(-1),
             ErrorAction::Fatal(GroupError::Fatal {
-                api: ApiKey::FindCoordinator,
+                api: ApiKey::FindCoordinator.into(),
                 code: -1
             })
         );
         assert_eq!(
             f(9999),
             ErrorAction::Fatal(GroupError::UnknownErrorCode {
-                api: ApiKey::FindCoordinator,
+                api: ApiKey::FindCoordinator.into(),
                 code: 9999
             })
         );
@@ -574,7 +607,12 @@ mod tests {
         use ApiKey::*;
         use ErrorAction::*;
         let f = |api, code| classify(api, code, "g");
-        let fatal = |api, code| Fatal(GroupError::Fatal { api, code });
+        let fatal = |api: ApiKey, code| {
+            Fatal(GroupError::Fatal {
+                api: api.into(),
+                code,
+            })
+        };
         let rows: &[(ApiKey, i16, ErrorAction)] = &[
             // NONE
             (JoinGroup, 0, Proceed),
@@ -625,7 +663,7 @@ mod tests {
                 JoinGroup,
                 20000,
                 Fatal(GroupError::UnknownErrorCode {
-                    api: JoinGroup,
+                    api: JoinGroup.into(),
                     code: 20000,
                 }),
             ),
@@ -633,7 +671,7 @@ mod tests {
                 SyncGroup,
                 20000,
                 Fatal(GroupError::UnknownErrorCode {
-                    api: SyncGroup,
+                    api: SyncGroup.into(),
                     code: 20000,
                 }),
             ),
@@ -641,7 +679,7 @@ mod tests {
                 OffsetCommit,
                 20000,
                 Fatal(GroupError::UnknownErrorCode {
-                    api: OffsetCommit,
+                    api: OffsetCommit.into(),
                     code: 20000,
                 }),
             ),
@@ -677,7 +715,7 @@ mod tests {
                 cgh,
                 20000,
                 Fatal(GroupError::UnknownErrorCode {
-                    api: cgh,
+                    api: cgh.into(),
                     code: 20000,
                 }),
             ),
@@ -688,6 +726,47 @@ mod tests {
         for (api, code, want) in rows {
             assert_eq!(&f(*api, *code), want, "{api:?} {code}");
         }
+        // StreamsGroupHeartbeat (KIP-1071): ConsumerGroupHeartbeat's rows where the codes mean
+        // the same, and the topology refusals terminal.
+        let sgh = crate::request::Api::STREAMS_GROUP_HEARTBEAT;
+        let streams_fatal = |code| Fatal(GroupError::Fatal { api: sgh, code });
+        let rows: &[(i16, ErrorAction)] = &[
+            (0, Proceed),
+            (16, Rediscover),
+            (15, Rediscover),
+            (14, RetryBackoff),
+            (110, FencedMember),
+            (25, FencedMember),
+            (111, UnreleasedInstance),
+            (82, Fenced),
+            (35, UnsupportedProtocol),
+            (29, Report),
+            (
+                30,
+                Fatal(GroupError::GroupAuthorizationFailed { group: "g".into() }),
+            ),
+            (130, streams_fatal(130)),
+            (131, streams_fatal(131)),
+            (132, streams_fatal(132)),
+            (42, streams_fatal(42)),
+            (81, streams_fatal(81)),
+            (69, streams_fatal(69)),
+            (
+                20000,
+                Fatal(GroupError::UnknownErrorCode {
+                    api: sgh,
+                    code: 20000,
+                }),
+            ),
+        ];
+        for (code, want) in rows {
+            assert_eq!(&classify(sgh, *code, "g"), want, "{sgh:?} {code}");
+        }
+        assert!(
+            GroupError::Fatal { api: sgh, code: 132 }
+                .to_string()
+                .contains("StreamsGroupHeartbeat failed with non-retriable error 132 (STREAMS_TOPOLOGY_FENCED)"),
+        );
         for api in [
             JoinGroup,
             SyncGroup,
@@ -707,14 +786,14 @@ mod tests {
     #[test]
     fn error_messages_name_the_code() {
         let e = GroupError::Fatal {
-            api: ApiKey::Heartbeat,
+            api: ApiKey::Heartbeat.into(),
             code: 82,
         };
         assert!(e.to_string().contains("FENCED_INSTANCE_ID"), "{e}");
         assert_eq!(error_name(16), "NOT_COORDINATOR");
         assert_eq!(error_name(-1), "UNKNOWN_SERVER_ERROR");
         let e = TransportError::UnsupportedApi {
-            api: ApiKey::JoinGroup,
+            api: ApiKey::JoinGroup.into(),
             ours: 5..=9,
             broker: Some(0..=4),
         };

@@ -67,7 +67,7 @@ use kafka_protocol::messages::{ApiKey, ResponseKind};
 use crate::config::GroupProtocol;
 use crate::error::{GroupError, TransportError, codes};
 use crate::machine::events::{CommitError, Event, MemberState, Reason};
-use crate::request::{RequestId, Response};
+use crate::request::{Api, RequestId, Response, ResponseBody};
 
 /// Successful rebalances (counter).
 pub const REBALANCE_TOTAL: &str = "consumer_coordinator.rebalance_total";
@@ -164,7 +164,7 @@ pub struct MemberMetrics {
     /// resumed when `group.protocol=auto` falls back to classic instead.
     ended_fatal: Option<Instant>,
     owned: usize,
-    in_flight: HashMap<RequestId, (ApiKey, Instant)>,
+    in_flight: HashMap<RequestId, (Api, Instant)>,
 }
 
 impl MemberMetrics {
@@ -307,11 +307,11 @@ impl MemberMetrics {
     }
 
     /// Notes that request `id` for `api` was sent at `now`.
-    pub fn on_request(&mut self, id: RequestId, api: ApiKey, now: Instant) {
+    pub fn on_request(&mut self, id: RequestId, api: impl Into<Api>, now: Instant) {
         if self.in_flight.len() >= MAX_IN_FLIGHT {
             self.in_flight.clear();
         }
-        self.in_flight.insert(id, (api, now));
+        self.in_flight.insert(id, (api.into(), now));
     }
 
     /// Times the answer to request `id`, which arrived at `now` (a request not noted with
@@ -337,13 +337,22 @@ impl MemberMetrics {
 
     /// Records the round trip of an answered `api` request whose top-level error code is `code`
     /// (for a driver that times requests itself).
-    pub fn on_response_time(&self, api: ApiKey, latency: Duration, code: i16) {
-        let name = match api {
-            ApiKey::Heartbeat | ApiKey::ConsumerGroupHeartbeat => HEARTBEAT_RESPONSE_TIME_MS,
-            ApiKey::OffsetCommit => COMMIT_LATENCY_MS,
-            ApiKey::JoinGroup if code == codes::NONE => JOIN_TIME_MS,
-            ApiKey::SyncGroup if code == codes::NONE => SYNC_TIME_MS,
-            _ => return,
+    pub fn on_response_time(&self, api: impl Into<Api>, latency: Duration, code: i16) {
+        let api = api.into();
+        // The streams heartbeat feeds the same sensor (Java's HeartbeatMetricsManager, shared by
+        // the consumer and streams heartbeat request managers).
+        let name = if api == Api::STREAMS_GROUP_HEARTBEAT {
+            HEARTBEAT_RESPONSE_TIME_MS
+        } else {
+            match api.kafka() {
+                Some(ApiKey::Heartbeat | ApiKey::ConsumerGroupHeartbeat) => {
+                    HEARTBEAT_RESPONSE_TIME_MS
+                }
+                Some(ApiKey::OffsetCommit) => COMMIT_LATENCY_MS,
+                Some(ApiKey::JoinGroup) if code == codes::NONE => JOIN_TIME_MS,
+                Some(ApiKey::SyncGroup) if code == codes::NONE => SYNC_TIME_MS,
+                _ => return,
+            }
         };
         histogram!(name, self.labels.iter()).record(millis(latency));
     }
@@ -354,7 +363,12 @@ fn millis(d: Duration) -> f64 {
 }
 
 /// The top-level error code of the group APIs' answers (OffsetCommit has none: 0).
-fn error_code(body: &ResponseKind) -> i16 {
+fn error_code(body: &ResponseBody) -> i16 {
+    let body = match body {
+        ResponseBody::Kafka(body) => body,
+        ResponseBody::StreamsGroupHeartbeat(r) => return r.error_code,
+        _ => return 0,
+    };
     match body {
         ResponseKind::JoinGroup(r) => r.error_code,
         ResponseKind::SyncGroup(r) => r.error_code,
@@ -591,7 +605,7 @@ mod tests {
             m.on_event(&state(S::Rejoin, S::Fatal, R::FatalError), t0);
             m.on_event(
                 &Event::Fatal(GroupError::Fatal {
-                    api: ApiKey::JoinGroup,
+                    api: ApiKey::JoinGroup.into(),
                     code: codes::INVALID_GROUP_ID,
                 }),
                 t0,
@@ -755,24 +769,26 @@ mod tests {
                 (
                     1,
                     ApiKey::Heartbeat,
-                    ok(ResponseKind::Heartbeat(HeartbeatResponse::default())),
+                    ok(ResponseBody::Kafka(ResponseKind::Heartbeat(
+                        HeartbeatResponse::default(),
+                    ))),
                     3,
                 ),
                 // Errors in heartbeat answers are timed too (REBALANCE_IN_PROGRESS).
                 (
                     2,
                     ApiKey::Heartbeat,
-                    ok(ResponseKind::Heartbeat(
+                    ok(ResponseBody::Kafka(ResponseKind::Heartbeat(
                         HeartbeatResponse::default().with_error_code(codes::REBALANCE_IN_PROGRESS),
-                    )),
+                    ))),
                     5,
                 ),
                 (
                     3,
                     ApiKey::ConsumerGroupHeartbeat,
-                    ok(ResponseKind::ConsumerGroupHeartbeat(
+                    ok(ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(
                         ConsumerGroupHeartbeatResponse::default(),
-                    )),
+                    ))),
                     7,
                 ),
                 // No answer: not timed.
@@ -780,28 +796,34 @@ mod tests {
                 (
                     5,
                     ApiKey::JoinGroup,
-                    ok(ResponseKind::JoinGroup(JoinGroupResponse::default())),
+                    ok(ResponseBody::Kafka(ResponseKind::JoinGroup(
+                        JoinGroupResponse::default(),
+                    ))),
                     11,
                 ),
                 // A failed join is not timed (as Java).
                 (
                     6,
                     ApiKey::JoinGroup,
-                    ok(ResponseKind::JoinGroup(
+                    ok(ResponseBody::Kafka(ResponseKind::JoinGroup(
                         JoinGroupResponse::default().with_error_code(codes::MEMBER_ID_REQUIRED),
-                    )),
+                    ))),
                     13,
                 ),
                 (
                     7,
                     ApiKey::SyncGroup,
-                    ok(ResponseKind::SyncGroup(SyncGroupResponse::default())),
+                    ok(ResponseBody::Kafka(ResponseKind::SyncGroup(
+                        SyncGroupResponse::default(),
+                    ))),
                     15,
                 ),
                 (
                     8,
                     ApiKey::OffsetCommit,
-                    ok(ResponseKind::OffsetCommit(OffsetCommitResponse::default())),
+                    ok(ResponseBody::Kafka(ResponseKind::OffsetCommit(
+                        OffsetCommitResponse::default(),
+                    ))),
                     17,
                 ),
                 (9, ApiKey::Metadata, Err(TransportError::Closed), 19),
@@ -812,6 +834,25 @@ mod tests {
             for (id, _, result, ms) in &answers {
                 m.on_response(RequestId(*id), result, t0 + *ms * MS);
             }
+            // The streams heartbeat feeds the heartbeat sensor too; a describe feeds none.
+            let streams = [
+                (
+                    10,
+                    Api::STREAMS_GROUP_HEARTBEAT,
+                    ok(ResponseBody::StreamsGroupHeartbeat(Default::default())),
+                    21,
+                ),
+                (
+                    11,
+                    Api::STREAMS_GROUP_DESCRIBE,
+                    ok(ResponseBody::StreamsGroupDescribe(Default::default())),
+                    23,
+                ),
+            ];
+            for (id, api, result, ms) in &streams {
+                m.on_request(RequestId(*id), *api, t0);
+                m.on_response(RequestId(*id), result, t0 + *ms * MS);
+            }
             // Unknown and repeated ids are ignored.
             m.on_response(RequestId(1), &answers[0].2, t0 + 100 * MS);
             m.on_response(RequestId(99), &answers[0].2, t0 + 100 * MS);
@@ -819,7 +860,7 @@ mod tests {
         });
         assert_eq!(
             samples(&values, HEARTBEAT_RESPONSE_TIME_MS),
-            [3.0, 5.0, 7.0]
+            [3.0, 5.0, 7.0, 21.0]
         );
         assert_eq!(samples(&values, JOIN_TIME_MS), [11.0]);
         assert_eq!(samples(&values, SYNC_TIME_MS), [15.0]);

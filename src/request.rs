@@ -9,9 +9,155 @@ use kafka_protocol::messages::{
     ApiKey, FindCoordinatorRequest, MetadataRequest, RequestKind, ResponseKind, TopicName,
     metadata_request::MetadataRequestTopic,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{HeaderVersion, Message, StrBytes};
 
 use crate::error::TransportError;
+use crate::messages::{
+    STREAMS_GROUP_DESCRIBE_KEY, STREAMS_GROUP_HEARTBEAT_KEY, StreamsGroupDescribeRequest,
+    StreamsGroupDescribeResponse, StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse,
+};
+
+/// A Kafka API key this crate can name: every API of kafka-protocol's [`ApiKey`], and the
+/// streams-group APIs of KIP-1071 ([`Api::STREAMS_GROUP_HEARTBEAT`],
+/// [`Api::STREAMS_GROUP_DESCRIBE`]) that kafka-protocol 0.18 does not have.
+///
+/// It prints (`Debug` and `Display`) as kafka-protocol's `ApiKey` does:
+///
+/// ```
+/// use consumer_membership::kafka_protocol::messages::ApiKey;
+/// use consumer_membership::request::Api;
+///
+/// assert_eq!(format!("{:?}", Api::from(ApiKey::JoinGroup)), "JoinGroup");
+/// assert_eq!(Api::STREAMS_GROUP_HEARTBEAT.to_string(), "StreamsGroupHeartbeat");
+/// assert_eq!(Api::from(ApiKey::JoinGroup), ApiKey::JoinGroup);
+/// assert_eq!(Api::STREAMS_GROUP_DESCRIBE.key(), 89);
+/// assert_eq!(Api::STREAMS_GROUP_DESCRIBE.kafka(), None);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Api(i16);
+
+impl Api {
+    /// StreamsGroupHeartbeat (API key 88, KIP-1071).
+    pub const STREAMS_GROUP_HEARTBEAT: Api = Api(STREAMS_GROUP_HEARTBEAT_KEY);
+    /// StreamsGroupDescribe (API key 89, KIP-1071).
+    pub const STREAMS_GROUP_DESCRIBE: Api = Api(STREAMS_GROUP_DESCRIBE_KEY);
+
+    /// `Api::from(key)`, usable in constants and patterns.
+    pub const fn of(key: ApiKey) -> Api {
+        Api(key as i16)
+    }
+
+    /// The API whose key is `key`, if this crate can name it.
+    pub fn from_key(key: i16) -> Option<Api> {
+        let known = ApiKey::try_from(key).is_ok()
+            || key == STREAMS_GROUP_HEARTBEAT_KEY
+            || key == STREAMS_GROUP_DESCRIBE_KEY;
+        known.then_some(Api(key))
+    }
+
+    /// Every API this crate can name, by key.
+    pub fn all() -> impl Iterator<Item = Api> {
+        let mut all: Vec<Api> = ApiKey::iter().map(Api::from).collect();
+        all.extend([Api::STREAMS_GROUP_HEARTBEAT, Api::STREAMS_GROUP_DESCRIBE]);
+        all.sort();
+        all.into_iter()
+    }
+
+    /// The key on the wire.
+    pub fn key(self) -> i16 {
+        self.0
+    }
+
+    /// The kafka-protocol [`ApiKey`], for the APIs kafka-protocol has.
+    pub fn kafka(self) -> Option<ApiKey> {
+        ApiKey::try_from(self.0).ok()
+    }
+
+    /// The API's name, as in the Kafka protocol guide and as kafka-protocol's `ApiKey` prints it
+    /// ("JoinGroup", "StreamsGroupHeartbeat").
+    pub fn name(self) -> &'static str {
+        self.known_name().unwrap_or("Unknown")
+    }
+
+    fn known_name(self) -> Option<&'static str> {
+        match self {
+            Api::STREAMS_GROUP_HEARTBEAT => Some("StreamsGroupHeartbeat"),
+            Api::STREAMS_GROUP_DESCRIBE => Some("StreamsGroupDescribe"),
+            _ => self.kafka().map(kafka_name),
+        }
+    }
+
+    /// The versions this crate encodes requests and decodes responses of: kafka-protocol's
+    /// `valid_versions()`, or the generated streams messages' `VERSIONS`.
+    pub fn versions(self) -> RangeInclusive<i16> {
+        let v = match self {
+            Api::STREAMS_GROUP_HEARTBEAT => StreamsGroupHeartbeatRequest::VERSIONS,
+            Api::STREAMS_GROUP_DESCRIBE => StreamsGroupDescribeRequest::VERSIONS,
+            _ => match self.kafka() {
+                Some(k) => k.valid_versions(),
+                // None: Api values are only made of keys this crate names.
+                #[allow(clippy::reversed_empty_ranges)]
+                None => return 0..=-1,
+            },
+        };
+        v.min..=v.max
+    }
+
+    /// The request header version of this API's requests at `version`.
+    pub fn request_header_version(self, version: i16) -> i16 {
+        match self {
+            Api::STREAMS_GROUP_HEARTBEAT => StreamsGroupHeartbeatRequest::header_version(version),
+            Api::STREAMS_GROUP_DESCRIBE => StreamsGroupDescribeRequest::header_version(version),
+            _ => self
+                .kafka()
+                .map_or(2, |k| k.request_header_version(version)),
+        }
+    }
+
+    /// The response header version of this API's responses at `version`.
+    pub fn response_header_version(self, version: i16) -> i16 {
+        match self {
+            Api::STREAMS_GROUP_HEARTBEAT => StreamsGroupHeartbeatResponse::header_version(version),
+            Api::STREAMS_GROUP_DESCRIBE => StreamsGroupDescribeResponse::header_version(version),
+            _ => self
+                .kafka()
+                .map_or(1, |k| k.response_header_version(version)),
+        }
+    }
+}
+
+impl From<ApiKey> for Api {
+    fn from(key: ApiKey) -> Self {
+        Api(key as i16)
+    }
+}
+
+impl PartialEq<ApiKey> for Api {
+    fn eq(&self, other: &ApiKey) -> bool {
+        self.0 == *other as i16
+    }
+}
+
+impl PartialEq<Api> for ApiKey {
+    fn eq(&self, other: &Api) -> bool {
+        *self as i16 == other.0
+    }
+}
+
+impl fmt::Debug for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.known_name() {
+            Some(name) => f.write_str(name),
+            None => write!(f, "ApiKey({})", self.0),
+        }
+    }
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
 
 /// Identifies one request the core emitted; the driver hands it back with the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -126,7 +272,7 @@ pub enum Request {
     ///
     /// Pick `versions` as the range whose fields your `body` sets mean the same thing in (the
     /// message's versions are in the Kafka protocol guide and in the
-    /// [`Message::VERSIONS`](kafka_protocol::protocol::Message::VERSIONS) of its request type).
+    /// [`Message::VERSIONS`] of its request type).
     /// Answers are size-checked before they are decoded, for the APIs and versions
     /// listed in the README (forged sizes are typed errors, never allocations); a request of
     /// another API, or whose `versions` and the
@@ -144,6 +290,7 @@ pub enum Request {
     ///     fit: None,
     /// };
     /// assert_eq!(request.api_key(), consumer_membership::kafka_protocol::messages::ApiKey::ListOffsets);
+    /// assert_eq!(request.api_key().to_string(), "ListOffsets");
     /// ```
     Raw {
         /// The request body ([`RequestKind`]).
@@ -153,6 +300,23 @@ pub enum Request {
         /// Fits a body built for the newest version to an older one (clears the fields that
         /// version does not carry); `None`: the body is valid at every version as it is.
         fit: Option<Fit>,
+    },
+    /// StreamsGroupHeartbeat (KIP-1071): `body` is sent as it is at the version negotiated
+    /// within `versions` (the request has the same fields at v0 and v1), and the answer comes
+    /// back as [`ResponseBody::StreamsGroupHeartbeat`].
+    StreamsGroupHeartbeat {
+        /// The request body.
+        body: Box<StreamsGroupHeartbeatRequest>,
+        /// The versions `body` can be sent at.
+        versions: RangeInclusive<i16>,
+    },
+    /// StreamsGroupDescribe (KIP-1071): `body` is sent as it is at the version negotiated
+    /// within `versions`; the answer comes back as [`ResponseBody::StreamsGroupDescribe`].
+    StreamsGroupDescribe {
+        /// The request body.
+        body: Box<StreamsGroupDescribeRequest>,
+        /// The versions `body` can be sent at.
+        versions: RangeInclusive<i16>,
     },
 }
 
@@ -178,7 +342,7 @@ impl PartialEq for Fit {
 #[error("{api:?} cannot be built at version {version}: {reason}")]
 pub struct BuildError {
     /// The API.
-    pub api: ApiKey,
+    pub api: Api,
     /// The version asked for.
     pub version: i16,
     /// Why not.
@@ -187,11 +351,13 @@ pub struct BuildError {
 
 impl Request {
     /// The API this request belongs to.
-    pub fn api_key(&self) -> ApiKey {
+    pub fn api_key(&self) -> Api {
         match self {
-            Request::FindCoordinator { .. } => ApiKey::FindCoordinator,
-            Request::Metadata { .. } => ApiKey::Metadata,
-            Request::Raw { body, .. } => api_key_of(body),
+            Request::FindCoordinator { .. } => ApiKey::FindCoordinator.into(),
+            Request::Metadata { .. } => ApiKey::Metadata.into(),
+            Request::Raw { body, .. } => api_key_of(body).into(),
+            Request::StreamsGroupHeartbeat { .. } => Api::STREAMS_GROUP_HEARTBEAT,
+            Request::StreamsGroupDescribe { .. } => Api::STREAMS_GROUP_DESCRIBE,
         }
     }
 
@@ -203,12 +369,14 @@ impl Request {
             Request::FindCoordinator { .. } => 0..=6,
             // v12 is the first with topic ids in the response (KIP-516).
             Request::Metadata { .. } => 12..=13,
-            Request::Raw { versions, .. } => versions.clone(),
+            Request::Raw { versions, .. }
+            | Request::StreamsGroupHeartbeat { versions, .. }
+            | Request::StreamsGroupDescribe { versions, .. } => versions.clone(),
         }
     }
 
     /// The body at `version`.
-    pub fn build(&self, version: i16) -> Result<RequestKind, BuildError> {
+    pub fn build(&self, version: i16) -> Result<RequestBody, BuildError> {
         let err = |reason| BuildError {
             api: self.api_key(),
             version,
@@ -217,7 +385,7 @@ impl Request {
         if !self.versions().contains(&version) {
             return Err(err("version outside the range this request supports"));
         }
-        Ok(match self {
+        Ok(RequestBody::Kafka(match self {
             Request::FindCoordinator { key_type, keys } => {
                 let mut r = FindCoordinatorRequest::default();
                 if version >= 1 {
@@ -260,7 +428,177 @@ impl Request {
                 Some(Fit(fit)) => fit((**body).clone(), version),
                 None => (**body).clone(),
             },
+            Request::StreamsGroupHeartbeat { body, .. } => {
+                return Ok(RequestBody::StreamsGroupHeartbeat((**body).clone()));
+            }
+            Request::StreamsGroupDescribe { body, .. } => {
+                return Ok(RequestBody::StreamsGroupDescribe((**body).clone()));
+            }
+        }))
+    }
+}
+
+/// A request body as it goes on the wire: a kafka-protocol [`RequestKind`], or one of the
+/// streams-group requests kafka-protocol 0.18 does not have ([`crate::messages`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RequestBody {
+    /// A request of an API kafka-protocol knows.
+    Kafka(RequestKind),
+    /// StreamsGroupHeartbeat (API key 88).
+    StreamsGroupHeartbeat(StreamsGroupHeartbeatRequest),
+    /// StreamsGroupDescribe (API key 89).
+    StreamsGroupDescribe(StreamsGroupDescribeRequest),
+}
+
+impl RequestBody {
+    /// The API the body belongs to.
+    pub fn api(&self) -> Api {
+        match self {
+            RequestBody::Kafka(body) => api_key_of(body).into(),
+            RequestBody::StreamsGroupHeartbeat(_) => Api::STREAMS_GROUP_HEARTBEAT,
+            RequestBody::StreamsGroupDescribe(_) => Api::STREAMS_GROUP_DESCRIBE,
+        }
+    }
+
+    /// The kafka-protocol body, unless it is a streams-group request.
+    pub fn kafka(&self) -> Option<&RequestKind> {
+        match self {
+            RequestBody::Kafka(body) => Some(body),
+            _ => None,
+        }
+    }
+
+    /// The kafka-protocol body, unless it is a streams-group request.
+    pub fn into_kafka(self) -> Option<RequestKind> {
+        match self {
+            RequestBody::Kafka(body) => Some(body),
+            _ => None,
+        }
+    }
+
+    /// Writes the body at `version`.
+    pub(crate) fn encode(&self, buf: &mut bytes::BytesMut, version: i16) -> anyhow::Result<()> {
+        use kafka_protocol::protocol::Encodable;
+        match self {
+            RequestBody::Kafka(body) => body.encode(buf, version),
+            RequestBody::StreamsGroupHeartbeat(body) => body.encode(buf, version),
+            RequestBody::StreamsGroupDescribe(body) => body.encode(buf, version),
+        }
+    }
+
+    /// Reads a body of `api` at `version`, as a broker would (the streams-group requests
+    /// decode with feature `sim` only).
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn decode(api: Api, buf: &mut bytes::Bytes, version: i16) -> anyhow::Result<Self> {
+        #[cfg(feature = "sim")]
+        {
+            use kafka_protocol::protocol::Decodable;
+            match api {
+                Api::STREAMS_GROUP_HEARTBEAT => {
+                    let body = StreamsGroupHeartbeatRequest::decode(buf, version)?;
+                    return Ok(RequestBody::StreamsGroupHeartbeat(body));
+                }
+                Api::STREAMS_GROUP_DESCRIBE => {
+                    let body = StreamsGroupDescribeRequest::decode(buf, version)?;
+                    return Ok(RequestBody::StreamsGroupDescribe(body));
+                }
+                _ => {}
+            }
+        }
+        match api.kafka() {
+            Some(k) => Ok(RequestBody::Kafka(RequestKind::decode(k, buf, version)?)),
+            None => anyhow::bail!("{api:?} requests are not decoded without feature sim"),
+        }
+    }
+}
+
+impl From<RequestKind> for RequestBody {
+    fn from(body: RequestKind) -> Self {
+        RequestBody::Kafka(body)
+    }
+}
+
+/// A response body as it came off the wire: a kafka-protocol [`ResponseKind`], or one of the
+/// streams-group responses kafka-protocol 0.18 does not have ([`crate::messages`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ResponseBody {
+    /// A response of an API kafka-protocol knows.
+    Kafka(ResponseKind),
+    /// StreamsGroupHeartbeat (API key 88).
+    StreamsGroupHeartbeat(StreamsGroupHeartbeatResponse),
+    /// StreamsGroupDescribe (API key 89).
+    StreamsGroupDescribe(StreamsGroupDescribeResponse),
+}
+
+impl ResponseBody {
+    /// The API the body belongs to.
+    pub fn api(&self) -> Api {
+        match self {
+            ResponseBody::Kafka(body) => response_api_key_of(body).into(),
+            ResponseBody::StreamsGroupHeartbeat(_) => Api::STREAMS_GROUP_HEARTBEAT,
+            ResponseBody::StreamsGroupDescribe(_) => Api::STREAMS_GROUP_DESCRIBE,
+        }
+    }
+
+    /// The kafka-protocol body, unless it is a streams-group response.
+    pub fn kafka(&self) -> Option<&ResponseKind> {
+        match self {
+            ResponseBody::Kafka(body) => Some(body),
+            _ => None,
+        }
+    }
+
+    /// The kafka-protocol body, unless it is a streams-group response.
+    pub fn into_kafka(self) -> Option<ResponseKind> {
+        match self {
+            ResponseBody::Kafka(body) => Some(body),
+            _ => None,
+        }
+    }
+
+    /// Reads a body of `api` at `version`.
+    pub(crate) fn decode(api: Api, buf: &mut bytes::Bytes, version: i16) -> anyhow::Result<Self> {
+        use kafka_protocol::protocol::Decodable;
+        Ok(match api {
+            Api::STREAMS_GROUP_HEARTBEAT => ResponseBody::StreamsGroupHeartbeat(
+                StreamsGroupHeartbeatResponse::decode(buf, version)?,
+            ),
+            Api::STREAMS_GROUP_DESCRIBE => ResponseBody::StreamsGroupDescribe(
+                StreamsGroupDescribeResponse::decode(buf, version)?,
+            ),
+            _ => match api.kafka() {
+                Some(k) => ResponseBody::Kafka(ResponseKind::decode(k, buf, version)?),
+                None => anyhow::bail!("unknown api key {}", api.key()),
+            },
         })
+    }
+
+    /// Writes the body at `version`, as a broker would (the streams-group responses encode
+    /// with feature `sim` only).
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn encode(&self, buf: &mut bytes::BytesMut, version: i16) -> anyhow::Result<()> {
+        #[cfg(feature = "sim")]
+        use kafka_protocol::protocol::Encodable;
+        match self {
+            ResponseBody::Kafka(body) => body.encode(buf, version),
+            #[cfg(feature = "sim")]
+            ResponseBody::StreamsGroupHeartbeat(body) => body.encode(buf, version),
+            #[cfg(feature = "sim")]
+            ResponseBody::StreamsGroupDescribe(body) => body.encode(buf, version),
+            #[cfg(not(feature = "sim"))]
+            _ => anyhow::bail!(
+                "{:?} responses are not encoded without feature sim",
+                self.api()
+            ),
+        }
+    }
+}
+
+impl From<ResponseKind> for ResponseBody {
+    fn from(body: ResponseKind) -> Self {
+        ResponseBody::Kafka(body)
     }
 }
 
@@ -270,7 +608,14 @@ pub struct Response {
     /// The negotiated version the request was sent (and the response decoded) at.
     pub version: i16,
     /// The decoded body.
-    pub body: ResponseKind,
+    pub body: ResponseBody,
+}
+
+impl Response {
+    /// The kafka-protocol body, unless it is a streams-group response.
+    pub fn kafka(&self) -> Option<&ResponseKind> {
+        self.body.kafka()
+    }
 }
 
 /// What a request came to: the response, or the transport's error.
@@ -289,108 +634,141 @@ pub struct Outbound {
     pub timeout: Duration,
 }
 
+/// Lists every API of the pinned kafka-protocol, to match on its closed enums.
+macro_rules! kafka_apis {
+    ($m:ident) => {
+        $m!(
+            Produce,
+            Fetch,
+            ListOffsets,
+            Metadata,
+            OffsetCommit,
+            OffsetFetch,
+            FindCoordinator,
+            JoinGroup,
+            Heartbeat,
+            LeaveGroup,
+            SyncGroup,
+            DescribeGroups,
+            ListGroups,
+            SaslHandshake,
+            ApiVersions,
+            CreateTopics,
+            DeleteTopics,
+            DeleteRecords,
+            InitProducerId,
+            OffsetForLeaderEpoch,
+            AddPartitionsToTxn,
+            AddOffsetsToTxn,
+            EndTxn,
+            WriteTxnMarkers,
+            TxnOffsetCommit,
+            DescribeAcls,
+            CreateAcls,
+            DeleteAcls,
+            DescribeConfigs,
+            AlterConfigs,
+            AlterReplicaLogDirs,
+            DescribeLogDirs,
+            SaslAuthenticate,
+            CreatePartitions,
+            CreateDelegationToken,
+            RenewDelegationToken,
+            ExpireDelegationToken,
+            DescribeDelegationToken,
+            DeleteGroups,
+            ElectLeaders,
+            IncrementalAlterConfigs,
+            AlterPartitionReassignments,
+            ListPartitionReassignments,
+            OffsetDelete,
+            DescribeClientQuotas,
+            AlterClientQuotas,
+            DescribeUserScramCredentials,
+            AlterUserScramCredentials,
+            Vote,
+            BeginQuorumEpoch,
+            EndQuorumEpoch,
+            DescribeQuorum,
+            AlterPartition,
+            UpdateFeatures,
+            Envelope,
+            FetchSnapshot,
+            DescribeCluster,
+            DescribeProducers,
+            BrokerRegistration,
+            BrokerHeartbeat,
+            UnregisterBroker,
+            DescribeTransactions,
+            ListTransactions,
+            AllocateProducerIds,
+            ConsumerGroupHeartbeat,
+            ConsumerGroupDescribe,
+            ControllerRegistration,
+            GetTelemetrySubscriptions,
+            PushTelemetry,
+            AssignReplicasToDirs,
+            ListConfigResources,
+            DescribeTopicPartitions,
+            ShareGroupHeartbeat,
+            ShareGroupDescribe,
+            ShareFetch,
+            ShareAcknowledge,
+            AddRaftVoter,
+            RemoveRaftVoter,
+            UpdateRaftVoter,
+            InitializeShareGroupState,
+            ReadShareGroupState,
+            WriteShareGroupState,
+            DeleteShareGroupState,
+            ReadShareGroupStateSummary,
+            DescribeShareGroupOffsets,
+            AlterShareGroupOffsets,
+            DeleteShareGroupOffsets,
+        )
+    };
+}
+
 /// The API key of a request body.
 pub fn api_key_of(body: &RequestKind) -> ApiKey {
     macro_rules! keys {
         ($($v:ident),* $(,)?) => {
             match body {
                 $(RequestKind::$v(_) => ApiKey::$v,)*
-                // Every variant of the pinned kafka-protocol is listed above; the enum is
-                // non_exhaustive, and a newer release with more variants needs this list extended.
+                // Every variant of the pinned kafka-protocol is listed; the enum is
+                // non_exhaustive, and a newer release with more variants needs the list extended.
                 #[allow(unreachable_patterns)]
                 _ => unreachable!("RequestKind variant without an ApiKey"),
             }
         };
     }
-    keys!(
-        Produce,
-        Fetch,
-        ListOffsets,
-        Metadata,
-        OffsetCommit,
-        OffsetFetch,
-        FindCoordinator,
-        JoinGroup,
-        Heartbeat,
-        LeaveGroup,
-        SyncGroup,
-        DescribeGroups,
-        ListGroups,
-        SaslHandshake,
-        ApiVersions,
-        CreateTopics,
-        DeleteTopics,
-        DeleteRecords,
-        InitProducerId,
-        OffsetForLeaderEpoch,
-        AddPartitionsToTxn,
-        AddOffsetsToTxn,
-        EndTxn,
-        WriteTxnMarkers,
-        TxnOffsetCommit,
-        DescribeAcls,
-        CreateAcls,
-        DeleteAcls,
-        DescribeConfigs,
-        AlterConfigs,
-        AlterReplicaLogDirs,
-        DescribeLogDirs,
-        SaslAuthenticate,
-        CreatePartitions,
-        CreateDelegationToken,
-        RenewDelegationToken,
-        ExpireDelegationToken,
-        DescribeDelegationToken,
-        DeleteGroups,
-        ElectLeaders,
-        IncrementalAlterConfigs,
-        AlterPartitionReassignments,
-        ListPartitionReassignments,
-        OffsetDelete,
-        DescribeClientQuotas,
-        AlterClientQuotas,
-        DescribeUserScramCredentials,
-        AlterUserScramCredentials,
-        Vote,
-        BeginQuorumEpoch,
-        EndQuorumEpoch,
-        DescribeQuorum,
-        AlterPartition,
-        UpdateFeatures,
-        Envelope,
-        FetchSnapshot,
-        DescribeCluster,
-        DescribeProducers,
-        BrokerRegistration,
-        BrokerHeartbeat,
-        UnregisterBroker,
-        DescribeTransactions,
-        ListTransactions,
-        AllocateProducerIds,
-        ConsumerGroupHeartbeat,
-        ConsumerGroupDescribe,
-        ControllerRegistration,
-        GetTelemetrySubscriptions,
-        PushTelemetry,
-        AssignReplicasToDirs,
-        ListConfigResources,
-        DescribeTopicPartitions,
-        ShareGroupHeartbeat,
-        ShareGroupDescribe,
-        ShareFetch,
-        ShareAcknowledge,
-        AddRaftVoter,
-        RemoveRaftVoter,
-        UpdateRaftVoter,
-        InitializeShareGroupState,
-        ReadShareGroupState,
-        WriteShareGroupState,
-        DeleteShareGroupState,
-        ReadShareGroupStateSummary,
-        DescribeShareGroupOffsets,
-        AlterShareGroupOffsets,
-        DeleteShareGroupOffsets,
-    )
+    kafka_apis!(keys)
+}
+
+/// The API key of a response body.
+fn response_api_key_of(body: &ResponseKind) -> ApiKey {
+    macro_rules! keys {
+        ($($v:ident),* $(,)?) => {
+            match body {
+                $(ResponseKind::$v(_) => ApiKey::$v,)*
+                #[allow(unreachable_patterns)]
+                _ => unreachable!("ResponseKind variant without an ApiKey"),
+            }
+        };
+    }
+    kafka_apis!(keys)
+}
+
+/// `ApiKey`'s `Debug` name, as a `&'static str`.
+fn kafka_name(key: ApiKey) -> &'static str {
+    macro_rules! names {
+        ($($v:ident),* $(,)?) => {
+            match key {
+                $(ApiKey::$v => stringify!($v),)*
+            }
+        };
+    }
+    kafka_apis!(names)
 }
 
 #[cfg(test)]
@@ -406,12 +784,14 @@ mod tests {
 
     #[test]
     fn find_coordinator_uses_key_below_v4_and_batch_from_v4() {
-        let RequestKind::FindCoordinator(r) = find(&["g"]).build(3).unwrap() else {
+        let RequestBody::Kafka(RequestKind::FindCoordinator(r)) = find(&["g"]).build(3).unwrap()
+        else {
             panic!()
         };
         assert_eq!(r.key.as_str(), "g");
         assert!(r.coordinator_keys.is_empty());
-        let RequestKind::FindCoordinator(r) = find(&["g"]).build(4).unwrap() else {
+        let RequestBody::Kafka(RequestKind::FindCoordinator(r)) = find(&["g"]).build(4).unwrap()
+        else {
             panic!()
         };
         assert_eq!(r.key.as_str(), "");
@@ -430,5 +810,84 @@ mod tests {
         };
         assert_eq!(raw.api_key(), ApiKey::CreateTopics);
         assert_eq!(find(&["g"]).api_key(), ApiKey::FindCoordinator);
+        let streams = Request::StreamsGroupHeartbeat {
+            body: Box::new(StreamsGroupHeartbeatRequest::default().with_member_epoch(3)),
+            versions: 0..=1,
+        };
+        assert_eq!(streams.api_key(), Api::STREAMS_GROUP_HEARTBEAT);
+        let RequestBody::StreamsGroupHeartbeat(body) = streams.build(1).unwrap() else {
+            panic!()
+        };
+        assert_eq!(body.member_epoch, 3);
+        let e = streams.build(2).unwrap_err();
+        assert_eq!(e.api, Api::STREAMS_GROUP_HEARTBEAT);
+        assert!(
+            e.to_string().starts_with("StreamsGroupHeartbeat cannot"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn api_names_and_conversions() {
+        // Every kafka-protocol API: the same key, and the name its `ApiKey` prints.
+        for key in ApiKey::iter() {
+            let api = Api::from(key);
+            assert_eq!(api.key(), key as i16);
+            assert_eq!(api.kafka(), Some(key));
+            assert_eq!(api, key);
+            assert_eq!(key, api);
+            assert_eq!(api.name(), format!("{key:?}"));
+            assert_eq!(format!("{api:?}"), format!("{key:?}"));
+            assert_eq!(api.to_string(), format!("{key:?}"));
+            let v = key.valid_versions();
+            assert_eq!(api.versions(), v.min..=v.max);
+            for version in v.min..=v.max {
+                assert_eq!(
+                    api.request_header_version(version),
+                    key.request_header_version(version)
+                );
+                assert_eq!(
+                    api.response_header_version(version),
+                    key.response_header_version(version)
+                );
+            }
+            assert_eq!(Api::from_key(key as i16), Some(api));
+        }
+        for (api, key, name) in [
+            (Api::STREAMS_GROUP_HEARTBEAT, 88, "StreamsGroupHeartbeat"),
+            (Api::STREAMS_GROUP_DESCRIBE, 89, "StreamsGroupDescribe"),
+        ] {
+            assert_eq!(api.key(), key);
+            assert_eq!(api.kafka(), None);
+            assert!(ApiKey::iter().all(|k| k != api));
+            assert_eq!(api.name(), name);
+            assert_eq!(format!("{api:?}"), name);
+            assert_eq!(api.to_string(), name);
+            assert_eq!(api.versions(), 0..=1);
+            // Flexible at every version (KIP-1071): request header v2, response header v1.
+            for version in 0..=1 {
+                assert_eq!(api.request_header_version(version), 2);
+                assert_eq!(api.response_header_version(version), 1);
+            }
+            assert_eq!(Api::from_key(key), Some(api));
+        }
+        assert_eq!(Api::from_key(123), None);
+        assert_eq!(Api::from_key(-1), None);
+        assert_eq!(format!("{:?}", Api(123)), "ApiKey(123)");
+        assert_eq!(Api::all().count(), ApiKey::iter().count() + 2);
+        assert!(Api::all().is_sorted());
+        assert!(Api::from(ApiKey::ConsumerGroupHeartbeat) < Api::STREAMS_GROUP_HEARTBEAT);
+        assert_eq!(
+            RequestBody::from(RequestKind::Heartbeat(Default::default())).api(),
+            ApiKey::Heartbeat
+        );
+        assert_eq!(
+            ResponseBody::StreamsGroupDescribe(Default::default()).api(),
+            Api::STREAMS_GROUP_DESCRIBE
+        );
+        assert_eq!(
+            ResponseBody::from(ResponseKind::SyncGroup(Default::default())).api(),
+            ApiKey::SyncGroup
+        );
     }
 }

@@ -36,7 +36,7 @@ use consumer_membership::error::error_name;
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitError, CommitOffset};
-use consumer_membership::request::{Request, Response, Target};
+use consumer_membership::request::{Request, Response, ResponseBody, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{GroupError, MemberId, TransportError, driver};
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as HeartbeatPartitions;
@@ -333,7 +333,12 @@ impl Transport for Wire {
                 request,
                 answer: r
                     .as_ref()
-                    .map(|r| r.body.clone())
+                    .map(|r| {
+                        r.body
+                            .clone()
+                            .into_kafka()
+                            .expect("a kafka-protocol answer")
+                    })
                     .map_err(|e| e.to_string()),
             });
         }
@@ -486,7 +491,7 @@ async fn raw_heartbeat(
         )
         .await
         .expect("ConsumerGroupHeartbeat answered");
-    let ResponseKind::ConsumerGroupHeartbeat(r) = r.body else {
+    let ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) = r.body else {
         panic!("not a ConsumerGroupHeartbeat answer")
     };
     r

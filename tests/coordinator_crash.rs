@@ -90,7 +90,7 @@ use consumer_membership::driver::{self, GroupMember, MemberHandle, Snapshot};
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
-use consumer_membership::request::{Request, Target};
+use consumer_membership::request::{Request, ResponseBody, Target};
 use consumer_membership::transport::TcpTransport;
 use consumer_membership::{ClientConfig, GroupError};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
@@ -971,7 +971,7 @@ async fn cluster_view(bootstrap: &str, topics: &[String]) -> Result<ClusterView,
     )
     .await
     .map_err(|e| e.to_string())?;
-    let ResponseKind::Metadata(m) = r.body else {
+    let ResponseBody::Kafka(ResponseKind::Metadata(m)) = r.body else {
         return Err("not a Metadata answer".into());
     };
     let brokers = m

@@ -10,8 +10,13 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use consumer_membership::TransportError;
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
+use consumer_membership::messages::streams_group_describe_response as sgd;
+use consumer_membership::messages::streams_group_heartbeat_response as sgh;
+use consumer_membership::messages::{StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse};
+use consumer_membership::request::{Api, ResponseBody};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::api_versions_response::{ApiVersion, SupportedFeatureKey};
 use kafka_protocol::messages::consumer_group_describe_response as cgd;
@@ -547,7 +552,7 @@ fn forged_sizes_in_responses_allocate_in_proportion_to_the_bytes() {
         for v in range.min..=range.max {
             let Some(frame) = samples
                 .iter()
-                .find_map(|b| wire::encode_response(b, api, v, 7).ok())
+                .find_map(|b| wire::encode_response(&b.clone().into(), api, v, 7).ok())
             else {
                 panic!("no sample of {api:?} encodes at v{v}");
             };
@@ -574,6 +579,273 @@ fn forged_sizes_in_responses_allocate_in_proportion_to_the_bytes() {
     eprintln!(
         "{decodes} forged responses decoded; largest allocation per input byte: {} bytes for {} bytes ({:?} v{})",
         worst.0, worst.1, worst.2, worst.3
+    );
+}
+
+/// StreamsGroupHeartbeat answers with two elements in every array and unknown tagged fields:
+/// the v1 fields set (encodes at v1 only), then the v0 one (encodes at v0 only).
+fn streams_heartbeat_samples() -> Vec<ResponseBody> {
+    let tasks = || {
+        (0..2)
+            .map(|i| {
+                sgh::TaskIds::default()
+                    .with_subtopology_id(s(&format!("s{i}")))
+                    .with_partitions(vec![0, 1])
+                    .with_unknown_tagged_fields(tagged())
+            })
+            .collect::<Vec<_>>()
+    };
+    let partitions = || {
+        (0..2)
+            .map(|i| {
+                sgh::TopicPartition::default()
+                    .with_topic(TopicName(s(&format!("t{i}"))))
+                    .with_partitions(vec![0, 1])
+            })
+            .collect::<Vec<_>>()
+    };
+    let base = StreamsGroupHeartbeatResponse::default()
+        .with_unknown_tagged_fields(tagged())
+        .with_error_message(Some(s("why")))
+        .with_member_id(s("member"))
+        .with_member_epoch(3)
+        .with_heartbeat_interval_ms(5000)
+        .with_status(Some(
+            (0..2)
+                .map(|i| {
+                    sgh::Status::default()
+                        .with_status_code(i)
+                        .with_status_detail(s("detail"))
+                })
+                .collect(),
+        ))
+        .with_active_tasks(Some(tasks()))
+        .with_standby_tasks(Some(tasks()))
+        .with_warmup_tasks(Some(tasks()))
+        .with_endpoint_information_epoch(2)
+        .with_partitions_by_user_endpoint(Some(
+            (0..2)
+                .map(|i| {
+                    sgh::EndpointToPartitions::default()
+                        .with_user_endpoint(
+                            sgh::Endpoint::default()
+                                .with_host(s(&format!("h{i}")))
+                                .with_port(9000),
+                        )
+                        .with_active_partitions(partitions())
+                        .with_standby_partitions(partitions())
+                })
+                .collect(),
+        ));
+    vec![
+        ResponseBody::StreamsGroupHeartbeat(
+            base.clone()
+                .with_acceptable_recovery_lag(100)
+                .with_topology_description_required(true),
+        ),
+        ResponseBody::StreamsGroupHeartbeat(base.with_acceptable_recovery_lag_legacy(100)),
+    ]
+}
+
+/// StreamsGroupDescribe answers, two elements in every array: with a topology description
+/// (v1), then without (v0).
+fn streams_describe_samples() -> Vec<ResponseBody> {
+    let kv = || {
+        (0..2)
+            .map(|i| {
+                sgd::KeyValue::default()
+                    .with_key(s(&format!("k{i}")))
+                    .with_value(s("v"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let topics = || vec![TopicName(s("a")), TopicName(s("b"))];
+    let tasks = || {
+        (0..2)
+            .map(|i| {
+                sgd::TaskIds::default()
+                    .with_subtopology_id(s(&format!("s{i}")))
+                    .with_partitions(vec![0, 1])
+            })
+            .collect::<Vec<_>>()
+    };
+    let assignment = || {
+        sgd::Assignment::default()
+            .with_active_tasks(tasks())
+            .with_standby_tasks(tasks())
+            .with_warmup_tasks(tasks())
+    };
+    let offsets = || {
+        (0..2)
+            .map(|i| {
+                sgd::TaskOffset::default()
+                    .with_subtopology_id(s("s0"))
+                    .with_partition(i)
+                    .with_offset(10)
+            })
+            .collect::<Vec<_>>()
+    };
+    let info = || {
+        (0..2)
+            .map(|i| {
+                sgd::TopicInfo::default()
+                    .with_name(TopicName(s(&format!("c{i}"))))
+                    .with_partitions(2)
+                    .with_topic_configs(kv())
+            })
+            .collect::<Vec<_>>()
+    };
+    let node = |name: &str| {
+        sgd::TopologyDescriptionNode::default()
+            .with_name(s(name))
+            .with_source_topics(topics())
+            .with_sink_topic(Some(TopicName(s("out"))))
+            .with_stores(vec![s("st0"), s("st1")])
+            .with_successors(vec![s("n1"), s("n2")])
+    };
+    let group = sgd::DescribedGroup::default()
+        .with_unknown_tagged_fields(tagged())
+        .with_group_id(GroupId(s("app")))
+        .with_group_state(s("Stable"))
+        .with_group_epoch(4)
+        .with_topology(Some(
+            sgd::Topology::default()
+                .with_epoch(1)
+                .with_subtopologies(Some(
+                    (0..2)
+                        .map(|i| {
+                            sgd::Subtopology::default()
+                                .with_subtopology_id(s(&format!("s{i}")))
+                                .with_source_topics(topics())
+                                .with_repartition_sink_topics(topics())
+                                .with_state_changelog_topics(info())
+                                .with_repartition_source_topics(info())
+                        })
+                        .collect(),
+                )),
+        ))
+        .with_members(
+            (0..2)
+                .map(|i| {
+                    sgd::Member::default()
+                        .with_member_id(s(&format!("m{i}")))
+                        .with_instance_id(Some(s("i")))
+                        .with_user_endpoint(Some(
+                            sgd::Endpoint::default().with_host(s("h")).with_port(1),
+                        ))
+                        .with_client_tags(kv())
+                        .with_task_offsets(offsets())
+                        .with_task_end_offsets(offsets())
+                        .with_assignment(assignment())
+                        .with_target_assignment(assignment())
+                })
+                .collect(),
+        );
+    let described = sgd::TopologyDescription::default()
+        .with_subtopologies(
+            (0..2)
+                .map(|i| {
+                    sgd::TopologyDescriptionSubtopology::default()
+                        .with_subtopology_id(s(&format!("s{i}")))
+                        .with_nodes(vec![node("n1"), node("n2")])
+                })
+                .collect(),
+        )
+        .with_global_stores(
+            (0..2)
+                .map(|_| {
+                    sgd::TopologyDescriptionGlobalStore::default()
+                        .with_source(node("src"))
+                        .with_processor(node("proc"))
+                })
+                .collect(),
+        );
+    let answer = |g: sgd::DescribedGroup| {
+        ResponseBody::StreamsGroupDescribe(
+            StreamsGroupDescribeResponse::default()
+                .with_unknown_tagged_fields(tagged())
+                .with_groups(vec![g.clone(), g]),
+        )
+    };
+    vec![
+        answer(
+            group
+                .clone()
+                .with_topology_description(Some(described))
+                .with_assignor_name(Some(s("sticky"))),
+        ),
+        answer(group),
+    ]
+}
+
+#[test]
+fn forged_sizes_in_streams_group_answers_allocate_in_proportion_to_the_bytes() {
+    // The generated decoders of `consumer_membership::messages` are not walked by the size
+    // layouts: they check every count and length against the bytes left themselves.
+    for (api, samples) in [
+        (Api::STREAMS_GROUP_HEARTBEAT, streams_heartbeat_samples()),
+        (Api::STREAMS_GROUP_DESCRIBE, streams_describe_samples()),
+    ] {
+        for v in api.versions() {
+            let Some(frame) = samples
+                .iter()
+                .find_map(|b| wire::encode_response(b, api, v, 7).ok())
+            else {
+                panic!("no sample of {api:?} encodes at v{v}");
+            };
+            let frame = frame.freeze();
+            let decoded = wire::decode_response(frame.slice(4..), api, v).expect("decodes");
+            assert!(samples.contains(&decoded.body), "{api:?} v{v} round-trips");
+            let mut refused = 0;
+            for bytes in forgeries(&frame[4..]) {
+                let input = Bytes::from(bytes);
+                let n = input.len();
+                let (largest, r) = largest_allocation(move || wire::decode_response(input, api, v));
+                assert!(
+                    largest <= bound(n),
+                    "{api:?} v{v}: decoding {n} bytes allocated {largest} bytes at once"
+                );
+                refused += usize::from(r.is_err());
+            }
+            assert!(refused > 0, "{api:?} v{v}: no forgery was refused");
+        }
+    }
+}
+
+#[test]
+fn a_forged_count_in_a_streams_group_heartbeat_answer_is_a_decode_error() {
+    // A v1 answer whose `Status` array claims 2^32 - 2 elements in the few bytes after it.
+    let mut frame = vec![0, 0, 0, 7, 0]; // correlation id, header tagged fields (header v1)
+    frame.extend_from_slice(&[0; 4]); // throttle_time_ms
+    frame.extend_from_slice(&[0; 2]); // error_code
+    frame.push(0); // error_message: null
+    frame.push(1); // member_id: ""
+    frame.extend_from_slice(&[0; 4 * 3]); // member_epoch, heartbeat_interval_ms, task_offset_interval_ms
+    frame.extend_from_slice(&[0; 8]); // acceptable_recovery_lag
+    frame.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]); // status: compact array count
+    frame.extend_from_slice(&[0; 16]);
+    let (largest, r) = largest_allocation(|| {
+        wire::decode_response(Bytes::from(frame), Api::STREAMS_GROUP_HEARTBEAT, 1)
+    });
+    assert!(
+        matches!(&r, Err(TransportError::Decode { api, version: 1, reason })
+            if *api == Api::STREAMS_GROUP_HEARTBEAT && reason.contains("compact array")),
+        "{r:?}"
+    );
+    assert!(
+        largest < 4096,
+        "allocated {largest} bytes for a forged count"
+    );
+    // A forged string length: an error too, nothing allocated for it.
+    let mut frame = vec![0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0];
+    frame.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x07]); // error_message length
+    let (largest, r) = largest_allocation(|| {
+        wire::decode_response(Bytes::from(frame), Api::STREAMS_GROUP_HEARTBEAT, 0)
+    });
+    assert!(matches!(&r, Err(TransportError::Decode { .. })), "{r:?}");
+    assert!(
+        largest < 4096,
+        "allocated {largest} bytes for a forged length"
     );
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use consumer_membership::error::error_name;
 use consumer_membership::machine::classic::subscription::Assignment;
+use consumer_membership::request::RequestBody;
 use consumer_membership::transport::MemoryTransport;
 use consumer_membership::{
     ApiMisuse, CloseOptions, CloseOutcome, CommitError, Error, Event, GroupConfig, GroupMember,
@@ -37,11 +38,11 @@ fn coordinator(leave_error: i16) -> MemoryTransport {
 
 /// As [`coordinator`], and the name of the thread each request is handled on goes to `threads`.
 fn coordinator_seen_by(leave_error: i16, threads: Arc<Mutex<Vec<String>>>) -> MemoryTransport {
-    MemoryTransport::new(move |_: &_, body: RequestKind, version: i16| {
+    MemoryTransport::new(move |_: &_, body: RequestBody, version: i16| {
         let thread = std::thread::current().name().unwrap_or("?").to_owned();
         threads.lock().unwrap().push(thread);
         Ok(match body {
-            RequestKind::FindCoordinator(r) => {
+            RequestBody::Kafka(RequestKind::FindCoordinator(r)) => {
                 let node = |c: Coordinator| {
                     c.with_node_id(BrokerId(1))
                         .with_host(s("127.0.0.1"))
@@ -61,7 +62,7 @@ fn coordinator_seen_by(leave_error: i16, threads: Arc<Mutex<Vec<String>>>) -> Me
                 }
                 ResponseKind::FindCoordinator(answer)
             }
-            RequestKind::JoinGroup(_) => ResponseKind::JoinGroup(
+            RequestBody::Kafka(RequestKind::JoinGroup(_)) => ResponseKind::JoinGroup(
                 JoinGroupResponse::default()
                     .with_generation_id(1)
                     .with_protocol_type(Some(s("consumer")))
@@ -69,7 +70,7 @@ fn coordinator_seen_by(leave_error: i16, threads: Arc<Mutex<Vec<String>>>) -> Me
                     .with_leader(s("someone-else"))
                     .with_member_id(s("m-1")),
             ),
-            RequestKind::SyncGroup(_) => {
+            RequestBody::Kafka(RequestKind::SyncGroup(_)) => {
                 let assignment = Assignment {
                     partitions: vec![TopicPartition::new("t", 0)],
                     user_data: None,
@@ -81,9 +82,11 @@ fn coordinator_seen_by(leave_error: i16, threads: Arc<Mutex<Vec<String>>>) -> Me
                         .with_assignment(assignment.encode()),
                 )
             }
-            RequestKind::Heartbeat(_) => ResponseKind::Heartbeat(HeartbeatResponse::default()),
-            RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(r)),
-            RequestKind::LeaveGroup(r) => {
+            RequestBody::Kafka(RequestKind::Heartbeat(_)) => {
+                ResponseKind::Heartbeat(HeartbeatResponse::default())
+            }
+            RequestBody::Kafka(RequestKind::Metadata(r)) => ResponseKind::Metadata(metadata(r)),
+            RequestBody::Kafka(RequestKind::LeaveGroup(r)) => {
                 let member = |m: kafka_protocol::messages::leave_group_request::MemberIdentity| {
                     MemberResponse::default()
                         .with_member_id(m.member_id)
@@ -241,7 +244,8 @@ async fn a_static_member_that_stays_in_the_group_reports_no_leave_due() {
     assert_eq!(m.close(CloseOptions::Default).await, CloseOutcome::NotDue);
     assert_eq!(drain(&mut m).await.last(), Some(&Event::Closed));
     let leaves = t.sent().into_iter();
-    let leaves = leaves.filter(|(_, body, _)| matches!(body, RequestKind::LeaveGroup(_)));
+    let leaves = leaves
+        .filter(|(_, body, _)| matches!(body, RequestBody::Kafka(RequestKind::LeaveGroup(_))));
     assert_eq!(
         leaves.count(),
         0,
@@ -305,7 +309,7 @@ async fn a_subscribed_topic_that_does_not_exist_is_reported() {
     });
     assert_eq!(missing.await.expect("reported within 20 s"), ["nope"]);
     let asked = t.sent().into_iter().filter_map(|(_, body, _)| match body {
-        RequestKind::Metadata(r) => Some(r.allow_auto_topic_creation),
+        RequestBody::Kafka(RequestKind::Metadata(r)) => Some(r.allow_auto_topic_creation),
         _ => None,
     });
     assert!(

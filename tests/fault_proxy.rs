@@ -47,7 +47,7 @@ use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::ClassicMember;
 use consumer_membership::machine::events::Event;
 use consumer_membership::machine::events::MemberState;
-use consumer_membership::request::{Request, RequestId, Target};
+use consumer_membership::request::{Api, Request, RequestId, ResponseBody, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, GroupError, TransportError};
 use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, GroupId, RequestKind, ResponseKind};
@@ -93,7 +93,7 @@ impl Driven {
         let shared = view.clone();
         let task = tokio::spawn(async move {
             let (tx, mut rx) =
-                mpsc::unbounded_channel::<(RequestId, ApiKey, Result<_, TransportError>)>();
+                mpsc::unbounded_channel::<(RequestId, Api, Result<_, TransportError>)>();
             let mut tick = tokio::time::interval(Duration::from_millis(200));
             loop {
                 while let Some(out) = m.poll_request() {
@@ -217,7 +217,7 @@ async fn registered_member(bootstrap: &str, group: &str) -> Option<String> {
         )
         .await
         .ok()?;
-    let ResponseKind::DescribeGroups(r) = r.body else {
+    let ResponseBody::Kafka(ResponseKind::DescribeGroups(r)) = r.body else {
         return None;
     };
     r.groups

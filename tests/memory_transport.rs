@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use consumer_membership::request::Target;
+use consumer_membership::request::{RequestBody, ResponseBody, Target};
 use consumer_membership::transport::MemoryTransport;
 use consumer_membership::transport::wire::BrokerVersions;
 use consumer_membership::{ClientConfig, Error, GroupError, driver};
@@ -26,9 +26,9 @@ fn config() -> ClientConfig {
 fn coordinator(failures: usize) -> (MemoryTransport, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
-    let t = MemoryTransport::new(move |target: &Target, body: RequestKind, version: i16| {
+    let t = MemoryTransport::new(move |target: &Target, body: RequestBody, version: i16| {
         assert_eq!(target, &Target::Bootstrap);
-        let RequestKind::FindCoordinator(req) = body else {
+        let RequestBody::Kafka(RequestKind::FindCoordinator(req)) = body else {
             panic!("unexpected {body:?}")
         };
         let n = seen.fetch_add(1, Ordering::SeqCst);
@@ -86,7 +86,7 @@ async fn find_coordinator_speaks_v3_to_an_older_broker() {
 #[tokio::test]
 async fn group_authorization_failure_is_returned_typed() {
     let t = Arc::new(MemoryTransport::new(
-        |_: &Target, _: RequestKind, _: i16| {
+        |_: &Target, _: RequestBody, _: i16| {
             Ok(ResponseKind::FindCoordinator(
                 FindCoordinatorResponse::default().with_coordinators(vec![
                     Coordinator::default()
@@ -124,9 +124,11 @@ async fn a_member_started_by_the_driver_draws_its_id_from_the_os_not_from_its_se
 
     let start = |member_id: Option<MemberId>| async move {
         // Nothing is sent before `subscribe`.
-        let t = MemoryTransport::new(|_: &Target, body: RequestKind, _: i16| {
-            panic!("unexpected {body:?}")
-        });
+        let t = MemoryTransport::new(
+            |_: &Target, body: RequestBody, _: i16| -> Result<ResponseBody, _> {
+                panic!("unexpected {body:?}")
+            },
+        );
         let mut c = GroupConfig::new("g");
         c.protocol = GroupProtocol::Consumer;
         c.seed = Some(1);
@@ -144,4 +146,57 @@ async fn a_member_started_by_the_driver_draws_its_id_from_the_os_not_from_its_se
     // A configured id is the member's.
     let given = MemberId::parse("Zm9vYmFyYmF6cXV4MTIzNA").unwrap();
     assert_eq!(start(Some(given)).await, given);
+}
+
+#[tokio::test]
+async fn a_streams_group_heartbeat_goes_through_the_memory_transport() {
+    use consumer_membership::messages::{
+        StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse,
+    };
+    use consumer_membership::request::{Api, Request};
+    use consumer_membership::transport::Transport;
+
+    let t = MemoryTransport::new(|_: &Target, body: RequestBody, version: i16| {
+        let RequestBody::StreamsGroupHeartbeat(r) = body else {
+            panic!("unexpected {body:?}")
+        };
+        assert_eq!(version, 1);
+        Ok(ResponseBody::StreamsGroupHeartbeat(
+            StreamsGroupHeartbeatResponse::default()
+                .with_member_id(r.member_id)
+                .with_member_epoch(r.member_epoch + 1),
+        ))
+    });
+    let request = Request::StreamsGroupHeartbeat {
+        body: Box::new(
+            StreamsGroupHeartbeatRequest::default()
+                .with_member_id(StrBytes::from_static_str("m"))
+                .with_member_epoch(1),
+        ),
+        versions: 0..=1,
+    };
+    let r = t
+        .send(Target::Bootstrap, request.clone(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(r.version, 1);
+    let ResponseBody::StreamsGroupHeartbeat(body) = &r.body else {
+        panic!("{r:?}")
+    };
+    assert_eq!((body.member_id.as_str(), body.member_epoch), ("m", 2));
+    assert_eq!(t.sent().len(), 1);
+    // A broker that does not serve it: typed, nothing sent.
+    let mut old = BrokerVersions::all();
+    old.set(Api::STREAMS_GROUP_HEARTBEAT, None);
+    t.set_versions(old);
+    let e = t
+        .send(Target::Bootstrap, request, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, consumer_membership::TransportError::UnsupportedApi { api, .. }
+            if *api == Api::STREAMS_GROUP_HEARTBEAT),
+        "{e:?}"
+    );
+    assert_eq!(t.sent().len(), 1);
 }

@@ -104,7 +104,9 @@ use consumer_membership::machine::consumer::ConsumerMember;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
 use consumer_membership::machine::member::Member;
-use consumer_membership::request::{Outbound, RequestId, Response, Target};
+use consumer_membership::request::{
+    Api, Outbound, RequestBody, RequestId, Response, ResponseBody, Target,
+};
 use consumer_membership::sim::ConnId;
 use consumer_membership::sim::codes;
 use consumer_membership::sim::coordinator::{
@@ -115,7 +117,7 @@ use consumer_membership::sim::network::{
 };
 use consumer_membership::sim::world::{SimMember, broker_versions_4x};
 use consumer_membership::transport::wire::{self, BrokerVersions};
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::messages::{RequestKind, ResponseKind};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -229,7 +231,7 @@ enum Choice {
 #[derive(Debug)]
 struct Pending {
     id: RequestId,
-    api: ApiKey,
+    api: Api,
     deadline: Instant,
     timeout: Duration,
 }
@@ -698,7 +700,7 @@ impl ModelWorld {
                         describe_req(&q.frame.body)
                     )
                 });
-                if let RequestKind::ConsumerGroupHeartbeat(r) = &q.frame.body
+                if let RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) = &q.frame.body
                     && r.member_epoch < 0
                     && let Some(s) = self.network.client(q.conn)
                 {
@@ -1091,7 +1093,10 @@ impl Canon {
     }
 }
 
-fn canon_req(body: &RequestKind, ids: &mut Canon) -> String {
+fn canon_req(body: &RequestBody, ids: &mut Canon) -> String {
+    let RequestBody::Kafka(body) = body else {
+        return format!("{:?}", body.api());
+    };
     match body {
         RequestKind::JoinGroup(r) => format!("Join({})", ids.id(&r.member_id)),
         RequestKind::SyncGroup(r) => format!(
@@ -1124,9 +1129,12 @@ fn canon_req(body: &RequestKind, ids: &mut Canon) -> String {
     }
 }
 
-fn canon_resp(body: &ResponseKind, ids: &mut Canon) -> String {
+fn canon_resp(body: &ResponseBody, ids: &mut Canon) -> String {
     let code = code_name(response_error(body));
-    match body {
+    let ResponseBody::Kafka(kafka) = body else {
+        return format!("{:?}:{code}", body.api());
+    };
+    match kafka {
         ResponseKind::JoinGroup(r) => format!(
             "Join:{code}({},g{},L{},n{})",
             ids.id(&r.member_id),
@@ -1140,18 +1148,18 @@ fn canon_resp(body: &ResponseKind, ids: &mut Canon) -> String {
             r.member_epoch,
             u8::from(r.assignment.is_some())
         ),
-        other => format!(
+        _ => format!(
             "{:?}:{code}",
-            consumer_membership::sim::network::api_of(other)
+            consumer_membership::sim::network::api_of(body)
         ),
     }
 }
 
-fn describe_req(body: &RequestKind) -> String {
+fn describe_req(body: &RequestBody) -> String {
     consumer_membership::sim::coordinator::describe_request(body)
 }
 
-fn describe_resp(body: &ResponseKind) -> String {
+fn describe_resp(body: &ResponseBody) -> String {
     consumer_membership::sim::coordinator::describe_response(body)
 }
 

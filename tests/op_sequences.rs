@@ -77,7 +77,7 @@ use consumer_membership::machine::events::{
     CloseOptions, CommitId, CommitOffset, Event, FetchId, RevokeTicket,
 };
 use consumer_membership::machine::member::Member;
-use consumer_membership::request::{Outbound, Request, RequestId, Response, Target};
+use consumer_membership::request::{Outbound, Request, RequestId, Response, ResponseBody, Target};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::consumer_group_heartbeat_response as cgh;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -409,14 +409,18 @@ fn body_at(out: &Outbound, version: i16) -> RequestKind {
     out.request
         .build(version)
         .unwrap_or_else(|e| panic!("{} cannot be built at v{version}: {e}", out.id))
+        .into_kafka()
+        .unwrap_or_else(|| panic!("{} is not a kafka-protocol request", out.id))
 }
 
 /// The versions of `out` kafka-protocol can encode.
 fn versions(out: &Outbound) -> (i16, i16) {
-    let api = out.request.api_key();
-    let codec = api.valid_versions();
+    let codec = out.request.api_key().versions();
     let ours = out.request.versions();
-    ((*ours.start()).max(codec.min), (*ours.end()).min(codec.max))
+    (
+        (*ours.start()).max(*codec.start()),
+        (*ours.end()).min(*codec.end()),
+    )
 }
 
 fn error_code_of(body: &ResponseKind) -> Option<i16> {
@@ -894,7 +898,9 @@ impl Run {
         if !self.ids.insert(out.id) {
             self.violation(&format!("request id {} reused", out.id));
         }
-        let api = out.request.api_key();
+        let Some(api) = out.request.api_key().kafka() else {
+            self.violation(&format!("a request of {:?}", out.request.api_key()));
+        };
         // Every version the request allows must build and encode (Request::Raw's contract).
         let (lo, hi) = versions(&out);
         if lo > hi {
@@ -902,7 +908,7 @@ impl Run {
         }
         for v in lo..=hi {
             let body = body_at(&out, v);
-            if let Err(e) = wire::encode_request(&body, api, v, 1, "c") {
+            if let Err(e) = wire::encode_request(&body.into(), api, v, 1, "c") {
                 self.violation(&format!("{} does not encode at v{v}: {e}", out.id));
             }
         }
@@ -1031,7 +1037,11 @@ impl Run {
             return;
         };
         let (result, hostile) = self.answer(&sent, answer);
-        let code = result.as_ref().ok().and_then(|r| error_code_of(&r.body));
+        let code = result
+            .as_ref()
+            .ok()
+            .and_then(|r| r.kafka())
+            .and_then(error_code_of);
         step.hostile |= hostile;
         if hostile
             && sent.api == ApiKey::Metadata
@@ -1122,7 +1132,13 @@ impl Run {
                     i = (i + 1) % kinds.len();
                 }
                 let body = kinds.into_iter().nth(i).expect("in range");
-                (Ok(Response { version: hi, body }), false)
+                (
+                    Ok(Response {
+                        version: hi,
+                        body: ResponseBody::Kafka(body),
+                    }),
+                    false,
+                )
             }
             Answer::Mutated(seed, edits) => {
                 let v = version_for(*seed >> 1);
@@ -1132,7 +1148,7 @@ impl Run {
                     let code = ERROR_CODES[(*seed >> 8) as usize % ERROR_CODES.len()];
                     self.error(sent, v, code, *seed)
                 };
-                let frame = wire::encode_response(&body, sent.api, v, 7)
+                let frame = wire::encode_response(&body.into(), sent.api, v, 7)
                     .unwrap_or_else(|e| panic!("harness answer does not encode: {e}"));
                 let mut bytes = frame[4..].to_vec();
                 for &(pos, byte) in edits {
@@ -1927,6 +1943,7 @@ impl Run {
 
 /// Encodes `body` as a broker would and decodes it as the transport does.
 fn roundtrip(api: ApiKey, v: i16, body: ResponseKind) -> Response {
+    let body = ResponseBody::Kafka(body);
     let frame = wire::encode_response(&body, api, v, 7)
         .unwrap_or_else(|e| panic!("harness answer {api:?} v{v} does not encode: {e}: {body:?}"));
     let decoded = wire::decode_response(frame.freeze().slice(4..), api, v)
@@ -1958,17 +1975,17 @@ fn transport_error(sent: &Sent, k: u8) -> TransportError {
             reason: "reset".into(),
         },
         4 | 5 => TransportError::Timeout {
-            api,
+            api: api.into(),
             timeout: sent.out.timeout,
         },
         6 => TransportError::Closed,
         7 => TransportError::Decode {
-            api,
+            api: api.into(),
             version: 0,
             reason: "damaged".into(),
         },
         8 => TransportError::UnsupportedApi {
-            api,
+            api: api.into(),
             ours: sent.out.request.versions(),
             broker: (k & 0x10 != 0).then_some(0..=0),
         },
@@ -2178,8 +2195,14 @@ mod regressions {
 
         fn answer(&mut self, out: &Outbound, body: ResponseKind) {
             let version = *out.request.versions().end();
-            self.m
-                .handle_response(out.id, Ok(Response { version, body }), self.now);
+            self.m.handle_response(
+                out.id,
+                Ok(Response {
+                    version,
+                    body: ResponseBody::Kafka(body),
+                }),
+                self.now,
+            );
         }
 
         fn advance(&mut self, ms: u64) {
@@ -2319,11 +2342,11 @@ mod regressions {
         for _ in 0..30 {
             h.advance(1000);
             for out in h.drain() {
-                match out.request.api_key() {
-                    ApiKey::Heartbeat => {
+                match out.request.api_key().kafka() {
+                    Some(ApiKey::Heartbeat) => {
                         h.answer(&out, ResponseKind::Heartbeat(HeartbeatResponse::default()))
                     }
-                    ApiKey::Metadata => h.answer(&out, metadata_answer()),
+                    Some(ApiKey::Metadata) => h.answer(&out, metadata_answer()),
                     _ => {}
                 }
             }

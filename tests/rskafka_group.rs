@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use consumer_membership::request::ResponseBody;
 use consumer_membership::{CloseOptions, GroupConfig, GroupMember, TcpTransport, TopicPartition};
 use rskafka::client::ClientBuilder;
 use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
@@ -387,7 +388,7 @@ async fn epochs(bootstrap: &str, group: &str) -> (i32, BTreeMap<String, i32>) {
         .send(Target::Bootstrap, request, Duration::from_secs(10))
         .await;
     let r = match answer.map(|r: Response| r.body) {
-        Ok(ResponseKind::ConsumerGroupDescribe(r)) => r,
+        Ok(ResponseBody::Kafka(ResponseKind::ConsumerGroupDescribe(r))) => r,
         other => panic!("ConsumerGroupDescribe: {other:?}"),
     };
     let g = &r.groups[0];

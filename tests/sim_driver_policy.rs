@@ -19,6 +19,7 @@ use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::subscription::Assignment;
 use consumer_membership::machine::events::{CloseOptions, Event, MemberState};
 use consumer_membership::machine::member::Member;
+use consumer_membership::request::RequestBody;
 use consumer_membership::transport::MemoryTransport;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -40,9 +41,9 @@ fn s(x: &str) -> StrBytes {
 fn broker() -> MemoryTransport {
     let mut generation = 0;
     let mut named = 0;
-    MemoryTransport::new(move |_: &_, body: RequestKind, version: i16| {
+    MemoryTransport::new(move |_: &_, body: RequestBody, version: i16| {
         Ok(match body {
-            RequestKind::FindCoordinator(r) => {
+            RequestBody::Kafka(RequestKind::FindCoordinator(r)) => {
                 let c = |key: StrBytes| {
                     Coordinator::default()
                         .with_key(key)
@@ -61,7 +62,7 @@ fn broker() -> MemoryTransport {
                 }
                 ResponseKind::FindCoordinator(answer)
             }
-            RequestKind::JoinGroup(r) => {
+            RequestBody::Kafka(RequestKind::JoinGroup(r)) => {
                 assert_eq!(r.group_instance_id.as_deref(), Some(INSTANCE));
                 let member_id = if r.member_id.is_empty() {
                     named += 1;
@@ -79,7 +80,7 @@ fn broker() -> MemoryTransport {
                         .with_member_id(s(&member_id)),
                 )
             }
-            RequestKind::SyncGroup(_) => ResponseKind::SyncGroup(
+            RequestBody::Kafka(RequestKind::SyncGroup(_)) => ResponseKind::SyncGroup(
                 SyncGroupResponse::default()
                     .with_protocol_type(Some(s("consumer")))
                     .with_protocol_name(Some(s("range")))
@@ -91,16 +92,18 @@ fn broker() -> MemoryTransport {
                         .encode(),
                     ),
             ),
-            RequestKind::Heartbeat(_) => ResponseKind::Heartbeat(HeartbeatResponse::default()),
+            RequestBody::Kafka(RequestKind::Heartbeat(_)) => {
+                ResponseKind::Heartbeat(HeartbeatResponse::default())
+            }
             // The driver's check that the subscribed topic exists: it does.
-            RequestKind::Metadata(_) => ResponseKind::Metadata(
+            RequestBody::Kafka(RequestKind::Metadata(_)) => ResponseKind::Metadata(
                 kafka_protocol::messages::MetadataResponse::default().with_topics(vec![
                     kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
                         .with_name(Some(s("t").into()))
                         .with_topic_id(uuid::Uuid::from_u128(1)),
                 ]),
             ),
-            RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(
+            RequestBody::Kafka(RequestKind::LeaveGroup(r)) => ResponseKind::LeaveGroup(
                 LeaveGroupResponse::default().with_members(
                     r.members
                         .into_iter()
@@ -153,7 +156,7 @@ fn join_member_ids(t: &MemoryTransport) -> Vec<String> {
     t.sent()
         .into_iter()
         .filter_map(|(_, body, _)| match body {
-            RequestKind::JoinGroup(j) => Some(j.member_id.to_string()),
+            RequestBody::Kafka(RequestKind::JoinGroup(j)) => Some(j.member_id.to_string()),
             _ => None,
         })
         .collect()
@@ -162,7 +165,7 @@ fn join_member_ids(t: &MemoryTransport) -> Vec<String> {
 fn leave_groups(t: &MemoryTransport) -> usize {
     t.sent()
         .iter()
-        .filter(|(_, body, _)| matches!(body, RequestKind::LeaveGroup(_)))
+        .filter(|(_, body, _)| matches!(body, RequestBody::Kafka(RequestKind::LeaveGroup(_))))
         .count()
 }
 

@@ -36,3 +36,70 @@ fn three_members_reach_stable() {
     );
     w.check(w.anomalies().is_empty(), format!("{:?}", w.anomalies()));
 }
+
+/// The simulated broker does not serve streams groups yet: it does not advertise
+/// StreamsGroupHeartbeat (so a client never sends one), and a streams request that reaches the
+/// coordinator anyway is answered UNSUPPORTED_VERSION in a streams response body.
+#[test]
+fn streams_group_requests_are_not_served_yet() {
+    use consumer_membership::TransportError;
+    use consumer_membership::messages::{
+        StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest,
+    };
+    use consumer_membership::request::{Api, Request, RequestBody, ResponseBody};
+    use consumer_membership::sim::ConnId;
+    use consumer_membership::sim::coordinator::{CoordinatorConfig, SimCoordinator};
+    use consumer_membership::sim::world::broker_versions_4x;
+    use consumer_membership::transport::wire;
+    use kafka_protocol::messages::GroupId;
+    use kafka_protocol::protocol::StrBytes;
+
+    let heartbeat = Request::StreamsGroupHeartbeat {
+        body: Box::new(StreamsGroupHeartbeatRequest::default()),
+        versions: 0..=1,
+    };
+    let e = wire::build(&heartbeat, &broker_versions_4x()).unwrap_err();
+    assert_eq!(
+        e,
+        TransportError::UnsupportedApi {
+            api: Api::STREAMS_GROUP_HEARTBEAT,
+            ours: 0..=1,
+            broker: None
+        }
+    );
+
+    let now = std::time::Instant::now();
+    let mut c = SimCoordinator::new(CoordinatorConfig::new("g"), now);
+    let describe = StreamsGroupDescribeRequest::default()
+        .with_group_ids(vec![GroupId(StrBytes::from_static_str("app"))]);
+    c.handle_request(
+        ConnId(1),
+        1,
+        "c",
+        1,
+        RequestBody::StreamsGroupHeartbeat(StreamsGroupHeartbeatRequest::default()),
+        now,
+    );
+    c.handle_request(
+        ConnId(1),
+        2,
+        "c",
+        0,
+        RequestBody::StreamsGroupDescribe(describe),
+        now,
+    );
+    let r = c.poll_response().expect("an answer");
+    assert_eq!((r.correlation, r.version), (1, 1));
+    let ResponseBody::StreamsGroupHeartbeat(body) = &r.body else {
+        panic!("{r:?}")
+    };
+    assert_eq!(body.error_code, 35);
+    let r = c.poll_response().expect("an answer");
+    let ResponseBody::StreamsGroupDescribe(body) = &r.body else {
+        panic!("{r:?}")
+    };
+    assert_eq!(body.groups.len(), 1);
+    assert_eq!(body.groups[0].group_id.as_str(), "app");
+    assert_eq!(body.groups[0].error_code, 35);
+    assert!(c.poll_response().is_none());
+}

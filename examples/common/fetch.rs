@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use consumer_membership::error::{TransportError, error_name};
 use consumer_membership::machine::TopicPartition;
-use consumer_membership::request::{Broker, Request, Response, Target};
+use consumer_membership::request::{Broker, Request, Response, ResponseBody, Target};
 use consumer_membership::transport::Transport;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -211,7 +211,7 @@ pub async fn leaders<T: Transport>(
 
 /// Reads the leaders out of a Metadata answer.
 pub fn leaders_from(response: &Response) -> Result<Leaders, DataError> {
-    let ResponseKind::Metadata(r) = &response.body else {
+    let ResponseBody::Kafka(ResponseKind::Metadata(r)) = &response.body else {
         return Err(DataError::invalid(
             ApiKey::Metadata,
             None,
@@ -331,7 +331,7 @@ pub async fn list_offsets<T: Transport>(
             timeout,
         )
         .await?;
-    let ResponseKind::ListOffsets(r) = response.body else {
+    let ResponseBody::Kafka(ResponseKind::ListOffsets(r)) = response.body else {
         return Err(DataError::invalid(
             ApiKey::ListOffsets,
             None,
@@ -487,7 +487,7 @@ pub async fn fetch<T: Transport>(
             options.request_timeout + options.max_wait,
         )
         .await?;
-    let ResponseKind::Fetch(r) = response.body else {
+    let ResponseBody::Kafka(ResponseKind::Fetch(r)) = response.body else {
         return Err(DataError::invalid(
             ApiKey::Fetch,
             None,
@@ -710,7 +710,7 @@ pub async fn produce<T: Transport>(
             timeout + Duration::from_secs(5),
         )
         .await?;
-    let ResponseKind::Produce(r) = response.body else {
+    let ResponseBody::Kafka(ResponseKind::Produce(r)) = response.body else {
         return Err(DataError::invalid(
             ApiKey::Produce,
             Some(tp),

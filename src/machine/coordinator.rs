@@ -21,7 +21,8 @@ use super::timer::{Timer, TimerTable};
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::error::{ErrorAction, GroupError, TransportError, classify};
 use crate::request::{
-    Broker, CoordinatorKeyType, Outbound, Request, RequestId, RequestIds, Response, Target,
+    Broker, CoordinatorKeyType, Outbound, Request, RequestId, RequestIds, Response, ResponseBody,
+    Target,
 };
 
 /// Settings of a [`CoordinatorLookup`].
@@ -250,7 +251,7 @@ impl CoordinatorLookup {
         match result {
             Ok(Response {
                 version,
-                body: ResponseKind::FindCoordinator(r),
+                body: ResponseBody::Kafka(ResponseKind::FindCoordinator(r)),
             }) => {
                 for (key, outcome) in Self::outcomes(&keys, version, &r) {
                     self.apply(&key, id, outcome, now);
@@ -258,7 +259,7 @@ impl CoordinatorLookup {
             }
             Ok(_) => {
                 let err = GroupError::InvalidResponse {
-                    api: ApiKey::FindCoordinator,
+                    api: ApiKey::FindCoordinator.into(),
                     reason: "the answer is not a FindCoordinator response".into(),
                 };
                 for key in &keys {
@@ -329,7 +330,7 @@ impl CoordinatorLookup {
                 }),
                 _ => Outcome::Retry(
                     GroupError::InvalidResponse {
-                        api: ApiKey::FindCoordinator,
+                        api: ApiKey::FindCoordinator.into(),
                         reason: format!(
                             "coordinator node {node_id} at {host:?}:{port} is not a usable address"
                         ),
@@ -442,9 +443,9 @@ mod tests {
     fn v4(entries: Vec<Coordinator>) -> Result<Response, TransportError> {
         Ok(Response {
             version: 4,
-            body: ResponseKind::FindCoordinator(
+            body: ResponseBody::Kafka(ResponseKind::FindCoordinator(
                 FindCoordinatorResponse::default().with_coordinators(entries),
-            ),
+            )),
         })
     }
 
@@ -540,7 +541,7 @@ mod tests {
         l.handle_response(
             out.id,
             Err(TransportError::UnsupportedApi {
-                api: ApiKey::FindCoordinator,
+                api: ApiKey::FindCoordinator.into(),
                 ours: 4..=6,
                 broker: Some(0..=3),
             }),
@@ -554,12 +555,12 @@ mod tests {
         let v3 = |node| {
             Ok(Response {
                 version: 3,
-                body: ResponseKind::FindCoordinator(
+                body: ResponseBody::Kafka(ResponseKind::FindCoordinator(
                     FindCoordinatorResponse::default()
                         .with_node_id(BrokerId(node))
                         .with_host(StrBytes::from_static_str("h"))
                         .with_port(1),
-                ),
+                )),
             })
         };
         l.handle_response(second.id, v3(2), now);
@@ -599,7 +600,7 @@ mod tests {
             out.id,
             Ok(Response {
                 version: 4,
-                body: ResponseKind::Heartbeat(Default::default()),
+                body: ResponseBody::Kafka(ResponseKind::Heartbeat(Default::default())),
             }),
             now,
         );
@@ -614,7 +615,7 @@ mod tests {
         assert_eq!(
             l.state("g"),
             Some(&KeyState::Failed(GroupError::UnknownErrorCode {
-                api: ApiKey::FindCoordinator,
+                api: ApiKey::FindCoordinator.into(),
                 code: 4242
             }))
         );
@@ -628,7 +629,7 @@ mod tests {
         l.handle_response(
             out.id,
             Err(TransportError::Timeout {
-                api: ApiKey::FindCoordinator,
+                api: ApiKey::FindCoordinator.into(),
                 timeout: Duration::from_secs(1),
             }),
             now,
@@ -637,7 +638,7 @@ mod tests {
         l.handle_timeout(now + Duration::from_secs(2));
         let out = l.poll_request().unwrap();
         let missing = TransportError::UnsupportedApi {
-            api: ApiKey::FindCoordinator,
+            api: ApiKey::FindCoordinator.into(),
             ours: 0..=6,
             broker: None,
         };

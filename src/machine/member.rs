@@ -283,6 +283,7 @@ mod tests {
     use crate::error::codes;
     use std::collections::BTreeSet;
 
+    use crate::request::ResponseBody;
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     use kafka_protocol::messages::{FindCoordinatorResponse, ResponseKind};
     use kafka_protocol::protocol::StrBytes;
@@ -328,7 +329,7 @@ mod tests {
             finds[0],
             Ok(Response {
                 version: 4,
-                body: ResponseKind::FindCoordinator(answer),
+                body: ResponseBody::Kafka(ResponseKind::FindCoordinator(answer)),
             }),
             now,
         );
@@ -420,7 +421,7 @@ mod tests {
             find.id,
             Ok(Response {
                 version: 4,
-                body: ResponseKind::FindCoordinator(coordinator),
+                body: ResponseBody::Kafka(ResponseKind::FindCoordinator(coordinator)),
             }),
             now,
         );
@@ -434,7 +435,7 @@ mod tests {
         }
         let refused = || {
             Err(crate::error::TransportError::UnsupportedApi {
-                api: kafka_protocol::messages::ApiKey::ConsumerGroupHeartbeat,
+                api: kafka_protocol::messages::ApiKey::ConsumerGroupHeartbeat.into(),
                 ours: 0..=1,
                 broker: None,
             })
@@ -465,7 +466,7 @@ mod tests {
         let coordinator = || {
             Ok(Response {
                 version: 4,
-                body: ResponseKind::FindCoordinator(
+                body: ResponseBody::Kafka(ResponseKind::FindCoordinator(
                     FindCoordinatorResponse::default().with_coordinators(vec![
                         Coordinator::default()
                             .with_key(StrBytes::from_static_str("g"))
@@ -473,7 +474,7 @@ mod tests {
                             .with_host(StrBytes::from_static_str("h"))
                             .with_port(9092),
                     ]),
-                ),
+                )),
             })
         };
         let drain = |m: &mut Member| {
@@ -502,7 +503,7 @@ mod tests {
         m.handle_response(
             heartbeat.id,
             Err(TransportError::UnsupportedApi {
-                api: kafka_protocol::messages::ApiKey::ConsumerGroupHeartbeat,
+                api: kafka_protocol::messages::ApiKey::ConsumerGroupHeartbeat.into(),
                 ours: 0..=1,
                 broker: None,
             }),
@@ -530,7 +531,7 @@ mod tests {
             prefetch.id,
             Ok(Response {
                 version: 12,
-                body: ResponseKind::Metadata(Default::default()),
+                body: ResponseBody::Kafka(ResponseKind::Metadata(Default::default())),
             }),
             now,
         );

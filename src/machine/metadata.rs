@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
 use crate::error::GroupError;
-use crate::request::{Broker, Response};
+use crate::request::{Broker, Response, ResponseBody};
 
 /// One topic as Metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,10 +34,10 @@ impl ClusterMetadata {
     /// unusable port is a typed [`GroupError::InvalidResponse`].
     pub fn from_response(response: &Response) -> Result<Self, GroupError> {
         let invalid = |reason: String| GroupError::InvalidResponse {
-            api: ApiKey::Metadata,
+            api: ApiKey::Metadata.into(),
             reason,
         };
-        let ResponseKind::Metadata(r) = &response.body else {
+        let ResponseBody::Kafka(ResponseKind::Metadata(r)) = &response.body else {
             return Err(invalid("the answer is not a Metadata response".into()));
         };
         let mut out = ClusterMetadata {
@@ -110,7 +110,7 @@ mod tests {
     fn response(r: MetadataResponse) -> Response {
         Response {
             version: 12,
-            body: ResponseKind::Metadata(r),
+            body: ResponseBody::Kafka(ResponseKind::Metadata(r)),
         }
     }
 
@@ -148,7 +148,7 @@ mod tests {
         }
         let wrong = Response {
             version: 0,
-            body: ResponseKind::Heartbeat(Default::default()),
+            body: ResponseBody::Kafka(ResponseKind::Heartbeat(Default::default())),
         };
         assert!(ClusterMetadata::from_response(&wrong).is_err());
     }

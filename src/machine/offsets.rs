@@ -21,7 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::TopicPartition;
 use super::events::{CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId};
 use crate::error::{ErrorAction, GroupError, TransportError, classify, codes, error_name};
-use crate::request::{Fit, Response};
+use crate::request::{Fit, Response, ResponseBody};
 
 /// Committed offsets by partition.
 pub type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
@@ -241,7 +241,7 @@ pub(crate) fn answer(
         } => {
             let (result, hint) = match result {
                 Ok(Response {
-                    body: ResponseKind::OffsetCommit(r),
+                    body: ResponseBody::Kafka(ResponseKind::OffsetCommit(r)),
                     ..
                 }) => match commit_answer(&r, &partitions) {
                     Ok(()) => (Ok(()), None),
@@ -257,7 +257,7 @@ pub(crate) fn answer(
         SentOffsets::Fetch { id } => {
             let (result, hint) = match result {
                 Ok(Response {
-                    body: ResponseKind::OffsetFetch(r),
+                    body: ResponseBody::Kafka(ResponseKind::OffsetFetch(r)),
                     ..
                 }) => {
                     let result = fetch_answer(&r, &fence.group, |code, partition| {

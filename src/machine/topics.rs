@@ -184,6 +184,7 @@ impl TopicWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::ResponseBody;
     use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
     use kafka_protocol::messages::{MetadataResponse, ResponseKind, TopicName};
     use kafka_protocol::protocol::StrBytes;
@@ -200,7 +201,9 @@ mod tests {
             .collect();
         Ok(Response {
             version: 12,
-            body: ResponseKind::Metadata(MetadataResponse::default().with_topics(topics)),
+            body: ResponseBody::Kafka(ResponseKind::Metadata(
+                MetadataResponse::default().with_topics(topics),
+            )),
         })
     }
 
@@ -272,7 +275,7 @@ mod tests {
         w.watch(["a".to_string()], t0);
         let (id, _) = check(&mut w);
         let lost = TransportError::Timeout {
-            api: kafka_protocol::messages::ApiKey::Metadata,
+            api: kafka_protocol::messages::ApiKey::Metadata.into(),
             timeout: c.request_timeout,
         };
         w.handle_response(id, Err(lost), t0);

@@ -22,8 +22,14 @@
 //! `tests/streams_wire.rs` checks them byte for byte against kafka-clients 4.4.0's generated
 //! classes (`StreamsGroupHeartbeatRequestData`, ...), both directions, at each version.
 //!
-//! The transport does not send them yet: [`Request::Raw`](crate::request::Request::Raw) carries
-//! a kafka-protocol `RequestKind`, whose closed `ApiKey` has no 88 or 89.
+//! They travel as [`Request::StreamsGroupHeartbeat`](crate::request::Request::StreamsGroupHeartbeat)
+//! / [`Request::StreamsGroupDescribe`](crate::request::Request::StreamsGroupDescribe), and come
+//! back as [`ResponseBody::StreamsGroupHeartbeat`](crate::request::ResponseBody::StreamsGroupHeartbeat)
+//! / [`ResponseBody::StreamsGroupDescribe`](crate::request::ResponseBody::StreamsGroupDescribe),
+//! named by [`Api::STREAMS_GROUP_HEARTBEAT`](crate::request::Api::STREAMS_GROUP_HEARTBEAT) and
+//! [`Api::STREAMS_GROUP_DESCRIBE`](crate::request::Api::STREAMS_GROUP_DESCRIBE) (kafka-protocol's
+//! closed `ApiKey` has no 88 or 89). Their decoders check every count and length against the
+//! bytes left before allocating (`protocol`), so answers from the network need no size walk.
 
 mod protocol;
 

@@ -26,6 +26,7 @@ use crate::machine::TopicPartition;
 #[cfg(doc)]
 use crate::machine::events::Event;
 use crate::machine::events::MemberState;
+use crate::request::{RequestBody, ResponseBody};
 
 /// What the invariants read from a live member, refreshed after the steps that touch it.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,7 +45,7 @@ impl World {
     /// sent later (it was still buffered on a connection the process had closed): the process
     /// and the request's epoch. Notes the heartbeat as processed.
     pub(super) fn stale_heartbeat(&mut self, q: &Queued) -> Option<(usize, i32)> {
-        let RequestKind::ConsumerGroupHeartbeat(r) = &q.frame.body else {
+        let RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) = &q.frame.body else {
             return None;
         };
         let p = self.proc_of_conn(q.conn)?;
@@ -93,7 +94,7 @@ impl World {
     /// A KIP-848 instance-id conflict is answered at once, so the coordinator's instance map
     /// now is the one the answer came from: remember who held the instance id.
     pub(super) fn note_instance_conflict(&mut self, r: &coordinator::Reply) {
-        let ResponseKind::ConsumerGroupHeartbeat(body) = &r.body else {
+        let ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(body)) = &r.body else {
             return;
         };
         if !matches!(

@@ -47,7 +47,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+
+use crate::request::{Api, RequestBody, ResponseBody};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -124,13 +126,13 @@ pub struct Frame {
     /// The correlation id.
     pub correlation: i32,
     /// The API.
-    pub api: ApiKey,
+    pub api: Api,
     /// The version it was sent at.
     pub version: i16,
     /// The client id from the request header.
     pub client_id: String,
     /// The body.
-    pub body: RequestKind,
+    pub body: RequestBody,
 }
 
 /// An answer on its way to a client.
@@ -143,11 +145,11 @@ pub struct Delivery {
     /// The correlation id it answers.
     pub correlation: i32,
     /// The API.
-    pub api: ApiKey,
+    pub api: Api,
     /// The version.
     pub version: i16,
     /// The answer.
-    pub body: ResponseKind,
+    pub body: ResponseBody,
     /// The throttle time the answer carries (zero when the version has no such field).
     pub throttle: Duration,
     /// Whether a client must hold back its next request on the connection for `throttle`
@@ -247,7 +249,7 @@ struct Conn {
     /// Frames on the wire towards the broker.
     on_wire: usize,
     /// Read, not answered yet: (correlation, api, version).
-    in_flight: Option<(i32, ApiKey, i16)>,
+    in_flight: Option<(i32, Api, i16)>,
     /// Muted by a throttle until then (KIP-219).
     throttled_until: Option<Instant>,
     /// Last read or write by the broker (the `Selector`'s idle expiry).
@@ -807,7 +809,7 @@ impl Network {
         conn: ConnId,
         correlation: i32,
         version: i16,
-        mut body: ResponseKind,
+        mut body: ResponseBody,
         now: Instant,
         rng: &mut ChaCha8Rng,
     ) -> AnswerFate {
@@ -1047,8 +1049,19 @@ fn release_if_drained(q: &mut VecDeque<Queued>) {
 
 /// Sets the answer's `throttle_time_ms` when its version has the field
 /// (`AbstractResponse.maybeSetThrottleTimeMs`); whether it does.
-fn set_throttle_time(body: &mut ResponseKind, version: i16, throttle: Duration) -> bool {
+fn set_throttle_time(body: &mut ResponseBody, version: i16, throttle: Duration) -> bool {
     let ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+    let body = match body {
+        ResponseBody::Kafka(body) => body,
+        ResponseBody::StreamsGroupHeartbeat(r) => {
+            r.throttle_time_ms = ms;
+            return true;
+        }
+        ResponseBody::StreamsGroupDescribe(r) => {
+            r.throttle_time_ms = ms;
+            return true;
+        }
+    };
     let field = match body {
         ResponseKind::Heartbeat(r) if version >= 1 => &mut r.throttle_time_ms,
         ResponseKind::JoinGroup(r) if version >= 2 => &mut r.throttle_time_ms,
@@ -1066,8 +1079,12 @@ fn set_throttle_time(body: &mut ResponseKind, version: i16, throttle: Duration) 
 }
 
 /// `AbstractResponse.shouldClientThrottle`: from which version the client, not the broker's
-/// delay, enforces the throttle (KIP-219). ConsumerGroupHeartbeatResponse does not override it.
-fn should_client_throttle(api: ApiKey, version: i16) -> bool {
+/// delay, enforces the throttle (KIP-219). ConsumerGroupHeartbeatResponse and the
+/// StreamsGroup responses do not override it.
+fn should_client_throttle(api: Api, version: i16) -> bool {
+    let Some(api) = api.kafka() else {
+        return false;
+    };
     match api {
         ApiKey::FindCoordinator | ApiKey::SyncGroup | ApiKey::Heartbeat | ApiKey::LeaveGroup => {
             version >= 2
@@ -1080,24 +1097,13 @@ fn should_client_throttle(api: ApiKey, version: i16) -> bool {
 }
 
 /// The API of an answer.
-pub fn api_of(body: &ResponseKind) -> ApiKey {
-    match body {
-        ResponseKind::JoinGroup(_) => ApiKey::JoinGroup,
-        ResponseKind::SyncGroup(_) => ApiKey::SyncGroup,
-        ResponseKind::Heartbeat(_) => ApiKey::Heartbeat,
-        ResponseKind::LeaveGroup(_) => ApiKey::LeaveGroup,
-        ResponseKind::OffsetCommit(_) => ApiKey::OffsetCommit,
-        ResponseKind::OffsetFetch(_) => ApiKey::OffsetFetch,
-        ResponseKind::FindCoordinator(_) => ApiKey::FindCoordinator,
-        ResponseKind::Metadata(_) => ApiKey::Metadata,
-        ResponseKind::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
-        _ => ApiKey::ApiVersions,
-    }
+pub fn api_of(body: &ResponseBody) -> Api {
+    body.api()
 }
 
 #[cfg(test)]
 mod tests {
-    use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+    use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse, RequestKind};
     use rand::SeedableRng;
 
     use super::*;
@@ -1105,10 +1111,10 @@ mod tests {
     fn heartbeat(correlation: i32) -> Frame {
         Frame {
             correlation,
-            api: ApiKey::Heartbeat,
+            api: ApiKey::Heartbeat.into(),
             version: 4,
             client_id: "t".into(),
-            body: RequestKind::Heartbeat(HeartbeatRequest::default()),
+            body: RequestKind::Heartbeat(HeartbeatRequest::default()).into(),
         }
     }
 
@@ -1129,7 +1135,7 @@ mod tests {
         rng: &mut ChaCha8Rng,
     ) -> AnswerFate {
         let body = ResponseKind::Heartbeat(HeartbeatResponse::default());
-        n.answer(conn, correlation, 4, body, now, rng)
+        n.answer(conn, correlation, 4, ResponseBody::Kafka(body), now, rng)
     }
 
     fn answer(n: &mut Network, conn: ConnId, correlation: i32, now: Instant, rng: &mut ChaCha8Rng) {
@@ -1322,7 +1328,7 @@ mod tests {
         let Some(Arrival::Answer(d)) = n.deliver_down(now) else {
             panic!("the answer");
         };
-        let ResponseKind::Heartbeat(r) = &d.body else {
+        let ResponseBody::Kafka(ResponseKind::Heartbeat(r)) = &d.body else {
             panic!("a heartbeat answer");
         };
         assert_eq!(i64::from(r.throttle_time_ms), throttle.as_millis() as i64);
@@ -1410,10 +1416,10 @@ mod tests {
         let t1 = t + Duration::from_secs(5);
         let find = Frame {
             correlation: 2,
-            api: ApiKey::FindCoordinator,
+            api: ApiKey::FindCoordinator.into(),
             version: 4,
             client_id: "t".into(),
-            body: RequestKind::FindCoordinator(Default::default()),
+            body: RequestKind::FindCoordinator(Default::default()).into(),
         };
         n.send(b, find, t1, &mut rng);
         while n.deliver_up(t1, &mut rng).is_some() {}

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -44,7 +45,9 @@ use crate::machine::events::{
 };
 use crate::machine::member::Member;
 use crate::machine::{Machine, TopicPartition};
-use crate::request::{Broker, Outbound, RequestId, Response, Target};
+use crate::request::{
+    Api, Broker, Outbound, RequestBody, RequestId, Response, ResponseBody, Target,
+};
 use crate::transport::wire::{self, BrokerVersions};
 
 /// What the world needs from a member: the sans-IO drive contract ([`Machine`]) plus the
@@ -223,7 +226,7 @@ pub struct MemberHandle(pub usize);
 #[derive(Debug)]
 struct InFlight {
     id: RequestId,
-    api: ApiKey,
+    api: Api,
     deadline: Instant,
     timeout: Duration,
 }
@@ -234,7 +237,7 @@ pub struct Seen {
     /// When.
     pub at: Duration,
     /// The API.
-    pub api: ApiKey,
+    pub api: Api,
     /// The (first) error code.
     pub code: i16,
 }
@@ -497,8 +500,8 @@ impl World {
 
     /// How many answers of `api` reached the request they answer (a request/answer cycle each;
     /// answers to requests that timed out or whose connection closed are not counted).
-    pub fn delivered(&self, api: ApiKey) -> u64 {
-        usize::try_from(api as i16)
+    pub fn delivered(&self, api: impl Into<Api>) -> u64 {
+        usize::try_from(api.into().key())
             .ok()
             .and_then(|i| self.delivered.get(i).copied())
             .unwrap_or(0)
@@ -1343,7 +1346,7 @@ impl World {
             let now = self.now;
             let api = super::network::api_of(&r.body);
             self.note_instance_conflict(&r);
-            if let ResponseKind::JoinGroup(j) = &r.body
+            if let ResponseBody::Kafka(ResponseKind::JoinGroup(j)) = &r.body
                 && j.error_code == super::codes::NONE
                 && let Some(p) = self.proc_of_conn(r.conn)
             {
@@ -1422,7 +1425,7 @@ impl World {
             return;
         };
         let id = f.id;
-        if let Ok(i) = usize::try_from(d.api as i16) {
+        if let Ok(i) = usize::try_from(d.api.key()) {
             if self.delivered.len() <= i {
                 self.delivered.resize(i + 1, 0);
             }
@@ -1720,7 +1723,7 @@ impl World {
                 return fail(self, e);
             }
         };
-        if let RequestKind::ConsumerGroupHeartbeat(r) = &body {
+        if let RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) = &body {
             self.procs[p].member_ids.insert(r.member_id.to_string(), ());
         }
         self.procs[p].next_correlation += 1;
@@ -1882,12 +1885,12 @@ pub(super) fn fmt_partitions(ps: &[TopicPartition]) -> String {
 
 /// Encodes a request as the client would and decodes it as the broker would.
 fn roundtrip_request(
-    body: &RequestKind,
-    api: ApiKey,
+    body: &RequestBody,
+    api: Api,
     version: i16,
     correlation: i32,
     client_id: &str,
-) -> Result<RequestKind, TransportError> {
+) -> Result<RequestBody, TransportError> {
     let frame = wire::encode_request(body, api, version, correlation, client_id)?;
     let frame = Bytes::from(frame).slice(4..);
     let (_, body) = wire::decode_request(frame)?;
@@ -1896,11 +1899,11 @@ fn roundtrip_request(
 
 /// Encodes an answer as the broker would and decodes it as the client would.
 fn roundtrip_response(
-    body: &ResponseKind,
-    api: ApiKey,
+    body: &ResponseBody,
+    api: Api,
     version: i16,
     correlation: i32,
-) -> Result<ResponseKind, TransportError> {
+) -> Result<ResponseBody, TransportError> {
     let frame = wire::encode_response(body, api, version, correlation)?;
     let frame = Bytes::from(frame).slice(4..);
     Ok(wire::decode_response(frame, api, version)?.body)

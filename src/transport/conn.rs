@@ -20,13 +20,13 @@ use tokio::task::JoinHandle;
 
 use super::wire::{self, BrokerVersions};
 use crate::error::{TransportError, codes};
-use crate::request::{Request, Response};
+use crate::request::{Api, Request, RequestBody, Response, ResponseBody};
 
 /// Reads of a frame body grow the buffer at most this much at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
 struct Pending {
-    api: ApiKey,
+    api: Api,
     version: i16,
     reply: oneshot::Sender<Result<Response, TransportError>>,
 }
@@ -104,19 +104,19 @@ impl Connection {
     async fn api_versions(&self, timeout: Duration) -> Result<BrokerVersions, TransportError> {
         let mut version = ApiKey::ApiVersions.valid_versions().max;
         for _ in 0..2 {
-            let body = RequestKind::ApiVersions(
+            let body = RequestBody::Kafka(RequestKind::ApiVersions(
                 ApiVersionsRequest::default()
                     .with_client_software_name(StrBytes::from_static_str("consumer-membership"))
                     .with_client_software_version(StrBytes::from_static_str(env!(
                         "CARGO_PKG_VERSION"
                     ))),
-            );
+            ));
             let r = self
-                .send_at(body, ApiKey::ApiVersions, version, timeout)
+                .send_at(body, ApiKey::ApiVersions.into(), version, timeout)
                 .await?;
-            let ResponseKind::ApiVersions(r) = r.body else {
+            let ResponseBody::Kafka(ResponseKind::ApiVersions(r)) = r.body else {
                 return Err(TransportError::Decode {
-                    api: ApiKey::ApiVersions,
+                    api: ApiKey::ApiVersions.into(),
                     version,
                     reason: "the answer is not an ApiVersions response".into(),
                 });
@@ -180,8 +180,8 @@ impl Connection {
 
     async fn send_at(
         &self,
-        body: RequestKind,
-        api: ApiKey,
+        body: RequestBody,
+        api: Api,
         version: i16,
         timeout: Duration,
     ) -> Result<Response, TransportError> {
@@ -393,7 +393,7 @@ mod tests {
     /// What the fake broker does with one request.
     #[allow(clippy::large_enum_variant)]
     enum Act {
-        Reply(ResponseKind),
+        Reply(ResponseBody),
         /// Write these bytes instead of an answer.
         Raw(Vec<u8>),
         /// Keep the request, answer nothing.
@@ -401,31 +401,35 @@ mod tests {
         /// Answer the held FindCoordinator requests, newest first, then this one, each with a
         /// coordinator entry echoing the request's key.
         EchoKeysReversed,
+        /// Answer a StreamsGroupHeartbeat (decoded by the generated decoder) with a generated
+        /// response: its member id, the epoch after its own, a 5 s interval.
+        #[cfg(feature = "sim")]
+        EchoStreamsHeartbeat,
         /// Close the connection.
         Close,
     }
 
-    fn versions_response(ranges: &[(ApiKey, i16, i16)]) -> ResponseKind {
-        ResponseKind::ApiVersions(
+    fn versions_response(ranges: &[(Api, i16, i16)]) -> ResponseBody {
+        ResponseBody::Kafka(ResponseKind::ApiVersions(
             ApiVersionsResponse::default().with_api_keys(
                 ranges
                     .iter()
                     .map(|&(k, lo, hi)| {
                         ApiVersion::default()
-                            .with_api_key(k as i16)
+                            .with_api_key(k.key())
                             .with_min_version(lo)
                             .with_max_version(hi)
                     })
                     .collect(),
             ),
-        )
+        ))
     }
 
-    fn default_versions() -> ResponseKind {
+    fn default_versions() -> ResponseBody {
         versions_response(&[
-            (ApiKey::ApiVersions, 0, 4),
-            (ApiKey::FindCoordinator, 0, 6),
-            (ApiKey::JoinGroup, 0, 4),
+            (ApiKey::ApiVersions.into(), 0, 4),
+            (ApiKey::FindCoordinator.into(), 0, 6),
+            (ApiKey::JoinGroup.into(), 0, 4),
         ])
     }
 
@@ -435,7 +439,7 @@ mod tests {
         mut script: impl FnMut(usize, &RequestHeader) -> Act + Send + 'static,
     ) {
         tokio::spawn(async move {
-            let mut held: Vec<(RequestHeader, RequestKind)> = Vec::new();
+            let mut held: Vec<(RequestHeader, RequestBody)> = Vec::new();
             for n in 0.. {
                 let mut size = [0u8; 4];
                 if io.read_exact(&mut size).await.is_err() {
@@ -447,8 +451,8 @@ mod tests {
                 }
                 let (header, body) =
                     wire::decode_request(Bytes::from(frame)).expect("client sends valid requests");
-                let answer = |h: &RequestHeader, body: &ResponseKind| {
-                    let api = ApiKey::try_from(h.request_api_key).unwrap();
+                let answer = |h: &RequestHeader, body: &ResponseBody| {
+                    let api = Api::from_key(h.request_api_key).unwrap();
                     wire::encode_response(body, api, h.request_api_version, h.correlation_id)
                         .unwrap()
                 };
@@ -459,17 +463,29 @@ mod tests {
                     }
                     Act::Hold => held.push((header, body)),
                     Act::Close => return,
+                    #[cfg(feature = "sim")]
+                    Act::EchoStreamsHeartbeat => {
+                        let RequestBody::StreamsGroupHeartbeat(req) = body else {
+                            panic!("{body:?}")
+                        };
+                        let echo = crate::messages::StreamsGroupHeartbeatResponse::default()
+                            .with_member_id(req.member_id.clone())
+                            .with_member_epoch(req.member_epoch + 1)
+                            .with_heartbeat_interval_ms(5000);
+                        let echo = ResponseBody::StreamsGroupHeartbeat(echo);
+                        io.write_all(&answer(&header, &echo)).await.unwrap();
+                    }
                     Act::EchoKeysReversed => {
                         held.push((header, body));
                         for (h, body) in held.drain(..).rev() {
-                            let RequestKind::FindCoordinator(req) = body else {
+                            let RequestBody::Kafka(RequestKind::FindCoordinator(req)) = body else {
                                 panic!("{body:?}")
                             };
                             let entry = kafka_protocol::messages::find_coordinator_response::Coordinator::default()
                                 .with_key(req.coordinator_keys[0].clone());
-                            let echo = ResponseKind::FindCoordinator(
+                            let echo = ResponseBody::Kafka(ResponseKind::FindCoordinator(
                                 FindCoordinatorResponse::default().with_coordinators(vec![entry]),
-                            );
+                            ));
                             io.write_all(&answer(&h, &echo)).await.unwrap();
                         }
                     }
@@ -525,7 +541,7 @@ mod tests {
         for (r, key) in [(a, "a"), (b, "b"), (c, "c")] {
             let r = r.unwrap();
             assert_eq!(r.version, 6);
-            let ResponseKind::FindCoordinator(r) = r.body else {
+            let Some(ResponseKind::FindCoordinator(r)) = r.kafka() else {
                 panic!()
             };
             assert_eq!(
@@ -551,13 +567,87 @@ mod tests {
         assert_eq!(
             e,
             TransportError::UnsupportedApi {
-                api: ApiKey::JoinGroup,
+                api: ApiKey::JoinGroup.into(),
                 ours: 5..=9,
                 broker: Some(0..=4)
             }
         );
         // Nothing was sent, the connection is fine.
         assert!(!conn.is_failed());
+    }
+
+    fn streams_heartbeat(epoch: i32) -> Request {
+        Request::StreamsGroupHeartbeat {
+            body: Box::new(
+                crate::messages::StreamsGroupHeartbeatRequest::default()
+                    .with_group_id(StrBytes::from_static_str("app").into())
+                    .with_member_id(StrBytes::from_static_str("m-1"))
+                    .with_member_epoch(epoch),
+            ),
+            versions: 0..=1,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broker_without_streams_groups_refuses_the_heartbeat_typed() {
+        // A broker that does not advertise API key 88 (streams protocol off, or before 4.1).
+        let conn = connect(|_, _| Act::Reply(default_versions()))
+            .await
+            .unwrap();
+        let e = conn.send(&streams_heartbeat(0), T).await.unwrap_err();
+        assert_eq!(
+            e,
+            TransportError::UnsupportedApi {
+                api: Api::STREAMS_GROUP_HEARTBEAT,
+                ours: 0..=1,
+                broker: None
+            }
+        );
+        assert!(
+            e.to_string()
+                .starts_with("StreamsGroupHeartbeat: no common version"),
+            "{e}"
+        );
+        // Nothing was sent, the connection is fine.
+        assert!(!conn.is_failed());
+    }
+
+    #[cfg(feature = "sim")]
+    #[tokio::test]
+    async fn a_streams_group_heartbeat_goes_through_at_the_negotiated_version() {
+        for (broker_max, want) in [(1, 1), (0, 0)] {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let log = seen.clone();
+            let conn = connect(move |n, h| {
+                log.lock()
+                    .unwrap()
+                    .push((h.request_api_key, h.request_api_version));
+                match n {
+                    0 => Act::Reply(versions_response(&[
+                        (ApiKey::ApiVersions.into(), 0, 4),
+                        (Api::STREAMS_GROUP_HEARTBEAT, 0, broker_max),
+                    ])),
+                    _ => Act::EchoStreamsHeartbeat,
+                }
+            })
+            .await
+            .unwrap();
+            assert_eq!(
+                conn.versions().get(Api::STREAMS_GROUP_HEARTBEAT),
+                Some(0..=broker_max)
+            );
+            let r = conn.send(&streams_heartbeat(4), T).await.unwrap();
+            assert_eq!(r.version, want);
+            let ResponseBody::StreamsGroupHeartbeat(body) = &r.body else {
+                panic!("{r:?}")
+            };
+            assert_eq!(body.member_id.as_str(), "m-1");
+            assert_eq!(body.member_epoch, 5);
+            assert_eq!(body.heartbeat_interval_ms, 5000);
+            assert_eq!(r.body.api(), Api::STREAMS_GROUP_HEARTBEAT);
+            assert_eq!(seen.lock().unwrap()[1], (88, want));
+            assert!(!conn.is_failed());
+        }
     }
 
     #[tokio::test]
@@ -577,7 +667,7 @@ mod tests {
                 );
                 Act::Raw(
                     wire::encode_response(
-                        &ResponseKind::ApiVersions(r),
+                        &ResponseBody::Kafka(ResponseKind::ApiVersions(r)),
                         ApiKey::ApiVersions,
                         0,
                         h.correlation_id,
@@ -696,10 +786,10 @@ mod tests {
             matches!(
                 e,
                 TransportError::Decode {
-                    api: ApiKey::FindCoordinator,
+                    api,
                     version: 6,
                     ..
-                }
+                } if api == ApiKey::FindCoordinator
             ),
             "{e:?}"
         );
@@ -741,7 +831,7 @@ mod tests {
         assert_eq!(
             e,
             TransportError::Timeout {
-                api: ApiKey::FindCoordinator,
+                api: ApiKey::FindCoordinator.into(),
                 timeout: Duration::from_millis(50)
             }
         );

@@ -6,12 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kafka_protocol::messages::{RequestKind, ResponseKind};
-
 use super::Transport;
 use super::wire::{self, BrokerVersions};
 use crate::error::TransportError;
-use crate::request::{Request, Response, Target};
+use crate::request::{Request, RequestBody, Response, ResponseBody, Target};
 
 /// Answers one decoded request: `(target, body, version)` to a response body or an error.
 pub trait Handler: Send + 'static {
@@ -19,22 +17,25 @@ pub trait Handler: Send + 'static {
     fn handle(
         &mut self,
         target: &Target,
-        body: RequestKind,
+        body: RequestBody,
         version: i16,
-    ) -> Result<ResponseKind, TransportError>;
+    ) -> Result<ResponseBody, TransportError>;
 }
 
-impl<F> Handler for F
+/// A closure answering with a [`ResponseBody`] or anything that converts into one (a
+/// kafka-protocol `ResponseKind`).
+impl<F, R> Handler for F
 where
-    F: FnMut(&Target, RequestKind, i16) -> Result<ResponseKind, TransportError> + Send + 'static,
+    F: FnMut(&Target, RequestBody, i16) -> Result<R, TransportError> + Send + 'static,
+    R: Into<ResponseBody>,
 {
     fn handle(
         &mut self,
         target: &Target,
-        body: RequestKind,
+        body: RequestBody,
         version: i16,
-    ) -> Result<ResponseKind, TransportError> {
-        self(target, body, version)
+    ) -> Result<ResponseBody, TransportError> {
+        self(target, body, version).map(Into::into)
     }
 }
 
@@ -43,7 +44,7 @@ where
 pub struct MemoryTransport {
     handler: Arc<Mutex<dyn Handler>>,
     versions: Arc<Mutex<BrokerVersions>>,
-    sent: Arc<Mutex<Vec<(Target, RequestKind, i16)>>>,
+    sent: Arc<Mutex<Vec<(Target, RequestBody, i16)>>>,
 }
 
 impl std::fmt::Debug for MemoryTransport {
@@ -53,8 +54,8 @@ impl std::fmt::Debug for MemoryTransport {
 }
 
 impl MemoryTransport {
-    /// A transport answering with `handler`, as a broker serving every version kafka-protocol
-    /// knows.
+    /// A transport answering with `handler`, as a broker serving every API and version this
+    /// crate encodes ([`BrokerVersions::all`], the streams-group APIs included).
     pub fn new(handler: impl Handler) -> Self {
         Self {
             handler: Arc::new(Mutex::new(handler)),
@@ -69,7 +70,7 @@ impl MemoryTransport {
     }
 
     /// Every request sent so far, as the broker decoded it, with its target and version.
-    pub fn sent(&self) -> Vec<(Target, RequestKind, i16)> {
+    pub fn sent(&self) -> Vec<(Target, RequestBody, i16)> {
         self.sent.lock().expect("lock").clone()
     }
 

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256, Sha512};
 use super::conn::Connection;
 use crate::config::{SaslMechanism, Secret};
 use crate::error::{TransportError, codes};
-use crate::request::Request;
+use crate::request::{Request, ResponseBody};
 
 /// Kafka's minimum SCRAM iteration count (ScramMechanism.minIterations); fewer is refused as a
 /// downgrade.
@@ -68,7 +68,7 @@ pub(crate) async fn authenticate(
         fit: None,
     };
     let r = conn.send(&handshake, timeout).await?;
-    let ResponseKind::SaslHandshake(r) = r.body else {
+    let ResponseBody::Kafka(ResponseKind::SaslHandshake(r)) = r.body else {
         return Err(auth_error(
             mechanism,
             "the answer is not a SaslHandshake response",
@@ -118,7 +118,7 @@ async fn exchange(
         fit: None,
     };
     let r = conn.send(&request, timeout).await?;
-    let ResponseKind::SaslAuthenticate(r) = r.body else {
+    let ResponseBody::Kafka(ResponseKind::SaslAuthenticate(r)) = r.body else {
         return Err(auth_error(
             mechanism,
             "the answer is not a SaslAuthenticate response",

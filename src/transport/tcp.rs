@@ -12,7 +12,7 @@ use super::conn::Connection;
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::ClientConfig;
 use crate::error::TransportError;
-use crate::request::{Request, Response, Target};
+use crate::request::{Request, Response, ResponseBody, Target};
 
 /// Connections are keyed by target kind and node id: the coordinator connection is separate from
 /// the data connection to the same broker.
@@ -471,7 +471,7 @@ impl TcpTransport {
 
     /// Takes the broker list from a Metadata answer.
     fn learn(&self, response: &Response) {
-        let ResponseKind::Metadata(r) = &response.body else {
+        let ResponseBody::Kafka(ResponseKind::Metadata(r)) = &response.body else {
             return;
         };
         let addrs: BTreeMap<i32, String> = r

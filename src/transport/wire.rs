@@ -5,13 +5,11 @@ use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
-};
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::error::TransportError;
-use crate::request::{Request, Response};
+use crate::request::{Api, Request, RequestBody, Response, ResponseBody};
 
 /// The API versions a broker advertised in its ApiVersions answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,36 +27,36 @@ impl BrokerVersions {
         )
     }
 
-    /// Every API at every version kafka-protocol knows (for in-memory peers).
+    /// Every API this crate can name ([`Api::all`]: kafka-protocol's and the streams-group ones)
+    /// at every version it encodes (for in-memory peers).
     pub fn all() -> Self {
-        Self(
-            ApiKey::iter()
-                .map(|k| {
-                    let v = k.valid_versions();
-                    (k as i16, v.min..=v.max)
-                })
-                .collect(),
-        )
+        Self(Api::all().map(|api| (api.key(), api.versions())).collect())
     }
 
     /// The range the broker serves for `api`.
-    pub fn get(&self, api: ApiKey) -> Option<RangeInclusive<i16>> {
-        self.0.get(&(api as i16)).cloned()
+    pub fn get(&self, api: impl Into<Api>) -> Option<RangeInclusive<i16>> {
+        self.0.get(&api.into().key()).cloned()
     }
 
     /// Restricts `api` to `range` (`None` removes it), e.g. to model an older broker.
-    pub fn set(&mut self, api: ApiKey, range: Option<RangeInclusive<i16>>) {
+    pub fn set(&mut self, api: impl Into<Api>, range: Option<RangeInclusive<i16>>) {
+        let key = api.into().key();
         match range {
-            Some(r) => self.0.insert(api as i16, r),
-            None => self.0.remove(&(api as i16)),
+            Some(r) => self.0.insert(key, r),
+            None => self.0.remove(&key),
         };
     }
 
-    /// The highest version of `api` in `ours`, in what kafka-protocol can encode, and in what the
-    /// broker serves; a typed error naming the API when there is none.
-    pub fn negotiate(&self, api: ApiKey, ours: RangeInclusive<i16>) -> Result<i16, TransportError> {
-        let codec = api.valid_versions();
-        let ours = *ours.start().max(&codec.min)..=*ours.end().min(&codec.max);
+    /// The highest version of `api` in `ours`, in what this crate can encode ([`Api::versions`]),
+    /// and in what the broker serves; a typed error naming the API when there is none.
+    pub fn negotiate(
+        &self,
+        api: impl Into<Api>,
+        ours: RangeInclusive<i16>,
+    ) -> Result<i16, TransportError> {
+        let api = api.into();
+        let codec = api.versions();
+        let ours = *ours.start().max(codec.start())..=*ours.end().min(codec.end());
         let broker = self.get(api);
         let Some(theirs) = broker.clone() else {
             return Err(TransportError::UnsupportedApi { api, ours, broker });
@@ -74,19 +72,20 @@ impl BrokerVersions {
 
 /// Encodes a whole request frame, size prefix included.
 pub fn encode_request(
-    body: &RequestKind,
-    api: ApiKey,
+    body: &RequestBody,
+    api: impl Into<Api>,
     version: i16,
     correlation_id: i32,
     client_id: &str,
 ) -> Result<BytesMut, TransportError> {
+    let api = api.into();
     let encode_err = |e: anyhow::Error| TransportError::Encode {
         api,
         version,
         reason: e.to_string(),
     };
     let header = RequestHeader::default()
-        .with_request_api_key(api as i16)
+        .with_request_api_key(api.key())
         .with_request_api_version(version)
         .with_correlation_id(correlation_id)
         .with_client_id(Some(StrBytes::from_string(client_id.to_owned())));
@@ -121,13 +120,18 @@ pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
 /// SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ConsumerGroupHeartbeat) and the
 /// ones a [`Request::Raw`] plausibly asks for (Fetch, ListOffsets, Produce, CreateTopics,
 /// DescribeGroups, ConsumerGroupDescribe), at every version kafka-protocol 0.18.0 decodes. An
-/// answer of any other API is a [`TransportError::Decode`] naming it, never decoded unchecked
-/// ([`build`] refuses to send such a request in the first place).
+/// answer of any other kafka-protocol API is a [`TransportError::Decode`] naming it, never
+/// decoded unchecked ([`build`] refuses to send such a request in the first place).
+///
+/// The streams-group answers (StreamsGroupHeartbeat, StreamsGroupDescribe, v0-1) are decoded by
+/// the generated decoders of [`crate::messages`], which check every count and length against
+/// the bytes left themselves before allocating for it.
 pub fn decode_response(
     mut frame: Bytes,
-    api: ApiKey,
+    api: impl Into<Api>,
     version: i16,
 ) -> Result<Response, TransportError> {
+    let api = api.into();
     let decode_err = |e: anyhow::Error| TransportError::Decode {
         api,
         version,
@@ -150,10 +154,16 @@ pub fn decode_response(
     };
     // Every count and length is checked against the bytes left before kafka-protocol reserves
     // room for it (see `layout`): the published kafka-protocol 0.18.0 does not cap them. An API
-    // or version without a layout fails here.
-    super::layout::check_sizes(api, version, &frame).map_err(decode_err)?;
+    // or version without a layout fails here. The streams-group decoders check their own.
+    if let Some(kafka) = api.kafka() {
+        super::layout::check_sizes(kafka, version, &frame).map_err(decode_err)?;
+    } else if !api.versions().contains(&version) {
+        return Err(decode_err(format!(
+            "{api:?} v{version} responses are not decoded"
+        )));
+    }
     let body =
-        ResponseKind::decode(api, &mut frame, version).map_err(|e| decode_err(e.to_string()))?;
+        ResponseBody::decode(api, &mut frame, version).map_err(|e| decode_err(e.to_string()))?;
     Ok(Response { version, body })
 }
 
@@ -164,21 +174,21 @@ pub fn decode_response(
 /// frames [`encode_request`] made: unlike [`decode_response`] it does not walk the body first, so
 /// it is not meant for bytes from the network.
 #[cfg(any(test, feature = "sim"))]
-pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), TransportError> {
+pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestBody), TransportError> {
     let err = |e: anyhow::Error| TransportError::Decode {
-        api: ApiKey::ApiVersions,
+        api: ApiKey::ApiVersions.into(),
         version: -1,
         reason: format!("request: {e}"),
     };
     if frame.len() < 4 {
         return Err(err(anyhow::anyhow!("frame shorter than a request header")));
     }
-    let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]]))
-        .map_err(|_| err(anyhow::anyhow!("unknown api key")))?;
+    let api = Api::from_key(i16::from_be_bytes([frame[0], frame[1]]))
+        .ok_or_else(|| err(anyhow::anyhow!("unknown api key")))?;
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let header =
         RequestHeader::decode(&mut frame, api.request_header_version(version)).map_err(err)?;
-    let body = RequestKind::decode(api, &mut frame, version).map_err(err)?;
+    let body = RequestBody::decode(api, &mut frame, version).map_err(err)?;
     Ok((header, body))
 }
 
@@ -186,11 +196,12 @@ pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), 
 /// kafka-protocol's `broker` half).
 #[cfg(any(test, feature = "sim"))]
 pub fn encode_response(
-    body: &ResponseKind,
-    api: ApiKey,
+    body: &ResponseBody,
+    api: impl Into<Api>,
     version: i16,
     correlation_id: i32,
 ) -> Result<BytesMut, TransportError> {
+    let api = api.into();
     let err = |e: anyhow::Error| TransportError::Encode {
         api,
         version,
@@ -218,18 +229,25 @@ pub fn encode_response(
 pub fn build(
     request: &Request,
     versions: &BrokerVersions,
-) -> Result<(ApiKey, i16, RequestKind), TransportError> {
+) -> Result<(Api, i16, RequestBody), TransportError> {
     let api = request.api_key();
     let ours = request.versions();
     let version = versions.negotiate(api, ours.clone())?;
-    let walked = super::layout::known_versions(api)
-        .map(|(lo, hi)| *ours.start().max(&lo)..=*ours.end().min(&hi))
-        .filter(|r| !r.is_empty());
+    // The streams-group answers need no walk (their decoders check sizes themselves): every
+    // version this crate encodes is safe to decode.
+    let walked = match api.kafka() {
+        Some(kafka) => super::layout::known_versions(kafka),
+        None => Some((*api.versions().start(), *api.versions().end())),
+    }
+    .map(|(lo, hi)| *ours.start().max(&lo)..=*ours.end().min(&hi))
+    .filter(|r| !r.is_empty());
     let version = match walked {
         Some(walked) if walked.contains(&version) => version,
         Some(walked) => versions.negotiate(api, walked)?,
         None => {
-            let reason = super::layout::no_layout(api, version)
+            let reason = api
+                .kafka()
+                .and_then(|kafka| super::layout::no_layout(kafka, version))
                 .unwrap_or_else(|| format!("no size layout for {api:?} v{ours:?} responses"));
             return Err(TransportError::Decode {
                 api,
@@ -251,6 +269,7 @@ mod tests {
     use super::*;
     use crate::error::codes;
     use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{RequestKind, ResponseKind};
 
     fn broker(ranges: &[(ApiKey, i16, i16)]) -> BrokerVersions {
         BrokerVersions::from_response(
@@ -285,7 +304,7 @@ mod tests {
         assert_eq!(
             e,
             TransportError::UnsupportedApi {
-                api: ApiKey::FindCoordinator,
+                api: ApiKey::FindCoordinator.into(),
                 ours: 4..=6,
                 broker: Some(0..=3)
             }
@@ -327,7 +346,7 @@ mod tests {
     #[test]
     fn response_decoding_errors_are_typed() {
         let frame = encode_response(
-            &ResponseKind::Heartbeat(Default::default()),
+            &ResponseKind::Heartbeat(Default::default()).into(),
             ApiKey::Heartbeat,
             4,
             7,
@@ -344,10 +363,10 @@ mod tests {
                 matches!(
                     r,
                     Err(TransportError::Decode {
-                        api: ApiKey::Heartbeat,
+                        api,
                         version: 4,
                         ..
-                    })
+                    }) if api == ApiKey::Heartbeat
                 ),
                 "cut {cut}: {r:?}"
             );
@@ -367,9 +386,9 @@ mod tests {
             matches!(
                 r,
                 Err(TransportError::Decode {
-                    api: ApiKey::ApiVersions,
+                    api,
                     ..
-                })
+                }) if api == ApiKey::ApiVersions
             ),
             "{r:?}"
         );
@@ -386,7 +405,7 @@ mod tests {
     fn answers_without_a_layout_are_refused_and_their_requests_not_built() {
         // DeleteTopics has no size layout: its answer is refused, not decoded unchecked.
         let frame = encode_response(
-            &ResponseKind::DeleteTopics(Default::default()),
+            &ResponseKind::DeleteTopics(Default::default()).into(),
             ApiKey::DeleteTopics,
             4,
             7,
@@ -395,8 +414,8 @@ mod tests {
         .freeze();
         let r = decode_response(frame.slice(4..), ApiKey::DeleteTopics, 4);
         assert!(
-            matches!(&r, Err(TransportError::Decode { api: ApiKey::DeleteTopics, version: 4, reason })
-                if reason.contains("DeleteTopics")),
+            matches!(&r, Err(TransportError::Decode { api, version: 4, reason })
+                if *api == ApiKey::DeleteTopics && reason.contains("DeleteTopics")),
             "{r:?}"
         );
         // ... and such a request is not sent.
@@ -412,8 +431,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(&e, TransportError::Decode { api: ApiKey::DeleteTopics, reason, .. }
-                if reason.starts_with("not sent")),
+            matches!(&e, TransportError::Decode { api, reason, .. }
+                if *api == ApiKey::DeleteTopics && reason.starts_with("not sent")),
             "{e:?}"
         );
         // A walked API is negotiated within the walked versions (Fetch: v4-18): a request for
@@ -438,15 +457,100 @@ mod tests {
                 .with_min_version(0)
                 .with_max_version(2),
         );
-        let frame = encode_response(&ResponseKind::ApiVersions(v0), ApiKey::ApiVersions, 0, 1)
-            .unwrap()
-            .freeze();
+        let frame = encode_response(
+            &ResponseKind::ApiVersions(v0).into(),
+            ApiKey::ApiVersions,
+            0,
+            1,
+        )
+        .unwrap()
+        .freeze();
         let r = decode_response(frame.slice(4..), ApiKey::ApiVersions, 3).unwrap();
         assert_eq!(r.version, 0);
-        let ResponseKind::ApiVersions(r) = r.body else {
+        let ResponseBody::Kafka(ResponseKind::ApiVersions(r)) = r.body else {
             panic!()
         };
         assert_eq!(r.error_code, 35);
         assert_eq!(r.api_keys[0].max_version, 2);
+    }
+
+    #[test]
+    fn streams_requests_are_negotiated_and_built_like_any_other() {
+        let heartbeat = Request::StreamsGroupHeartbeat {
+            body: Box::new(crate::messages::StreamsGroupHeartbeatRequest::default()),
+            versions: 0..=1,
+        };
+        // Not advertised: typed, naming the API.
+        let e = build(&heartbeat, &broker(&[(ApiKey::ApiVersions, 0, 4)])).unwrap_err();
+        assert_eq!(
+            e,
+            TransportError::UnsupportedApi {
+                api: Api::STREAMS_GROUP_HEARTBEAT,
+                ours: 0..=1,
+                broker: None
+            }
+        );
+        // Advertised: the highest common version, within what the generated codec speaks.
+        let mut b = BrokerVersions::default();
+        b.set(Api::STREAMS_GROUP_HEARTBEAT, Some(0..=7));
+        let (api, version, body) = build(&heartbeat, &b).unwrap();
+        assert_eq!((api, version), (Api::STREAMS_GROUP_HEARTBEAT, 1));
+        assert!(matches!(body, RequestBody::StreamsGroupHeartbeat(_)));
+        b.set(Api::STREAMS_GROUP_HEARTBEAT, Some(0..=0));
+        assert_eq!(build(&heartbeat, &b).unwrap().1, 0);
+        assert_eq!(b.negotiate(Api::STREAMS_GROUP_HEARTBEAT, 0..=5), Ok(0));
+        // Every in-memory peer serves them.
+        assert_eq!(
+            BrokerVersions::all().get(Api::STREAMS_GROUP_DESCRIBE),
+            Some(0..=1)
+        );
+    }
+
+    #[cfg(feature = "sim")]
+    #[test]
+    fn streams_frames_round_trip() {
+        use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
+        let body = RequestBody::StreamsGroupHeartbeat(
+            StreamsGroupHeartbeatRequest::default()
+                .with_member_id(StrBytes::from_static_str("m"))
+                .with_member_epoch(3),
+        );
+        for version in 0..=1 {
+            let frame =
+                encode_request(&body, Api::STREAMS_GROUP_HEARTBEAT, version, 9, "c").unwrap();
+            let (header, decoded) = decode_request(frame.freeze().slice(4..)).unwrap();
+            assert_eq!(header.request_api_key, 88);
+            assert_eq!(header.request_api_version, version);
+            assert_eq!(header.client_id.as_deref(), Some("c"));
+            assert_eq!(decoded, body);
+            let answer = ResponseBody::StreamsGroupHeartbeat(
+                StreamsGroupHeartbeatResponse::default().with_member_epoch(4),
+            );
+            let frame = encode_response(&answer, Api::STREAMS_GROUP_HEARTBEAT, version, 9)
+                .unwrap()
+                .freeze();
+            assert_eq!(peek_correlation_id(&frame[4..]), Some(9));
+            let r =
+                decode_response(frame.slice(4..), Api::STREAMS_GROUP_HEARTBEAT, version).unwrap();
+            assert_eq!((r.version, &r.body), (version, &answer));
+            // Cut short anywhere: a typed decode error naming the API.
+            for cut in 4..frame.len() {
+                let r = decode_response(frame.slice(4..cut), Api::STREAMS_GROUP_HEARTBEAT, version);
+                assert!(
+                    matches!(&r, Err(TransportError::Decode { api, .. }) if *api == Api::STREAMS_GROUP_HEARTBEAT),
+                    "cut {cut}: {r:?}"
+                );
+            }
+        }
+        // A version the generated codec does not speak is refused before decoding.
+        let r = decode_response(
+            Bytes::from_static(&[0, 0, 0, 1, 0]),
+            Api::STREAMS_GROUP_DESCRIBE,
+            2,
+        );
+        assert!(
+            matches!(r, Err(TransportError::Decode { version: 2, .. })),
+            "{r:?}"
+        );
     }
 }

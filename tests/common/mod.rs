@@ -9,7 +9,7 @@ use std::time::Duration;
 use consumer_membership::ClientConfig;
 use consumer_membership::config::GroupProtocol;
 use consumer_membership::machine::events::MemberState;
-use consumer_membership::request::{Request, Response, Target};
+use consumer_membership::request::{Request, Response, ResponseBody, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{CreateTopicsRequest, RequestKind, ResponseKind, TopicName};
@@ -51,7 +51,7 @@ pub async fn described_members(bootstrap: &str, group: &str) -> Vec<String> {
         )
         .await;
     let Ok(Response {
-        body: ResponseKind::ConsumerGroupDescribe(r),
+        body: ResponseBody::Kafka(ResponseKind::ConsumerGroupDescribe(r)),
         ..
     }) = r
     else {
@@ -100,7 +100,7 @@ pub async fn create_topic<T: Transport>(t: &T, topic: &str, partitions: i32) {
         )
         .await
         .expect("CreateTopics answered");
-    let ResponseKind::CreateTopics(r) = r.body else {
+    let ResponseBody::Kafka(ResponseKind::CreateTopics(r)) = r.body else {
         panic!("not a CreateTopics answer")
     };
     assert_eq!(
@@ -420,3 +420,4 @@ pub async fn wait_balanced(
 }
 pub mod java_peer;
 pub mod proxy;
+pub mod streams_peer;

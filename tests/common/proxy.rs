@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use consumer_membership::request::{RequestBody, ResponseBody};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -541,32 +542,32 @@ fn describe_request(frame: &Bytes) -> String {
         return String::new();
     };
     match body {
-        RequestKind::JoinGroup(r) => format!(
+        RequestBody::Kafka(RequestKind::JoinGroup(r)) => format!(
             "member_id={:?} instance={:?}",
             r.member_id.as_str(),
             r.group_instance_id.as_deref()
         ),
-        RequestKind::SyncGroup(r) => format!(
+        RequestBody::Kafka(RequestKind::SyncGroup(r)) => format!(
             "member_id={:?} generation={}",
             r.member_id.as_str(),
             r.generation_id
         ),
-        RequestKind::Heartbeat(r) => format!(
+        RequestBody::Kafka(RequestKind::Heartbeat(r)) => format!(
             "member_id={:?} generation={}",
             r.member_id.as_str(),
             r.generation_id
         ),
-        RequestKind::OffsetCommit(r) => format!(
+        RequestBody::Kafka(RequestKind::OffsetCommit(r)) => format!(
             "member_id={:?} generation={}",
             r.member_id.as_str(),
             r.generation_id_or_member_epoch
         ),
-        RequestKind::ConsumerGroupHeartbeat(r) => format!(
+        RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) => format!(
             "member_id={:?} epoch={}",
             r.member_id.as_str(),
             r.member_epoch
         ),
-        RequestKind::FindCoordinator(r) => {
+        RequestBody::Kafka(RequestKind::FindCoordinator(r)) => {
             let keys: Vec<&str> = r.coordinator_keys.iter().map(|k| k.as_str()).collect();
             format!("key={:?} keys={keys:?}", r.key.as_str())
         }
@@ -575,10 +576,13 @@ fn describe_request(frame: &Bytes) -> String {
 }
 
 /// The first non-zero error code of an answer (0 if none) and fields worth printing.
-pub fn describe_response(body: &ResponseKind) -> (Option<i16>, String) {
+pub fn describe_response(body: &ResponseBody) -> (Option<i16>, String) {
     fn first(codes: impl IntoIterator<Item = i16>) -> i16 {
         codes.into_iter().find(|c| *c != 0).unwrap_or(0)
     }
+    let ResponseBody::Kafka(body) = body else {
+        return (None, String::new());
+    };
     match body {
         ResponseKind::JoinGroup(r) => (
             Some(r.error_code),
@@ -631,7 +635,7 @@ pub fn describe_response(body: &ResponseKind) -> (Option<i16>, String) {
 
 /// Replaces every broker address in a FindCoordinator or Metadata answer by the proxy's listener
 /// for it; `true` if anything changed.
-fn rewrite_addresses(inner: &Arc<Inner>, body: &mut ResponseKind) -> Result<Vec<String>, String> {
+fn rewrite_addresses(inner: &Arc<Inner>, body: &mut ResponseBody) -> Result<Vec<String>, String> {
     let mut changes = Vec::new();
     let mut map = |host: &mut kafka_protocol::protocol::StrBytes, port: &mut i32| {
         if host.is_empty() || *port <= 0 {
@@ -645,6 +649,9 @@ fn rewrite_addresses(inner: &Arc<Inner>, body: &mut ResponseKind) -> Result<Vec<
         *host = kafka_protocol::protocol::StrBytes::from_string(h.to_owned());
         *port = p;
         Ok::<(), String>(())
+    };
+    let ResponseBody::Kafka(body) = body else {
+        return Ok(changes);
     };
     match body {
         ResponseKind::FindCoordinator(r) => {

@@ -207,6 +207,14 @@ version_settings() {
     # group.coordinator.background.threads are new in 4.3 (GroupCoordinatorConfig).
     ((vline >= 403)) || prop_edits+=(-e '/^group\.consumer\.assignment\.interval\.ms=/d'
         -e '/^group\.coordinator\.background\.threads=/d')
+    # Streams groups (group.streams.*) came with 4.1; their initial rebalance delay with 4.2,
+    # their assignment interval with 4.3 (GroupCoordinatorConfig of each line).
+    if ((vline < 401)); then
+        prop_edits+=(-e '/^group\.streams\./d')
+    else
+        ((vline >= 402)) || prop_edits+=(-e '/^group\.streams\.initial\.rebalance\.delay\.ms=/d')
+        ((vline >= 403)) || prop_edits+=(-e '/^group\.streams\.assignment\.interval\.ms=/d')
+    fi
 }
 
 # Applies $prop_edits to server.properties template output on stdin.

@@ -2,7 +2,8 @@
 # Jars of a real Java Kafka consumer for interop tests: Kafka's own system-test client
 # org.apache.kafka.tools.VerifiableConsumer (kafka-tools with its kafka-clients), fetched
 # from Maven Central with the `peer` profile of tests/kafka/pom.xml (4.x) or
-# tests/kafka/pom-3x.xml (3.x). Used by tests/common/java_peer.rs.
+# tests/kafka/pom-3x.xml (3.x). Used by tests/common/java_peer.rs. Also the jars of a Java
+# Kafka Streams application (tests/kafka/pom-streams.xml), for tests/common/streams_peer.rs.
 #
 #   peer.sh libs [--dir DIR] [--version X.Y.Z]
 #                               make sure the jars of that Kafka release are cached (fetched
@@ -10,11 +11,16 @@
 #                               directory as the LAST line of stdout, progress on stderr. Run
 #                               a peer with
 #                               java -cp "<that dir>/*" org.apache.kafka.tools.VerifiableConsumer
+#   peer.sh streams-libs [--dir DIR] [--version X.Y.Z]
+#                               the same for kafka-streams (4.2 or later: streams groups are GA
+#                               there; static streams members need 4.4). Run the application
+#                               with java -cp "<that dir>/*" tests/kafka/StreamsPeer.java run ..
 #
 # --version: the kafka-tools / kafka-clients release, else $KAFKA_VERSION (what
 # with-broker.sh exports: the broker's release), else 4.4.0. Any release from 3.6 on.
 # Jar dirs: the default release in DIR/peer-libs (as before releases could be chosen);
-# others shared by all state dirs in <repo>/target/java-peer-libs/<version>/.
+# others shared by all state dirs in <repo>/target/java-peer-libs/<version>/. Streams jars:
+# DIR/streams-peer-libs for the default release, else <repo>/target/streams-peer-libs/<version>/.
 #
 # State dir: --dir, else $KAFKA_IT_DIR, else <repo>/target/kafka-it (as broker.sh).
 # Environment: MVN (default mvn), KAFKA_IT_DIR, KAFKA_VERSION.
@@ -56,6 +62,29 @@ peer_settings() {
         mvn_log=$out.mvn.log
         stamp=$( { cat "$pom"; echo "kafka.version=$version"; } | sha256sum | cut -d' ' -f1)
     fi
+    profile=(-Ppeer)
+    main_jar=kafka-tools-$version.jar
+}
+
+# The same for the Kafka Streams jars (pom-streams.xml): always stamped with the pom and the
+# version, so that a change to either refetches.
+streams_settings() {
+    [[ $version =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)$ ]] || die "--version must be X.Y.Z, not '$version'"
+    local vline=$((BASH_REMATCH[1] * 100 + BASH_REMATCH[2]))
+    ((vline >= 402)) || die "Kafka $version: the streams peer needs 4.2 or later (streams groups GA)"
+    pom=$here/pom-streams.xml
+    if [[ $version == "$DEFAULT_VERSION" ]]; then
+        out=$dir/streams-peer-libs
+        lock=$dir/.streams-peer-lock
+        mvn_log=$dir/streams-peer-mvn.log
+    else
+        out=$repo/target/streams-peer-libs/$version
+        lock=$out.lock
+        mvn_log=$out.mvn.log
+    fi
+    stamp=$( { cat "$pom"; echo "kafka.version=$version"; } | sha256sum | cut -d' ' -f1)
+    profile=()
+    main_jar=kafka-streams-$version.jar
 }
 
 # Fetch the peer jars of $version into $out unless they are there for the current pom.
@@ -73,12 +102,12 @@ ensure_peer_libs() {
     t0=$(now_ms)
     tmp=$out.tmp
     rm -rf "$tmp"
-    if ! "$MVN" -q -B -f "$pom" -Ppeer dependency:copy-dependencies -DincludeScope=runtime \
+    if ! "$MVN" -q -B -f "$pom" "${profile[@]}" dependency:copy-dependencies -DincludeScope=runtime \
             "-Dkafka.version=$version" "-DoutputDirectory=$tmp" >"$mvn_log" 2>&1; then
         tail -n 40 "$mvn_log" >&2
         die "maven could not fetch the Kafka $version peer jars (full log: $mvn_log)"
     fi
-    compgen -G "$tmp/kafka-tools-$version.jar" >/dev/null || die "no kafka-tools-$version.jar in $tmp"
+    compgen -G "$tmp/$main_jar" >/dev/null || die "no $main_jar in $tmp"
     echo "$stamp" >"$tmp/.pom-sha256"
     rm -rf "$out"
     mv "$tmp" "$out"
@@ -111,6 +140,11 @@ case $cmd in
         ensure_peer_libs
         echo "$out"
         ;;
+    streams-libs)
+        streams_settings
+        ensure_peer_libs
+        echo "$out"
+        ;;
     -h | --help | help) usage ;;
-    *) die "unknown command '$cmd' (libs)" ;;
+    *) die "unknown command '$cmd' (libs, streams-libs)" ;;
 esac

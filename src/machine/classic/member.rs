@@ -29,7 +29,7 @@ use crate::machine::metadata::ClusterMetadata;
 use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
 use crate::machine::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
 use crate::machine::timer::Timer;
-use crate::request::{Broker, Fit, Outbound, Reply, RequestId, Response};
+use crate::request::{Broker, Fit, Outbound, Reply, RequestId, Response, ResponseBody};
 
 /// `ConsumerProtocol.PROTOCOL_TYPE`.
 const PROTOCOL_TYPE: &str = "consumer";
@@ -1049,7 +1049,7 @@ impl ClassicMember {
         }
         let r = match result {
             Ok(Response {
-                body: ResponseKind::JoinGroup(r),
+                body: ResponseBody::Kafka(ResponseKind::JoinGroup(r)),
                 ..
             }) => r,
             Ok(_) => {
@@ -1122,7 +1122,7 @@ impl ClassicMember {
             ErrorAction::Fatal(e) => self.fail(e),
             // Consumer-protocol actions never come out of `classify` for JoinGroup.
             _ => self.fail(GroupError::Fatal {
-                api: ApiKey::JoinGroup,
+                api: ApiKey::JoinGroup.into(),
                 code: r.error_code,
             }),
         }
@@ -1199,7 +1199,7 @@ impl ClassicMember {
             .is_some_and(|t| t != PROTOCOL_TYPE)
         {
             return self.fail(GroupError::Fatal {
-                api: ApiKey::JoinGroup,
+                api: ApiKey::JoinGroup.into(),
                 code: codes::INCONSISTENT_GROUP_PROTOCOL,
             });
         }
@@ -1442,7 +1442,7 @@ impl ClassicMember {
         }
         let r = match result {
             Ok(Response {
-                body: ResponseKind::SyncGroup(r),
+                body: ResponseBody::Kafka(ResponseKind::SyncGroup(r)),
                 ..
             }) => r,
             Ok(_) => {
@@ -1471,7 +1471,7 @@ impl ClassicMember {
                     .is_none_or(|n| Some(n) == self.protocol_name.as_deref());
                 if !type_ok || !name_ok {
                     return self.fail(GroupError::Fatal {
-                        api: ApiKey::SyncGroup,
+                        api: ApiKey::SyncGroup.into(),
                         code: codes::INCONSISTENT_GROUP_PROTOCOL,
                     });
                 }
@@ -1541,7 +1541,7 @@ impl ClassicMember {
             generation == self.generation && member_id == self.member_id && self.generation >= 0;
         let r = match result {
             Ok(Response {
-                body: ResponseKind::Heartbeat(r),
+                body: ResponseBody::Kafka(ResponseKind::Heartbeat(r)),
                 ..
             }) => r,
             Ok(_) => {
@@ -1644,7 +1644,7 @@ impl ClassicMember {
         // Fire once: whatever the answer, the LeaveGroup went out, so the member id goes.
         match &result {
             Ok(Response {
-                body: ResponseKind::LeaveGroup(r),
+                body: ResponseBody::Kafka(ResponseKind::LeaveGroup(r)),
                 ..
             }) => {
                 let code = if r.error_code != codes::NONE {
@@ -1695,7 +1695,7 @@ impl ClassicMember {
 
 fn invalid(api: ApiKey, reason: &str) -> GroupError {
     GroupError::InvalidResponse {
-        api,
+        api: api.into(),
         reason: reason.to_owned(),
     }
 }

@@ -16,7 +16,7 @@ use crate::config::GroupConfig;
 use crate::error::{GroupError, codes};
 use crate::machine::TopicPartition;
 use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason};
-use crate::request::{Outbound, Request, Response};
+use crate::request::{Outbound, Request, RequestBody, Response, ResponseBody};
 
 struct Harness {
     m: ClassicMember,
@@ -37,7 +37,7 @@ fn config(instance: Option<&str>) -> GroupConfig {
 fn body(out: &Outbound) -> RequestKind {
     match &out.request {
         Request::Raw { body, .. } => (**body).clone(),
-        other => other.build(*other.versions().end()).unwrap(),
+        other => (other.build(*other.versions().end()).unwrap().into_kafka()).unwrap(),
     }
 }
 
@@ -77,7 +77,7 @@ impl Harness {
             out.id,
             Ok(Response {
                 version: *out.request.versions().end(),
-                body,
+                body: ResponseBody::Kafka(body),
             }),
             self.now,
         );
@@ -567,9 +567,9 @@ fn stale_and_unexpected_answers_are_ignored() {
         crate::request::RequestId(424242),
         Ok(Response {
             version: 4,
-            body: ResponseKind::Heartbeat(
+            body: ResponseBody::Kafka(ResponseKind::Heartbeat(
                 HeartbeatResponse::default().with_error_code(codes::UNKNOWN_MEMBER_ID),
-            ),
+            )),
         }),
         h.now,
     );
@@ -1594,7 +1594,7 @@ fn the_member_fits_its_requests_to_older_versions() {
     h.find_coordinator();
     let (join, _) = h.expect_join();
     let reason = |v| match join.request.build(v).unwrap() {
-        RequestKind::JoinGroup(j) => j.reason,
+        RequestBody::Kafka(RequestKind::JoinGroup(j)) => j.reason,
         other => panic!("{other:?}"),
     };
     assert!(reason(8).is_some(), "JoinGroup v8+ carries a reason");
@@ -1602,7 +1602,7 @@ fn the_member_fits_its_requests_to_older_versions() {
     h.join_ok(&join, "i1-abc", 1, "other");
     let sync = h.one();
     let protocol = |v| match sync.request.build(v).unwrap() {
-        RequestKind::SyncGroup(s) => (s.protocol_type, s.protocol_name),
+        RequestBody::Kafka(RequestKind::SyncGroup(s)) => (s.protocol_type, s.protocol_name),
         other => panic!("{other:?}"),
     };
     assert!(
@@ -1618,7 +1618,7 @@ fn the_member_fits_its_requests_to_older_versions() {
     h.m.close(CloseOptions::LeaveGroup, h.now);
     let leave = h.one();
     let reason = |v| match leave.request.build(v).unwrap() {
-        RequestKind::LeaveGroup(l) => l.members[0].reason.clone(),
+        RequestBody::Kafka(RequestKind::LeaveGroup(l)) => l.members[0].reason.clone(),
         other => panic!("{other:?}"),
     };
     assert!(

@@ -24,7 +24,9 @@ use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
 use crate::machine::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
-use crate::request::{Broker, Fit, Outbound, Reply, Request, RequestId, Response, Target};
+use crate::request::{
+    Broker, Fit, Outbound, Reply, Request, RequestId, Response, ResponseBody, Target,
+};
 
 /// How often a static member recovers from UNRELEASED_INSTANCE_ID caused by its own earlier join
 /// before it gives up.
@@ -961,7 +963,7 @@ impl ConsumerMember {
         }
         let r: ConsumerGroupHeartbeatResponse = match result {
             Ok(Response {
-                body: ResponseKind::ConsumerGroupHeartbeat(r),
+                body: ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)),
                 ..
             }) => r,
             Ok(_) => {
@@ -1054,7 +1056,7 @@ impl ConsumerMember {
         let Some(instance_id) = self.shell.config.instance_id.clone() else {
             // A member without an instance id holds none to release.
             return self.fail(GroupError::Fatal {
-                api: ApiKey::ConsumerGroupHeartbeat,
+                api: ApiKey::ConsumerGroupHeartbeat.into(),
                 code: codes::UNRELEASED_INSTANCE_ID,
             });
         };
@@ -1300,7 +1302,7 @@ impl ConsumerMember {
         }
         let code = match &result {
             Ok(Response {
-                body: ResponseKind::ConsumerGroupHeartbeat(r),
+                body: ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)),
                 ..
             }) => r.error_code,
             _ => 0,
@@ -1368,7 +1370,7 @@ impl ConsumerMember {
 
 fn invalid(reason: &str) -> GroupError {
     GroupError::InvalidResponse {
-        api: ApiKey::ConsumerGroupHeartbeat,
+        api: ApiKey::ConsumerGroupHeartbeat.into(),
         reason: reason.to_owned(),
     }
 }

@@ -30,7 +30,7 @@ use crate::machine::events::{
 };
 use crate::machine::member::Member;
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
-use crate::request::{Broker, Outbound, Request, Response, Target};
+use crate::request::{Broker, Outbound, Request, Response, ResponseBody, Target};
 
 /// base64url("foobarbazqux1234") without padding: a valid 22-character member id.
 const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";
@@ -80,7 +80,7 @@ fn find_coordinator_answer() -> ResponseKind {
 fn body(out: &Outbound) -> RequestKind {
     match &out.request {
         Request::Raw { body, .. } => (**body).clone(),
-        other => other.build(*other.versions().end()).unwrap(),
+        other => (other.build(*other.versions().end()).unwrap().into_kafka()).unwrap(),
     }
 }
 
@@ -202,7 +202,7 @@ impl Harness {
             out.id,
             Ok(Response {
                 version: *out.request.versions().end(),
-                body,
+                body: ResponseBody::Kafka(body),
             }),
             self.now,
         );
@@ -480,7 +480,7 @@ fn first_heartbeat_of_a_dynamic_member_leaves_unset_options_out() {
         find.id,
         Ok(Response {
             version: 4,
-            body: find_coordinator_answer(),
+            body: ResponseBody::Kafka(find_coordinator_answer()),
         }),
         now,
     );
@@ -569,10 +569,7 @@ fn an_answer_for_another_member_id_is_rejected() {
     assert!(
         matches!(
             fatal_of(&events)[..],
-            [GroupError::InvalidResponse {
-                api: ApiKey::ConsumerGroupHeartbeat,
-                ..
-            }]
+            [GroupError::InvalidResponse { api, .. }] if *api == ApiKey::ConsumerGroupHeartbeat
         ),
         "{events:?}"
     );
@@ -1494,7 +1491,7 @@ fn terminal_heartbeat_errors_are_typed() {
         (
             9999,
             GroupError::UnknownErrorCode {
-                api: ApiKey::ConsumerGroupHeartbeat,
+                api: ApiKey::ConsumerGroupHeartbeat.into(),
                 code: 9999,
             },
         ),
@@ -1537,7 +1534,7 @@ fn a_transport_refusal_of_the_api_is_consumer_protocol_unsupported() {
     h.m.handle_response(
         join.id,
         Err(TransportError::UnsupportedApi {
-            api: ApiKey::ConsumerGroupHeartbeat,
+            api: ApiKey::ConsumerGroupHeartbeat.into(),
             ours: 1..=1,
             broker: None,
         }),
@@ -2062,7 +2059,7 @@ fn member_find_coordinator(m: &mut Member, now: Instant) {
         out[0].id,
         Ok(Response {
             version: 4,
-            body: find_coordinator_answer(),
+            body: ResponseBody::Kafka(find_coordinator_answer()),
         }),
         now,
     );
@@ -2080,7 +2077,7 @@ fn member_first_heartbeat(m: &mut Member, now: Instant, answer: ConsumerGroupHea
         out[0].id,
         Ok(Response {
             version: 1,
-            body: ResponseKind::ConsumerGroupHeartbeat(answer),
+            body: ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(answer)),
         }),
         now,
     );
@@ -2138,7 +2135,7 @@ fn auto_falls_back_to_classic_when_the_first_heartbeat_is_unsupported() {
         find.id,
         Ok(Response {
             version: 4,
-            body: find_coordinator_answer(),
+            body: ResponseBody::Kafka(find_coordinator_answer()),
         }),
         now,
     );
@@ -2166,7 +2163,7 @@ fn auto_with_a_regex_subscription_stops_typed_instead_of_falling_back_unsubscrib
         out[0].id,
         Ok(Response {
             version: 1,
-            body: ResponseKind::ConsumerGroupHeartbeat(err(35)),
+            body: ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(err(35))),
         }),
         now,
     );
@@ -2221,7 +2218,7 @@ fn auto_does_not_fall_back_after_a_successful_heartbeat() {
         out[0].id,
         Ok(Response {
             version: 1,
-            body: ResponseKind::ConsumerGroupHeartbeat(err(35)),
+            body: ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(err(35))),
         }),
         later,
     );
@@ -2296,7 +2293,7 @@ fn unreleased_instance_id_outside_a_static_join_is_fatal() {
     assert_eq!(
         fatal_of(&events),
         vec![&GroupError::Fatal {
-            api: ApiKey::ConsumerGroupHeartbeat,
+            api: ApiKey::ConsumerGroupHeartbeat.into(),
             code: codes::UNRELEASED_INSTANCE_ID
         }]
     );

@@ -41,6 +41,8 @@ use rand::Rng;
 use super::classic::ClassicGroup;
 use super::consumer::ConsumerGroup;
 use super::{Append, Parked, Reply, SimCoordinator, name};
+use crate::messages::StreamsGroupHeartbeatResponse;
+use crate::request::ResponseBody;
 use crate::sim::codes::*;
 
 /// Committed offsets by (topic, partition): offset and metadata.
@@ -166,8 +168,17 @@ fn answer_waits(api: kafka_protocol::messages::ApiKey) -> bool {
 }
 
 /// The answer `body` failed with `code` (`handleOperationException`'s error answers).
-pub(super) fn error_like(body: &ResponseKind, code: i16) -> ResponseKind {
-    match body {
+pub(super) fn error_like(body: &ResponseBody, code: i16) -> ResponseBody {
+    let body = match body {
+        ResponseBody::Kafka(body) => body,
+        ResponseBody::StreamsGroupHeartbeat(_) => {
+            return ResponseBody::StreamsGroupHeartbeat(
+                StreamsGroupHeartbeatResponse::default().with_error_code(code),
+            );
+        }
+        other => return other.clone(),
+    };
+    ResponseBody::Kafka(match body {
         ResponseKind::Heartbeat(_) => {
             ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code))
         }
@@ -190,7 +201,7 @@ pub(super) fn error_like(body: &ResponseKind, code: i16) -> ResponseKind {
             ResponseKind::OffsetCommit(r)
         }
         other => other.clone(),
-    }
+    })
 }
 
 impl SimCoordinator {

@@ -14,7 +14,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::s;
-use crate::request::api_key_of;
+use crate::messages::streams_group_describe_response::DescribedGroup;
+use crate::messages::{StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse};
+use crate::request::{RequestBody, ResponseBody, api_key_of};
 use crate::sim::codes::*;
 
 /// The error's name (`Errors.java`).
@@ -30,6 +32,30 @@ pub fn topic_id(topic: &str) -> uuid::Uuid {
         h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
     }
     uuid::Uuid::from_u128(h | 1)
+}
+
+/// [`error_response`] for any request body: the streams-group requests are answered as Kafka's
+/// `StreamsGroupHeartbeatRequest.getErrorResponse` / `StreamsGroupDescribeRequest.getErrorResponse`
+/// do (the code at the top level; for a describe, on every group asked about).
+pub fn error_body(request: &RequestBody, version: i16, code: i16) -> ResponseBody {
+    match request {
+        RequestBody::Kafka(r) => ResponseBody::Kafka(error_response(r, version, code)),
+        RequestBody::StreamsGroupHeartbeat(_) => ResponseBody::StreamsGroupHeartbeat(
+            StreamsGroupHeartbeatResponse::default().with_error_code(code),
+        ),
+        RequestBody::StreamsGroupDescribe(r) => ResponseBody::StreamsGroupDescribe(
+            StreamsGroupDescribeResponse::default().with_groups(
+                r.group_ids
+                    .iter()
+                    .map(|g| {
+                        DescribedGroup::default()
+                            .with_group_id(g.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        ),
+    }
 }
 
 /// An answer to `request` carrying `code` (and nothing else that could be mistaken for data).
@@ -106,11 +132,19 @@ pub(super) fn offset_commit_answer(r: &OffsetCommitRequest, code: i16) -> Offset
     )
 }
 
-/// The first error code an answer carries (top level, else the first per-member / per-partition).
-pub fn response_error(body: &ResponseKind) -> i16 {
+/// The first error code an answer carries (top level, else the first per-member / per-partition /
+/// per-group).
+pub fn response_error(body: &ResponseBody) -> i16 {
     fn first(codes: impl Iterator<Item = i16>) -> i16 {
         codes.into_iter().find(|c| *c != NONE).unwrap_or(NONE)
     }
+    let body = match body {
+        ResponseBody::Kafka(body) => body,
+        ResponseBody::StreamsGroupHeartbeat(r) => return r.error_code,
+        ResponseBody::StreamsGroupDescribe(r) => {
+            return first(r.groups.iter().map(|g| g.error_code));
+        }
+    };
     match body {
         ResponseKind::JoinGroup(r) => r.error_code,
         ResponseKind::SyncGroup(r) => r.error_code,
@@ -134,8 +168,22 @@ pub fn response_error(body: &ResponseKind) -> i16 {
 }
 
 /// One line describing a request (for traces).
-pub fn describe_request(body: &RequestKind) -> String {
+pub fn describe_request(body: &RequestBody) -> String {
     let opt = |o: &Option<StrBytes>| o.as_deref().map_or("-".to_owned(), |x| x.to_owned());
+    let body = match body {
+        RequestBody::Kafka(body) => body,
+        RequestBody::StreamsGroupHeartbeat(r) => {
+            return format!(
+                "StreamsGroupHeartbeat member={:?} epoch={} instance={}",
+                r.member_id.as_str(),
+                r.member_epoch,
+                opt(&r.instance_id)
+            );
+        }
+        RequestBody::StreamsGroupDescribe(r) => {
+            return format!("StreamsGroupDescribe groups={}", r.group_ids.len());
+        }
+    };
     match body {
         RequestKind::JoinGroup(r) => format!(
             "JoinGroup member={:?} instance={} protocols={}",
@@ -183,9 +231,16 @@ pub fn describe_request(body: &RequestKind) -> String {
 }
 
 /// One line describing an answer (for traces).
-pub fn describe_response(body: &ResponseKind) -> String {
+pub fn describe_response(body: &ResponseBody) -> String {
     let code = response_error(body);
     let err = name(code);
+    let body = match body {
+        ResponseBody::Kafka(body) => body,
+        ResponseBody::StreamsGroupHeartbeat(r) => {
+            return format!("StreamsGroupHeartbeat {err} epoch={}", r.member_epoch);
+        }
+        ResponseBody::StreamsGroupDescribe(_) => return format!("StreamsGroupDescribe {err}"),
+    };
     match body {
         ResponseKind::JoinGroup(r) if code == NONE => format!(
             "JoinGroup NONE member={:?} gen={} leader={:?} members={}{}",

@@ -51,7 +51,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::ConnId;
 use super::codes::*;
-use crate::request::api_key_of;
+use crate::request::{Api, RequestBody, ResponseBody, api_key_of};
 
 mod assignors;
 mod classic;
@@ -68,7 +68,7 @@ pub use consumer::ConsumerMemberView;
 pub use log::{AppendFault, AppendFaults, Residence};
 use log::{Image, OpStart, Record, Write};
 pub use messages::{
-    describe_request, describe_response, error_response, name, response_error, topic_id,
+    describe_request, describe_response, error_body, error_response, name, response_error, topic_id,
 };
 pub use rules::{BrokerProfile, BrokerRules, ServerAssignor};
 
@@ -158,7 +158,7 @@ pub struct Reply {
     /// The version the request was sent at (the answer is encoded at it).
     pub version: i16,
     /// The answer.
-    pub body: ResponseKind,
+    pub body: ResponseBody,
 }
 /// Where a parked request's answer goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -474,7 +474,10 @@ impl SimCoordinator {
     /// group).
     /// Whether a request of `api` is served by the group coordinator runtime (and so is held up
     /// by a coordinator stall), rather than by the broker's request handlers directly.
-    pub fn is_group_api(api: ApiKey) -> bool {
+    pub fn is_group_api(api: impl Into<Api>) -> bool {
+        let Some(api) = api.into().kafka() else {
+            return false;
+        };
         matches!(
             api,
             ApiKey::JoinGroup
@@ -493,12 +496,12 @@ impl SimCoordinator {
         }
     }
 
-    fn reply(&mut self, p: Parked, body: ResponseKind) {
+    fn reply(&mut self, p: Parked, body: impl Into<ResponseBody>) {
         self.replies.push_back(Reply {
             conn: p.conn,
             correlation: p.correlation,
             version: p.version,
-            body,
+            body: body.into(),
         });
     }
 
@@ -584,7 +587,7 @@ impl SimCoordinator {
         correlation: i32,
         client_id: &str,
         version: i16,
-        request: RequestKind,
+        request: RequestBody,
         now: Instant,
     ) {
         self.now = self.now.max(now);
@@ -592,6 +595,14 @@ impl SimCoordinator {
             conn,
             correlation,
             version,
+        };
+        // The dispatch point of the streams-group requests (KIP-1071).
+        let request = match request {
+            RequestBody::Kafka(request) => request,
+            // streams groups: served by coordinator/streams.rs
+            RequestBody::StreamsGroupHeartbeat(_) => return self.streams_not_served(p, &request),
+            // streams groups: served by coordinator/streams.rs
+            RequestBody::StreamsGroupDescribe(_) => return self.streams_not_served(p, &request),
         };
         let api = api_key_of(&request);
         // GroupCoordinatorService: an inactive coordinator answers COORDINATOR_NOT_AVAILABLE.
@@ -641,6 +652,16 @@ impl SimCoordinator {
         }
     }
 
+    /// A streams-group request (KIP-1071): this coordinator does not serve streams groups yet. It
+    /// does not advertise StreamsGroupHeartbeat / StreamsGroupDescribe (`world::broker_versions_4x`)
+    /// and answers one that reaches it anyway with UNSUPPORTED_VERSION, as a broker without the
+    /// streams protocol enabled does (KafkaApis.handleStreamsGroupHeartbeat /
+    /// handleStreamsGroupDescribe).
+    fn streams_not_served(&mut self, p: Parked, request: &RequestBody) {
+        let body = error_body(request, p.version, UNSUPPORTED_VERSION);
+        self.reply(p, body)
+    }
+
     /// Answers the request with `code` without processing it: the coordinator runtime failing an
     /// operation (a partition being reloaded, a write that timed out; mapped by
     /// `CoordinatorOperationExceptionHelper`). For scripted faults.
@@ -649,17 +670,11 @@ impl SimCoordinator {
         conn: ConnId,
         correlation: i32,
         version: i16,
-        request: &RequestKind,
+        request: &RequestBody,
         code: i16,
     ) {
-        let body = error_response(request, version, code);
-        self.note(|| {
-            format!(
-                "runtime fails {:?} with {}",
-                api_key_of(request),
-                name(code)
-            )
-        });
+        let body = error_body(request, version, code);
+        self.note(|| format!("runtime fails {:?} with {}", request.api(), name(code)));
         self.reply(
             Parked {
                 conn,

@@ -29,6 +29,7 @@ use super::consumer::ConsumerGroup;
 use super::log::Record;
 use super::messages::offset_commit_answer;
 use super::{Append, Parked, Reply, SimCoordinator, name, s, topic_id};
+use crate::request::ResponseBody;
 use crate::sim::codes::*;
 
 /// A committed offset and its metadata.
@@ -86,7 +87,7 @@ impl SimCoordinator {
             conn: p.conn,
             correlation: p.correlation,
             version: p.version,
-            body: ResponseKind::OffsetCommit(offset_commit_answer(&r, code)),
+            body: ResponseBody::Kafka(ResponseKind::OffsetCommit(offset_commit_answer(&r, code))),
         };
         if code != NONE {
             self.note(|| {

@@ -18,6 +18,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use super::{BrokerProfile, BrokerRules, ServerAssignor};
+use crate::request::{RequestBody, ResponseBody};
 use crate::sim::ConnId;
 use crate::sim::codes::*;
 use crate::sim::coordinator::{CoordinatorConfig, Reply, SimCoordinator, topic_id};
@@ -68,7 +69,7 @@ impl Broker {
             self.correlation,
             "client",
             version,
-            request,
+            RequestBody::Kafka(request),
             self.now,
         );
         // An answer that waits for its records comes once they commit (`append_latency`).
@@ -128,7 +129,7 @@ impl Broker {
         let mut replies = self.send(1, RequestKind::ConsumerGroupHeartbeat(r));
         assert_eq!(replies.len(), 1, "one answer");
         match replies.remove(0).body {
-            ResponseKind::ConsumerGroupHeartbeat(r) => r,
+            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => r,
             other => panic!("not a heartbeat answer: {other:?}"),
         }
     }
@@ -177,7 +178,7 @@ impl Broker {
         match &replies[..] {
             [
                 Reply {
-                    body: ResponseKind::OffsetCommit(r),
+                    body: ResponseBody::Kafka(ResponseKind::OffsetCommit(r)),
                     ..
                 },
             ] => r.topics[0].partitions[0].error_code,
@@ -208,7 +209,7 @@ fn fetched(replies: &[Reply]) -> (i16, i64) {
     match replies {
         [
             Reply {
-                body: ResponseKind::OffsetFetch(r),
+                body: ResponseBody::Kafka(ResponseKind::OffsetFetch(r)),
                 ..
             },
         ] => {
@@ -494,7 +495,7 @@ fn offset_fetch_is_answered_at_every_advertised_version() {
             let replies = b.send(version, RequestKind::OffsetFetch(request));
             let [
                 Reply {
-                    body: ResponseKind::OffsetFetch(r),
+                    body: ResponseBody::Kafka(ResponseKind::OffsetFetch(r)),
                     ..
                 },
             ] = &replies[..]
