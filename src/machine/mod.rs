@@ -114,4 +114,5 @@ machine!(coordinator::CoordinatorLookup, coordinator::LookupEvent);
 machine!(classic::ClassicMember, events::Event);
 machine!(consumer::ConsumerMember, events::Event);
 machine!(member::Member, events::Event);
+machine!(streams::StreamsMember, streams::StreamsEvent);
 machine!(topics::TopicWatch, events::Event);

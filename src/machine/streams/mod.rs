@@ -29,7 +29,7 @@
 //! | UNRELEASED_INSTANCE_ID while this member's own join may be registered | leave with -2 under its own id, rejoin at epoch 0; at most [`UNRELEASED_RECOVERIES`] times (an accepted leave does not count), then `GroupError::UnreleasedInstanceId`; FENCED_INSTANCE_ID on that leave stops at once (the Java streams client stops at the first UNRELEASED_INSTANCE_ID) |
 //! | FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID | every task lost (those of a revocation ticket too), epoch 0, rejoin with the same id |
 //! | leave epochs | `close` default: -2 static, -1 dynamic; `CloseOptions::LeaveGroup` and [`leave_group`](StreamsMember::leave_group): -1; `RemainInGroup`: -2 static, nothing dynamic; `unsubscribe`: as close default |
-//! | reconciliation | standby and warm-up tasks the target drops are released at once (no ticket); active tasks it drops are revoked with a [`RevokeTicket`](crate::RevokeTicket) first; then the new tasks are taken through the guard and reported at once; a role change of a task the member holds (promotion, demotion after its ticket, standby ⇄ warm-up) happens in place |
+//! | reconciliation | standby and warm-up tasks the target drops are released at once (no ticket); active tasks it drops are revoked with a [`RevokeTicket`] first; then the new tasks are taken through the guard and reported at once; a role change of a task the member holds (promotion, demotion after its ticket, standby ⇄ warm-up) happens in place |
 //! | taking tasks | never while a heartbeat that listed the owned tasks is in flight, nor after one failed in the transport until a later one is answered (as the consumer member) |
 //! | fatal | STREAMS_INVALID_TOPOLOGY, STREAMS_INVALID_TOPOLOGY_EPOCH, STREAMS_TOPOLOGY_FENCED, FENCED_INSTANCE_ID, GROUP_AUTHORIZATION_FAILED, a broker without streams groups (UNSUPPORTED_VERSION or no API 88: `GroupError::StreamsProtocolUnsupported`), tasks of subtopologies the topology lacks: typed, every task lost |
 //! | poll timeout | no `poll` within `max.poll.interval.ms`: tasks lost, leave (-1 / -2), the next `poll` rejoins |
@@ -65,14 +65,14 @@
 //! - A member that closes, is fenced, stops or is dropped releases everything it held or waited
 //!   for.
 
-#[allow(dead_code)] // until the member lands
 mod guard;
-#[allow(dead_code)]
+mod member;
 mod topology;
 
 use std::collections::BTreeMap;
 
 pub use guard::{Intervention, InterventionKind, Interventions, StreamsProcess};
+pub use member::{GUARD_RECHECK, StreamsConfig, StreamsMember, UNRELEASED_RECOVERIES};
 pub use topology::{
     EndpointPartitions, InternalTopic, StatusCode, StreamsStatus, StreamsTasks, StreamsTopology,
     Subtopology, TaskId, TaskRole, UserEndpoint,
@@ -165,3 +165,6 @@ pub enum StreamsEvent {
     /// The member closed (after its leave heartbeat, if one was due).
     Closed,
 }
+
+#[cfg(test)]
+mod tests;
