@@ -1415,3 +1415,46 @@ fn a_new_target_ends_waits_for_tasks_it_no_longer_names() {
     a2.m.handle_timeout(a2.now);
     assert_eq!(a2.m.tasks().standby, set(&[("0", 2)]));
 }
+
+/// Two members of one process, one task, every pair of roles: the second never gets the task
+/// while the first holds it; an active assignment makes a standby or warm-up holder give it up
+/// at its next input, and then the active member takes it.
+#[test]
+fn two_local_members_never_hold_one_task_at_once_in_any_roles() {
+    let roles = [TaskRole::Active, TaskRole::Standby, TaskRole::Warmup];
+    let x = task("0", 2);
+    let of = |role: TaskRole| {
+        let mut t = StreamsTasks::default();
+        t.of_mut(role).insert(task("0", 2));
+        t
+    };
+    for held in roles {
+        for assigned in roles {
+            let p = process();
+            let mut a1 = local_member(&p, 1, &of(held));
+            let mut a2 = local_member(&p, 2, &StreamsTasks::default());
+            let a1_id = a1.m.member_id().to_string();
+            round(&mut a2, 2, Some(&of(assigned)));
+            let case = format!("{held:?} held, {assigned:?} assigned");
+            assert!(a2.m.tasks().is_empty(), "{case}");
+            assert_eq!(a2.m.withheld().get(&x), Some(&assigned), "{case}");
+            assert_eq!(p.holders(&x), vec![(a1_id.clone(), held)], "{case}");
+            // A1's next input.
+            a1.m.handle_timeout(a1.now);
+            let gives_up = assigned == TaskRole::Active && held != TaskRole::Active;
+            assert_eq!(a1.m.tasks().is_empty(), gives_up, "{case}");
+            assert!(p.doubly_held().is_empty(), "{case}");
+            // A2's next check.
+            a2.advance(GUARD_RECHECK);
+            assert_eq!(a2.m.tasks().of(assigned).contains(&x), gives_up, "{case}");
+            assert!(p.doubly_held().is_empty(), "{case}");
+            let interventions = p.interventions();
+            assert_eq!(
+                interventions.withheld,
+                1 + u64::from(gives_up),
+                "{case}: {interventions:?}"
+            );
+            assert_eq!(interventions.given_up, u64::from(gives_up), "{case}");
+        }
+    }
+}
