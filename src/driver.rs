@@ -15,6 +15,9 @@ use crate::machine::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
 use crate::request::{Broker, Outbound, RequestId, Response, ResponseBody};
 use crate::transport::Transport;
 
+mod streams;
+pub use streams::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
+
 /// Drives `machine` until `done` returns `Some`, and returns that value. Requests run
 /// concurrently; answers are handed back in the order they arrive; the machine's events are
 /// dropped (`done` reads the machine's state).
