@@ -399,7 +399,10 @@ impl GroupMember {
         let metrics = crate::metrics::MemberMetrics::new(&config.group_id, member.protocol(), now);
         let (commands, command_rx) = Commands::new(config.request_timeout);
         let (event_tx, events) = mpsc::unbounded_channel();
-        spawn_task(runtime, run_member(member, metrics, transport, command_rx, event_tx));
+        spawn_task(
+            runtime,
+            run_member(member, metrics, transport, command_rx, event_tx),
+        );
         let handle = MemberHandle {
             commands,
             api_timeout: config.default_api_timeout,
@@ -737,7 +740,13 @@ impl MemberCommand for Command {
 impl<C: MemberCommand> Commands<C> {
     fn new(request_timeout: std::time::Duration) -> (Self, mpsc::UnboundedReceiver<C>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self { tx, request_timeout }, rx)
+        (
+            Self {
+                tx,
+                request_timeout,
+            },
+            rx,
+        )
     }
 
     async fn ask<R>(&self, make: impl FnOnce(oneshot::Sender<R>) -> C) -> Option<R> {

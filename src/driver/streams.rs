@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Commands, Loop, LeaveWatch, MemberCommand, drive, draw_identity, spawn_task};
+use super::{Commands, LeaveWatch, Loop, MemberCommand, draw_identity, drive, spawn_task};
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, TransportError};
 use crate::machine::events::{CloseOptions, MemberState, RevokeTicket};
@@ -169,10 +169,7 @@ impl StreamsGroupMember {
         let (commands, command_rx) = Commands::new(member.config().request_timeout);
         let (event_tx, events) = mpsc::unbounded_channel();
         let group = member.config().group_id.clone();
-        spawn_task(
-            runtime,
-            run(member, group, transport, command_rx, event_tx),
-        );
+        spawn_task(runtime, run(member, group, transport, command_rx, event_tx));
         Self {
             handle: StreamsMemberHandle { commands },
             events,
