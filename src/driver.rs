@@ -839,23 +839,34 @@ impl Loop<Watched> for MemberLoop {
 
     fn command(&mut self, member: &mut Watched, command: Option<Command>) -> ControlFlow<()> {
         let now = Instant::now();
-        let options = match command {
-            // Every handle is gone: close with the default semantics.
-            None => CloseOptions::Default,
-            Some(command) => match self.apply(member, command, now) {
-                Some(options) => options,
-                None => return ControlFlow::Continue(()),
-            },
+        let Some(options) = close_options(command, |c| self.apply(member, c, now)) else {
+            return ControlFlow::Continue(());
         };
         member.close(options, now);
         member.topics.watch(Vec::new(), now);
-        // A stopped member has nothing to leave; otherwise `Event::Closed` ends the loop once the
-        // LeaveGroup (if any) was answered.
-        if member.state() == crate::machine::events::MemberState::Fatal {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
+        after_close(member.state())
+    }
+}
+
+/// The close a loop's command asks for: `None` (every handle gone) closes with the default
+/// semantics; a command `apply` carries out asks for one only when it is a close.
+fn close_options<C>(
+    command: Option<C>,
+    apply: impl FnOnce(C) -> Option<CloseOptions>,
+) -> Option<CloseOptions> {
+    match command {
+        None => Some(CloseOptions::Default),
+        Some(command) => apply(command),
+    }
+}
+
+/// After a close: a stopped member has nothing to leave (the loop ends); otherwise its
+/// `Closed` event ends the loop once the leave (if one was due) was answered.
+fn after_close(state: crate::machine::events::MemberState) -> ControlFlow<()> {
+    if state == crate::machine::events::MemberState::Fatal {
+        ControlFlow::Break(())
+    } else {
+        ControlFlow::Continue(())
     }
 }
 

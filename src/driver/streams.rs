@@ -8,7 +8,10 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Commands, LeaveWatch, Loop, MemberCommand, draw_identity, drive, spawn_task};
+use super::{
+    Commands, LeaveWatch, Loop, MemberCommand, after_close, close_options, draw_identity, drive,
+    spawn_task,
+};
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, TransportError};
 use crate::machine::events::{CloseOptions, MemberState, RevokeTicket};
@@ -144,8 +147,11 @@ impl StreamsGroupMember {
         streams: StreamsConfig,
         process: StreamsProcess,
     ) -> Result<Self, ConfigError> {
-        let member = StreamsMember::new(draw_identity(group), streams, process, Instant::now())?;
-        Ok(Self::spawn(transport, member, None))
+        Ok(Self::spawn(
+            transport,
+            member(group, streams, process)?,
+            None,
+        ))
     }
 
     /// As [`start`](Self::start), but the member's task runs on `runtime` (see
@@ -157,8 +163,11 @@ impl StreamsGroupMember {
         streams: StreamsConfig,
         process: StreamsProcess,
     ) -> Result<Self, ConfigError> {
-        let member = StreamsMember::new(draw_identity(group), streams, process, Instant::now())?;
-        Ok(Self::spawn(transport, member, Some(runtime)))
+        Ok(Self::spawn(
+            transport,
+            member(group, streams, process)?,
+            Some(runtime),
+        ))
     }
 
     fn spawn<T: Transport>(
@@ -248,6 +257,15 @@ impl StreamsMemberHandle {
     }
 }
 
+/// The member the configuration describes, its per-member inputs drawn ([`draw_identity`]).
+fn member(
+    group: GroupConfig,
+    streams: StreamsConfig,
+    process: StreamsProcess,
+) -> Result<StreamsMember, ConfigError> {
+    StreamsMember::new(draw_identity(group), streams, process, Instant::now())
+}
+
 /// The tokio side of a [`StreamsGroupMember`].
 struct StreamsLoop {
     group: String,
@@ -293,22 +311,12 @@ impl Loop<StreamsMember> for StreamsLoop {
         member: &mut StreamsMember,
         command: Option<StreamsCommand>,
     ) -> ControlFlow<()> {
-        let options = match command {
-            // Every handle is gone: close with the default semantics.
-            None => CloseOptions::Default,
-            Some(command) => match self.apply(member, command, Instant::now()) {
-                Some(options) => options,
-                None => return ControlFlow::Continue(()),
-            },
+        let now = Instant::now();
+        let Some(options) = close_options(command, |c| self.apply(member, c, now)) else {
+            return ControlFlow::Continue(());
         };
-        member.close(options, Instant::now());
-        // A stopped member has nothing to leave; otherwise `Closed` ends the loop once the
-        // leave (if any) was answered.
-        if member.state() == MemberState::Fatal {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
+        member.close(options, now);
+        after_close(member.state())
     }
 }
 
