@@ -16,8 +16,8 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -111,13 +111,17 @@ fn names(tasks: &BTreeSet<TaskId>) -> BTreeSet<String> {
     tasks.iter().map(ToString::to_string).collect()
 }
 
-/// A TcpTransport that can drop every connection while a StreamsGroupHeartbeat is in flight:
-/// once armed, the next heartbeats are each sent, and every connection is dropped before the
-/// answer is read (the request may or may not have reached the broker; the answer is lost).
+/// A TcpTransport that can drop the member's connections while a StreamsGroupHeartbeat is in
+/// flight: once armed, each of the next heartbeats is handed to its connection, then every
+/// connection is dropped (the socket closes when the last sender lets go of it) and the
+/// heartbeat fails with a disconnect, as when the broker's side goes away. The request may or
+/// may not have reached the broker; its answer is lost either way.
 struct Cutting {
     inner: TcpTransport,
     /// How many heartbeats to cut still.
     armed: AtomicUsize,
+    /// Heartbeats fail without being sent (the coordinator unreachable).
+    offline: AtomicBool,
     /// What the member got for each heartbeat cut.
     cut: Mutex<Vec<Result<(), TransportError>>>,
 }
@@ -130,20 +134,31 @@ impl Transport for Cutting {
         timeout: Duration,
     ) -> Result<Response, TransportError> {
         let heartbeat = matches!(request, Request::StreamsGroupHeartbeat { .. });
+        if heartbeat && self.offline.load(SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            return Err(TransportError::Disconnected {
+                addr: target.to_string(),
+                reason: "coordinator unreachable (test)".into(),
+            });
+        }
         let take = |n: usize| n.checked_sub(1);
         if !heartbeat || self.armed.fetch_update(SeqCst, SeqCst, take).is_err() {
             return self.inner.send(target, request, timeout).await;
         }
-        let mut send = std::pin::pin!(self.inner.send(target, request, timeout));
-        // Let the send connect and write (it then waits for the answer), then drop every
-        // connection under it.
+        let addr = target.to_string();
+        let mut send = Box::pin(self.inner.send(target, request, timeout));
+        // Let the send take its connection and write (it then waits for the answer).
         let started = std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await;
         let result = match started {
             Poll::Ready(answer) => answer,
             Poll::Pending => {
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::task::yield_now().await;
                 self.inner.close_all();
-                send.await
+                drop(send);
+                Err(TransportError::Disconnected {
+                    addr,
+                    reason: "dropped by the test".into(),
+                })
             }
         };
         self.cut
@@ -180,6 +195,7 @@ impl Ours {
         let transport = Arc::new(Cutting {
             inner: TcpTransport::new(client),
             armed: AtomicUsize::new(0),
+            offline: AtomicBool::new(false),
             cut: Mutex::new(Vec::new()),
         });
         let mut config = GroupConfig::new(group);
@@ -669,5 +685,63 @@ async fn dropped_coordinator_connections_keep_the_member_id() {
     }
     eprintln!("heartbeats cut: {cut:?}");
     m1.close(CloseOptions::LeaveGroup).await;
+    m2.close(CloseOptions::Default).await;
+}
+
+/// The coordinator unreachable for longer than the session timeout (the test broker's
+/// `group.streams.session.timeout.ms`, 6 s): the coordinator expires the member and gives its
+/// tasks to the other; once heartbeats get through again the member is told it is unknown
+/// (or fenced), loses its tasks and rejoins with the same member id (KIP-1082).
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cut_off_past_its_session_rejoins_with_its_member_id() {
+    common::init_tracing();
+    let Some(b) = broker() else { return };
+    let (group, input, _) = setup(&b, "ours-expired").await;
+    let [m1, m2] = two_members(&b, &group, &input, [None, None]);
+    wait_converged(&[&m1, &m2], 1, || Some(Vec::new()))
+        .await
+        .unwrap();
+    let before = m1.snapshot().await;
+    let since = Instant::now();
+    m1.transport.offline.store(true, SeqCst);
+    // The other member gets every task once the coordinator dropped m1.
+    let deadline = Instant::now() + T;
+    loop {
+        let s = m2.snapshot().await;
+        if s.tasks.active.len() == expected_tasks(PARTITIONS).len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", m2.report());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cut_off = since.elapsed();
+    m1.transport.offline.store(false, SeqCst);
+    // Unreachable past the session timeout, not much more: the coordinator expired the member.
+    assert!(
+        cut_off >= Duration::from_secs(6) && cut_off < Duration::from_secs(20),
+        "{cut_off:?}"
+    );
+    wait_converged(&[&m1, &m2], 1, || Some(Vec::new()))
+        .await
+        .unwrap();
+    let after = m1.snapshot().await;
+    assert_eq!(after.member_id, before.member_id, "{}", m1.report());
+    let lost = m1.events_since(since);
+    assert!(
+        lost.iter().any(|e| e.starts_with("TasksLost")),
+        "the expired member did not drop its tasks: {}",
+        m1.report()
+    );
+    let members = describe_stable(&b, &group, 2).await;
+    assert!(
+        members.iter().any(|m| m.member_id == before.member_id),
+        "{members:#?}"
+    );
+    eprintln!("cut off for {cut_off:?}");
+    m1.close(CloseOptions::Default).await;
     m2.close(CloseOptions::Default).await;
 }
