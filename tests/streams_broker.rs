@@ -169,6 +169,9 @@ impl Transport for Cutting {
     }
 }
 
+/// What a member saw, with when.
+type Log<T> = Arc<Mutex<Vec<(Instant, T)>>>;
+
 /// One of our members with a task of its own reading its events: revocations are completed at
 /// once, every event is recorded (with when it came).
 struct Ours {
@@ -176,8 +179,8 @@ struct Ours {
     member: StreamsMemberHandle,
     transport: Arc<Cutting>,
     process: StreamsProcess,
-    events: Arc<Mutex<Vec<(Instant, String)>>>,
-    revoked: Arc<Mutex<Vec<(Instant, Vec<TaskId>)>>>,
+    events: Log<String>,
+    revoked: Log<Vec<TaskId>>,
     reader: tokio::task::JoinHandle<()>,
 }
 
