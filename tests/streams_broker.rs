@@ -126,13 +126,10 @@ struct Cutting {
     cut: Mutex<Vec<Result<(), TransportError>>>,
 }
 
+type Answer = Result<Response, TransportError>;
+
 impl Transport for Cutting {
-    async fn send(
-        &self,
-        target: Target,
-        request: Request,
-        timeout: Duration,
-    ) -> Result<Response, TransportError> {
+    async fn send(&self, target: Target, request: Request, timeout: Duration) -> Answer {
         let heartbeat = matches!(request, Request::StreamsGroupHeartbeat { .. });
         if heartbeat && self.offline.load(SeqCst) {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -168,6 +165,9 @@ impl Transport for Cutting {
         result
     }
 }
+
+/// (process id, active tasks, standby tasks) per member, as [`check_split`] takes them.
+type Holders = Vec<(String, BTreeSet<String>, BTreeSet<String>)>;
 
 /// What a member saw, with when.
 type Log<T> = Arc<Mutex<Vec<(Instant, T)>>>;
@@ -287,8 +287,8 @@ impl Ours {
 async fn wait_converged(
     ours: &[&Ours],
     standbys: usize,
-    extra: impl Fn() -> Option<Vec<(String, BTreeSet<String>, BTreeSet<String>)>>,
-) -> Result<Vec<(String, BTreeSet<String>, BTreeSet<String>)>, String> {
+    extra: impl Fn() -> Option<Holders>,
+) -> Result<Holders, String> {
     let expected = expected_tasks(PARTITIONS);
     let deadline = Instant::now() + T;
     let mut last = String::new();
@@ -348,6 +348,24 @@ async fn setup(b: &str, prefix: &str) -> (String, String, String) {
         .unwrap()
         .expect("the group config of a group that does not exist yet");
     (group, input, output)
+}
+
+/// Our members only: waits as [`wait_converged`] with one standby per stateful task.
+async fn converged(ours: &[&Ours]) -> Holders {
+    wait_converged(ours, 1, || Some(Vec::new())).await.unwrap()
+}
+
+/// A group (see [`setup`]) with two of our members in two processes, converged: the group,
+/// its input topic, the members, what they hold.
+async fn converged_pair(
+    b: &str,
+    prefix: &str,
+    instances: [Option<&str>; 2],
+) -> (String, String, [Ours; 2], Holders) {
+    let (group, input, _) = setup(b, prefix).await;
+    let pair = two_members(b, &group, &input, instances);
+    let holders = converged(&[&pair[0], &pair[1]]).await;
+    (group, input, pair, holders)
 }
 
 /// Two of our members in two processes, with instance ids `instances`.
@@ -441,11 +459,7 @@ async fn describe_stable(b: &str, group: &str, n: usize) -> Vec<Described> {
 async fn two_processes_split_tasks_with_standbys_and_describe_lists_them() {
     common::init_tracing();
     let Some(b) = broker() else { return };
-    let (group, input, _) = setup(&b, "ours-two").await;
-    let [m1, m2] = two_members(&b, &group, &input, [None, None]);
-    let holders = wait_converged(&[&m1, &m2], 1, || Some(Vec::new()))
-        .await
-        .unwrap();
+    let (group, _, [m1, m2], holders) = converged_pair(&b, "ours-two", [None, None]).await;
     // Both processes work: 8 active tasks over 2 processes.
     for (process, active, standby) in &holders {
         assert!(
@@ -495,11 +509,8 @@ async fn two_processes_split_tasks_with_standbys_and_describe_lists_them() {
 async fn static_member_restarted_with_a_new_process_id_gets_its_tasks_back() {
     common::init_tracing();
     let Some(b) = broker() else { return };
-    let (group, input, _) = setup(&b, "ours-static").await;
-    let [a, other] = two_members(&b, &group, &input, [Some("a"), Some("b")]);
-    wait_converged(&[&a, &other], 1, || Some(Vec::new()))
-        .await
-        .unwrap();
+    let (group, input, [a, other], _) =
+        converged_pair(&b, "ours-static", [Some("a"), Some("b")]).await;
     let a_before = a.snapshot().await;
     let other_before = other.snapshot().await;
     let since = Instant::now();
@@ -522,9 +533,7 @@ async fn static_member_restarted_with_a_new_process_id_gets_its_tasks_back() {
     // state directory), as in the seed.
     let pa2 = StreamsProcess::new(process_id(), None);
     let a2 = Ours::start("a2", &b, &group, Some("a"), &pa2, topology(&group, &input));
-    wait_converged(&[&a2, &other], 1, || Some(Vec::new()))
-        .await
-        .unwrap();
+    converged(&[&a2, &other]).await;
     let a_after = a2.snapshot().await;
     assert!(
         closed_at.elapsed() < Duration::from_secs(6),
@@ -644,11 +653,7 @@ async fn a_java_streams_peer_and_our_member_split_the_tasks() {
 async fn dropped_coordinator_connections_keep_the_member_id() {
     common::init_tracing();
     let Some(b) = broker() else { return };
-    let (group, input, _) = setup(&b, "ours-drop").await;
-    let [m1, m2] = two_members(&b, &group, &input, [Some("m1"), None]);
-    wait_converged(&[&m1, &m2], 1, || Some(Vec::new()))
-        .await
-        .unwrap();
+    let (group, _, [m1, m2], _) = converged_pair(&b, "ours-drop", [Some("m1"), None]).await;
     let before = m1.snapshot().await;
     let since = Instant::now();
     // m1's connections dropped under three heartbeats in a row (the retries after a failure
@@ -664,9 +669,7 @@ async fn dropped_coordinator_connections_keep_the_member_id() {
         cut.iter().any(Result::is_err),
         "no heartbeat failed with its connection: {cut:?}"
     );
-    wait_converged(&[&m1, &m2], 1, || Some(Vec::new()))
-        .await
-        .unwrap();
+    converged(&[&m1, &m2]).await;
     let after = m1.snapshot().await;
     assert_eq!(after.member_id, before.member_id, "{}", m1.report());
     assert_eq!(after.tasks, before.tasks, "{}", m1.report());
@@ -703,11 +706,7 @@ async fn dropped_coordinator_connections_keep_the_member_id() {
 async fn a_member_cut_off_past_its_session_rejoins_with_its_member_id() {
     common::init_tracing();
     let Some(b) = broker() else { return };
-    let (group, input, _) = setup(&b, "ours-expired").await;
-    let [m1, m2] = two_members(&b, &group, &input, [None, None]);
-    wait_converged(&[&m1, &m2], 1, || Some(Vec::new()))
-        .await
-        .unwrap();
+    let (group, _, [m1, m2], _) = converged_pair(&b, "ours-expired", [None, None]).await;
     let before = m1.snapshot().await;
     let since = Instant::now();
     m1.transport.offline.store(true, SeqCst);
@@ -728,9 +727,7 @@ async fn a_member_cut_off_past_its_session_rejoins_with_its_member_id() {
         cut_off >= Duration::from_secs(6) && cut_off < Duration::from_secs(20),
         "{cut_off:?}"
     );
-    wait_converged(&[&m1, &m2], 1, || Some(Vec::new()))
-        .await
-        .unwrap();
+    converged(&[&m1, &m2]).await;
     let after = m1.snapshot().await;
     assert_eq!(after.member_id, before.member_id, "{}", m1.report());
     let lost = m1.events_since(since);

@@ -147,11 +147,7 @@ impl StreamsGroupMember {
         streams: StreamsConfig,
         process: StreamsProcess,
     ) -> Result<Self, ConfigError> {
-        Ok(Self::spawn(
-            transport,
-            member(group, streams, process)?,
-            None,
-        ))
+        Self::start_with(None, transport, (group, streams, process))
     }
 
     /// As [`start`](Self::start), but the member's task runs on `runtime` (see
@@ -163,10 +159,18 @@ impl StreamsGroupMember {
         streams: StreamsConfig,
         process: StreamsProcess,
     ) -> Result<Self, ConfigError> {
+        Self::start_with(Some(runtime), transport, (group, streams, process))
+    }
+
+    fn start_with<T: Transport>(
+        runtime: Option<&tokio::runtime::Handle>,
+        transport: Arc<T>,
+        (group, streams, process): (GroupConfig, StreamsConfig, StreamsProcess),
+    ) -> Result<Self, ConfigError> {
         Ok(Self::spawn(
             transport,
             member(group, streams, process)?,
-            Some(runtime),
+            runtime,
         ))
     }
 
@@ -321,6 +325,15 @@ impl Loop<StreamsMember> for StreamsLoop {
 }
 
 impl StreamsLoop {
+    fn new(group: String, events: mpsc::UnboundedSender<StreamsEvent>) -> Self {
+        let leave = LeaveWatch::default();
+        Self {
+            group,
+            events,
+            leave,
+        }
+    }
+
     /// Carries out `command`; a close is left to the caller, with its options.
     fn apply(
         &mut self,
@@ -377,12 +390,107 @@ async fn run<T: Transport>(
     commands: mpsc::UnboundedReceiver<StreamsCommand>,
     events: mpsc::UnboundedSender<StreamsEvent>,
 ) {
-    let mut l = StreamsLoop {
-        group,
-        events,
-        leave: LeaveWatch::default(),
-    };
+    let mut l = StreamsLoop::new(group, events);
     // A fresh member always joins (it is neither stopped nor closing).
     let _ = member.join(Instant::now());
     drive(&mut member, &transport, &mut l, Some(commands)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+    use crate::error::GroupError;
+    use crate::machine::streams::{Intervention, Subtopology};
+    use crate::member_id::MemberId;
+
+    fn member() -> StreamsMember {
+        let mut config = GroupConfig::new("app");
+        config.member_id = Some(MemberId::generate());
+        let topology = crate::machine::streams::StreamsTopology::new(
+            0,
+            vec![Subtopology::new("0", ["in".to_string()])],
+        );
+        let process = StreamsProcess::new("p", None);
+        StreamsMember::new(
+            config,
+            StreamsConfig::new(topology),
+            process,
+            Instant::now(),
+        )
+        .unwrap()
+    }
+
+    fn intervention(kind: InterventionKind) -> StreamsEvent {
+        StreamsEvent::GuardIntervened(Intervention {
+            kind,
+            task: TaskId::new("0", 1),
+            role: TaskRole::Standby,
+            other_member: "other".into(),
+            other_role: TaskRole::Active,
+        })
+    }
+
+    #[test]
+    fn guard_interventions_are_counted_by_kind_and_reach_the_application() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut l = StreamsLoop::new("app".into(), tx);
+        let mut m = member();
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            l.event(&mut m, intervention(InterventionKind::GaveUp));
+            l.event(&mut m, intervention(InterventionKind::Withheld));
+            l.event(&mut m, intervention(InterventionKind::Withheld));
+        });
+        let mut counts = BTreeMap::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            assert_eq!(
+                key.key().name(),
+                crate::metrics::TASK_GUARD_INTERVENTIONS_TOTAL
+            );
+            let labels: BTreeMap<String, String> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            assert_eq!(labels["group"], "app");
+            assert_eq!(labels["protocol"], "streams");
+            let DebugValue::Counter(n) = value else {
+                panic!("not a counter: {value:?}")
+            };
+            counts.insert(labels["kind"].clone(), n);
+        }
+        assert_eq!(
+            counts,
+            BTreeMap::from([("given_up".to_string(), 1), ("withheld".to_string(), 2)])
+        );
+        for _ in 0..3 {
+            assert!(matches!(
+                rx.try_recv(),
+                Ok(StreamsEvent::GuardIntervened(_))
+            ));
+        }
+        // The loop goes on until the member closed or stopped.
+        assert_eq!(l.idle(&mut m), ControlFlow::Continue(()));
+    }
+
+    #[test]
+    fn the_loop_ends_after_closed_or_fatal() {
+        for end in [
+            StreamsEvent::Closed,
+            StreamsEvent::Fatal(GroupError::StreamsProtocolUnsupported),
+        ] {
+            let (tx, _rx) = mpsc::unbounded_channel();
+            let mut l = StreamsLoop::new("app".into(), tx);
+            let mut m = member();
+            let (close_tx, mut close_rx) = oneshot::channel();
+            l.leave.closing.push(close_tx);
+            l.event(&mut m, end);
+            assert_eq!(l.idle(&mut m), ControlFlow::Break(()));
+            // No leave went out: the close is told none was due.
+            assert_eq!(close_rx.try_recv(), Ok(CloseOutcome::NotDue));
+        }
+    }
 }
