@@ -15,6 +15,9 @@ use crate::machine::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
 use crate::request::{Broker, Outbound, RequestId, Response, ResponseBody};
 use crate::transport::Transport;
 
+mod streams;
+pub use streams::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
+
 /// Drives `machine` until `done` returns `Some`, and returns that value. Requests run
 /// concurrently; answers are handed back in the order they arrive; the machine's events are
 /// dropped (`done` reads the machine's state).
@@ -306,8 +309,7 @@ pub struct GroupMember {
 /// commit while another task handles events). Its calls are those of the member.
 #[derive(Debug, Clone)]
 pub struct MemberHandle {
-    commands: mpsc::UnboundedSender<Command>,
-    request_timeout: std::time::Duration,
+    commands: Commands<Command>,
     /// `default.api.timeout.ms`: the bound of a whole commit or committed-offsets call.
     api_timeout: std::time::Duration,
     retry: ExponentialBuilder,
@@ -381,12 +383,9 @@ impl GroupMember {
         Ok(Self::spawn(transport, Self::member(config)?, Some(runtime)))
     }
 
-    /// The member `config` describes. The core reads no random source: its per-member inputs
-    /// are drawn here, the member id from the OS CSPRNG (KIP-1082).
-    fn member(mut config: GroupConfig) -> Result<Member, crate::error::ConfigError> {
-        config.seed = config.seed.or_else(|| Some(rand::random()));
-        config.member_id = config.member_id.or_else(|| Some(MemberId::generate()));
-        Member::new(config, Instant::now())
+    /// The member `config` describes, its per-member inputs drawn ([`draw_identity`]).
+    fn member(config: GroupConfig) -> Result<Member, crate::error::ConfigError> {
+        Member::new(draw_identity(config), Instant::now())
     }
 
     /// Spawns the task that drives `member` (on `runtime`, else on the caller's).
@@ -398,16 +397,14 @@ impl GroupMember {
         let config = member.config().clone();
         let now = Instant::now();
         let metrics = crate::metrics::MemberMetrics::new(&config.group_id, member.protocol(), now);
-        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (commands, command_rx) = Commands::new(config.request_timeout);
         let (event_tx, events) = mpsc::unbounded_channel();
-        let task = run_member(member, metrics, transport, command_rx, event_tx);
-        match runtime {
-            Some(runtime) => drop(runtime.spawn(task)),
-            None => drop(tokio::spawn(task)),
-        }
+        spawn_task(
+            runtime,
+            run_member(member, metrics, transport, command_rx, event_tx),
+        );
         let handle = MemberHandle {
             commands,
-            request_timeout: config.request_timeout,
             api_timeout: config.default_api_timeout,
             retry: ExponentialBuilder::default()
                 .with_min_delay(config.retry_backoff)
@@ -507,22 +504,18 @@ impl futures_core::Stream for GroupMember {
 
 impl MemberHandle {
     async fn ask<R>(&self, make: impl FnOnce(oneshot::Sender<R>) -> Command) -> Option<R> {
-        let (tx, rx) = oneshot::channel();
-        self.commands.send(make(tx)).ok()?;
-        rx.await.ok()
+        self.commands.ask(make).await
     }
 
-    /// The member's answer to a command, [`ApiMisuse::Stopped`] once its task ended.
     async fn call(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<(), ApiMisuse>>) -> Command,
     ) -> Result<(), ApiMisuse> {
-        self.ask(make).await.unwrap_or(Err(ApiMisuse::Stopped))
+        self.commands.call(make).await
     }
 
     fn mark_polled(&self) {
-        let (tx, _) = oneshot::channel();
-        let _ = self.commands.send(Command::Poll(tx));
+        self.commands.mark_polled();
     }
 
     /// Subscribes to `topics` and joins the group.
@@ -617,14 +610,7 @@ impl MemberHandle {
     ///
     /// The member's events do not stop here: drain them until `None`.
     pub async fn close(&self, options: CloseOptions) -> CloseOutcome {
-        let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::Close(options, tx)).is_err() {
-            return CloseOutcome::NotDue;
-        }
-        tokio::time::timeout(self.request_timeout, rx)
-            .await
-            .unwrap_or(Ok(CloseOutcome::TimedOut))
-            .unwrap_or(CloseOutcome::NotDue)
+        self.commands.close(options).await
     }
 }
 
@@ -635,15 +621,11 @@ struct MemberLoop {
     events: mpsc::UnboundedSender<Event>,
     commits: HashMap<CommitId, oneshot::Sender<Result<(), CommitError>>>,
     fetches: HashMap<FetchId, oneshot::Sender<Result<Offsets, CommitError>>>,
-    closing: Vec<oneshot::Sender<CloseOutcome>>,
-    closed: bool,
-    /// The leave request of a close, once sent, and then its outcome.
-    leave: Option<RequestId>,
-    left: Option<CloseOutcome>,
+    leave: LeaveWatch,
 }
 
-/// Whether `request` is a leave: LeaveGroup, or a KIP-848 heartbeat with a negative epoch
-/// (-1 leaves, -2 is a static member's temporary leave).
+/// Whether `request` is a leave: LeaveGroup, or a KIP-848 or KIP-1071 heartbeat with a negative
+/// epoch (-1 leaves, -2 is a static member's temporary leave).
 fn is_leave(request: &crate::request::Request) -> bool {
     match request {
         crate::request::Request::Raw { body, .. } => match body.as_ref() {
@@ -651,6 +633,7 @@ fn is_leave(request: &crate::request::Request) -> bool {
             RequestKind::ConsumerGroupHeartbeat(r) => r.member_epoch < 0,
             _ => false,
         },
+        crate::request::Request::StreamsGroupHeartbeat { body, .. } => body.member_epoch < 0,
         _ => false,
     }
 }
@@ -667,10 +650,153 @@ fn leave_outcome(result: &Result<Response, TransportError>) -> CloseOutcome {
             ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => {
                 Some(r.error_code).filter(|c| *c != 0)
             }
+            ResponseBody::StreamsGroupHeartbeat(r) => Some(r.error_code).filter(|c| *c != 0),
             _ => None,
         },
     };
     CloseOutcome::Left { error: code }
+}
+
+/// The close side shared by the members' loops: who waits for the close, the leave request once
+/// sent, and what its answer said.
+#[derive(Default)]
+struct LeaveWatch {
+    closing: Vec<oneshot::Sender<CloseOutcome>>,
+    /// The member emitted its `Closed` event (or stopped): the loop ends when idle.
+    closed: bool,
+    /// The leave request of a close, once sent, and then its outcome.
+    leave: Option<RequestId>,
+    left: Option<CloseOutcome>,
+}
+
+impl LeaveWatch {
+    fn sent(&mut self, out: &Outbound) {
+        if !self.closing.is_empty() && is_leave(&out.request) {
+            self.leave = Some(out.id);
+        }
+    }
+
+    fn answered(&mut self, id: RequestId, result: &Result<Response, TransportError>) {
+        if self.leave == Some(id) {
+            self.left = Some(leave_outcome(result));
+        }
+    }
+
+    /// Once closed: answers every close waiting and ends the loop.
+    fn finish(&mut self) -> ControlFlow<()> {
+        if !self.closed {
+            return ControlFlow::Continue(());
+        }
+        let outcome = self.left.take().unwrap_or(CloseOutcome::NotDue);
+        for tx in self.closing.drain(..) {
+            let _ = tx.send(outcome.clone());
+        }
+        ControlFlow::Break(())
+    }
+}
+
+/// The command side shared by the members' handles: the channel to the member's task.
+struct Commands<C> {
+    tx: mpsc::UnboundedSender<C>,
+    /// `request.timeout.ms`: how long a close waits for the leave's answer.
+    request_timeout: std::time::Duration,
+}
+
+impl<C> std::fmt::Debug for Commands<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Commands")
+            .field("tx", &self.tx)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl<C> Clone for Commands<C> {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            request_timeout: self.request_timeout,
+        }
+    }
+}
+
+/// The commands every member's task takes alike.
+trait MemberCommand: Sized {
+    /// The application polled.
+    fn poll(tx: oneshot::Sender<Result<(), ApiMisuse>>) -> Self;
+    /// Close with `options`.
+    fn close(options: CloseOptions, tx: oneshot::Sender<CloseOutcome>) -> Self;
+}
+
+impl MemberCommand for Command {
+    fn poll(tx: oneshot::Sender<Result<(), ApiMisuse>>) -> Self {
+        Command::Poll(tx)
+    }
+    fn close(options: CloseOptions, tx: oneshot::Sender<CloseOutcome>) -> Self {
+        Command::Close(options, tx)
+    }
+}
+
+impl<C: MemberCommand> Commands<C> {
+    fn new(request_timeout: std::time::Duration) -> (Self, mpsc::UnboundedReceiver<C>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Self {
+                tx,
+                request_timeout,
+            },
+            rx,
+        )
+    }
+
+    async fn ask<R>(&self, make: impl FnOnce(oneshot::Sender<R>) -> C) -> Option<R> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).ok()?;
+        rx.await.ok()
+    }
+
+    /// The member's answer to a command, [`ApiMisuse::Stopped`] once its task ended.
+    async fn call(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<(), ApiMisuse>>) -> C,
+    ) -> Result<(), ApiMisuse> {
+        self.ask(make).await.unwrap_or(Err(ApiMisuse::Stopped))
+    }
+
+    fn mark_polled(&self) {
+        let (tx, _) = oneshot::channel();
+        let _ = self.tx.send(C::poll(tx));
+    }
+
+    async fn close(&self, options: CloseOptions) -> CloseOutcome {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(C::close(options, tx)).is_err() {
+            return CloseOutcome::NotDue;
+        }
+        tokio::time::timeout(self.request_timeout, rx)
+            .await
+            .unwrap_or(Ok(CloseOutcome::TimedOut))
+            .unwrap_or(CloseOutcome::NotDue)
+    }
+}
+
+/// Spawns a member's task on `runtime`, else on the caller's.
+fn spawn_task(
+    runtime: Option<&tokio::runtime::Handle>,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    match runtime {
+        Some(runtime) => drop(runtime.spawn(task)),
+        None => drop(tokio::spawn(task)),
+    }
+}
+
+/// `config` with the per-member inputs the core does not draw itself (it reads no random
+/// source): the jitter seed, and the member id from the OS CSPRNG (KIP-1082).
+fn draw_identity(mut config: GroupConfig) -> GroupConfig {
+    config.seed = config.seed.or_else(|| Some(rand::random()));
+    config.member_id = config.member_id.or_else(|| Some(MemberId::generate()));
+    config
 }
 
 impl Loop<Watched> for MemberLoop {
@@ -679,16 +805,12 @@ impl Loop<Watched> for MemberLoop {
 
     fn sent(&mut self, out: &Outbound, now: Instant) {
         self.metrics.on_request(out.id, out.request.api_key(), now);
-        if !self.closing.is_empty() && is_leave(&out.request) {
-            self.leave = Some(out.id);
-        }
+        self.leave.sent(out);
     }
 
     fn answered(&mut self, id: RequestId, result: &Result<Response, TransportError>, now: Instant) {
         self.metrics.on_response(id, result, now);
-        if self.leave == Some(id) {
-            self.left = Some(leave_outcome(result));
-        }
+        self.leave.answered(id, result);
     }
 
     fn event(&mut self, _member: &mut Watched, event: Event) {
@@ -703,7 +825,7 @@ impl Loop<Watched> for MemberLoop {
                 None => Event::OffsetsFetched { id, result },
             },
             Event::Closed => {
-                self.closed = true;
+                self.leave.closed = true;
                 Event::Closed
             }
             other => other,
@@ -712,35 +834,39 @@ impl Loop<Watched> for MemberLoop {
     }
 
     fn idle(&mut self, _member: &mut Watched) -> ControlFlow<()> {
-        if !self.closed {
-            return ControlFlow::Continue(());
-        }
-        let outcome = self.left.take().unwrap_or(CloseOutcome::NotDue);
-        for tx in self.closing.drain(..) {
-            let _ = tx.send(outcome.clone());
-        }
-        ControlFlow::Break(())
+        self.leave.finish()
     }
 
     fn command(&mut self, member: &mut Watched, command: Option<Command>) -> ControlFlow<()> {
         let now = Instant::now();
-        let options = match command {
-            // Every handle is gone: close with the default semantics.
-            None => CloseOptions::Default,
-            Some(command) => match self.apply(member, command, now) {
-                Some(options) => options,
-                None => return ControlFlow::Continue(()),
-            },
+        let Some(options) = close_options(command, |c| self.apply(member, c, now)) else {
+            return ControlFlow::Continue(());
         };
         member.close(options, now);
         member.topics.watch(Vec::new(), now);
-        // A stopped member has nothing to leave; otherwise `Event::Closed` ends the loop once the
-        // LeaveGroup (if any) was answered.
-        if member.state() == crate::machine::events::MemberState::Fatal {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
+        after_close(member.state())
+    }
+}
+
+/// The close a loop's command asks for: `None` (every handle gone) closes with the default
+/// semantics; a command `apply` carries out asks for one only when it is a close.
+fn close_options<C>(
+    command: Option<C>,
+    apply: impl FnOnce(C) -> Option<CloseOptions>,
+) -> Option<CloseOptions> {
+    match command {
+        None => Some(CloseOptions::Default),
+        Some(command) => apply(command),
+    }
+}
+
+/// After a close: a stopped member has nothing to leave (the loop ends); otherwise its
+/// `Closed` event ends the loop once the leave (if one was due) was answered.
+fn after_close(state: crate::machine::events::MemberState) -> ControlFlow<()> {
+    if state == crate::machine::events::MemberState::Fatal {
+        ControlFlow::Break(())
+    } else {
+        ControlFlow::Continue(())
     }
 }
 
@@ -800,7 +926,7 @@ impl MemberLoop {
                 protocol: member.protocol(),
             })),
             Command::Close(options, tx) => {
-                self.closing.push(tx);
+                self.leave.closing.push(tx);
                 return Some(options);
             }
         }
@@ -879,10 +1005,7 @@ async fn run_member<T: Transport>(
         events,
         commits: HashMap::new(),
         fetches: HashMap::new(),
-        closing: Vec::new(),
-        closed: false,
-        leave: None,
-        left: None,
+        leave: LeaveWatch::default(),
     };
     let topics = TopicWatch::new(member.config());
     let mut watched = Watched { member, topics };

@@ -185,6 +185,14 @@ pub mod transport;
 pub use config::{ClientConfig, GroupConfig, GroupProtocol};
 #[cfg(feature = "tokio")]
 pub use driver::{CloseOutcome, GroupMember, MemberHandle, Snapshot};
+
+/// Streams groups (KIP-1071): the sans-IO member and its types ([`machine::streams`]) and, with
+/// feature `tokio`, the member on tokio ([`StreamsGroupMember`](streams::StreamsGroupMember)).
+pub mod streams {
+    #[cfg(feature = "tokio")]
+    pub use crate::driver::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
+    pub use crate::machine::streams::*;
+}
 pub use error::{ApiMisuse, ConfigError, Error, GroupError, TransportError};
 /// The Kafka protocol types of the version this crate speaks (for requests of your own through
 /// [`Transport`](transport::Transport) and [`Request::Raw`](request::Request::Raw)).

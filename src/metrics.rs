@@ -22,6 +22,7 @@
 //! | `consumer_coordinator.commit_failed_total` | counter | `reason` | none (Java throws `CommitFailedException` and friends) |
 //! | `consumer_coordinator.fenced_total` | counter | `reason` | none (Java logs the fencing) |
 //! | `consumer_coordinator.assigned_partitions` | gauge | | `assigned-partitions` |
+//! | `consumer_coordinator.task_guard_interventions_total` | counter | `kind` | none (this crate's; streams members only, `protocol` is `streams`) |
 //!
 //! What each one measures:
 //! - A rebalance starts when the member enters a rebalancing state (anything but `Stable`,
@@ -47,6 +48,12 @@
 //! - `fenced_total`: a state change whose reason is `UNKNOWN_MEMBER_ID`, `ILLEGAL_GENERATION`,
 //!   `FENCED_MEMBER_EPOCH` or `self-fenced` (the member rejoins), and a fatal `FENCED_INSTANCE_ID`
 //!   (another process holds the static member's `group.instance.id`); `reason` names which.
+//!
+//! - `task_guard_interventions_total`: every time a streams member's per-process task guard
+//!   stepped in ([`StreamsEvent::GuardIntervened`](crate::machine::streams::StreamsEvent::GuardIntervened)),
+//!   `kind` `withheld` (assigned a task another member of the process holds) or `given_up` (a
+//!   standby or warm-up given up for another local member's active assignment): the coordinator
+//!   assigned one task twice within a process (KAFKA-21401). The member also logs a `warn`.
 //!
 //! Not mapped: Java's `last-rebalance-seconds-ago` and `last-heartbeat-seconds-ago` (a recorder
 //! keeps when it last saw a sample) and `partition-{assigned,revoked,lost}-latency` (the
@@ -91,6 +98,21 @@ pub const COMMIT_FAILED_TOTAL: &str = "consumer_coordinator.commit_failed_total"
 pub const FENCED_TOTAL: &str = "consumer_coordinator.fenced_total";
 /// Partitions the member owns (gauge).
 pub const ASSIGNED_PARTITIONS: &str = "consumer_coordinator.assigned_partitions";
+/// Times a streams member's per-process task guard stepped in, by `kind` (counter).
+pub const TASK_GUARD_INTERVENTIONS_TOTAL: &str =
+    "consumer_coordinator.task_guard_interventions_total";
+
+/// Counts one intervention of the task guard for a streams member of `group` (`kind`:
+/// `withheld` or `given_up`).
+pub(crate) fn task_guard_intervened(group: &str, kind: &'static str) {
+    counter!(
+        TASK_GUARD_INTERVENTIONS_TOTAL,
+        "group" => group.to_owned(),
+        "protocol" => "streams",
+        "kind" => kind
+    )
+    .increment(1);
+}
 
 /// More requests in flight than this means answers went missing; the oldest timings are dropped
 /// rather than kept for ever.
@@ -144,6 +166,11 @@ pub fn describe() {
         ASSIGNED_PARTITIONS,
         Unit::Count,
         "Partitions the member owns"
+    );
+    describe_counter!(
+        TASK_GUARD_INTERVENTIONS_TOTAL,
+        Unit::Count,
+        "Times a streams member's task guard stepped in, by kind"
     );
 }
 

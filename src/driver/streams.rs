@@ -1,0 +1,496 @@
+//! The tokio face of the KIP-1071 streams member ([`StreamsMember`]): the same drive loop, close
+//! tracking and command channel as [`GroupMember`](super::GroupMember).
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    Commands, LeaveWatch, Loop, MemberCommand, after_close, close_options, draw_identity, drive,
+    spawn_task,
+};
+use crate::config::GroupConfig;
+use crate::error::{ApiMisuse, ConfigError, TransportError};
+use crate::machine::events::{CloseOptions, MemberState, RevokeTicket};
+use crate::machine::streams::{
+    InterventionKind, StreamsConfig, StreamsEvent, StreamsMember, StreamsProcess, StreamsTasks,
+    TaskId, TaskRole,
+};
+use crate::request::{Outbound, RequestId, Response};
+use crate::transport::Transport;
+
+use super::CloseOutcome;
+
+enum StreamsCommand {
+    Poll(oneshot::Sender<Result<(), ApiMisuse>>),
+    CompleteRevocation(RevokeTicket, oneshot::Sender<Result<(), ApiMisuse>>),
+    TaskOffsets(
+        BTreeMap<TaskId, i64>,
+        BTreeMap<TaskId, i64>,
+        oneshot::Sender<Result<(), ApiMisuse>>,
+    ),
+    LeaveGroup(oneshot::Sender<Result<(), ApiMisuse>>),
+    RequestShutdown(oneshot::Sender<Result<(), ApiMisuse>>),
+    Close(CloseOptions, oneshot::Sender<CloseOutcome>),
+    Snapshot(oneshot::Sender<StreamsSnapshot>),
+}
+
+impl MemberCommand for StreamsCommand {
+    fn poll(tx: oneshot::Sender<Result<(), ApiMisuse>>) -> Self {
+        StreamsCommand::Poll(tx)
+    }
+    fn close(options: CloseOptions, tx: oneshot::Sender<CloseOutcome>) -> Self {
+        StreamsCommand::Close(options, tx)
+    }
+}
+
+/// A point-in-time view of a streams member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamsSnapshot {
+    /// The member id (KIP-1082: drawn once, the same for the member's whole life).
+    pub member_id: String,
+    /// The member epoch (0 before the first answer and after fencing).
+    pub epoch: i32,
+    /// Where the member stands.
+    pub state: MemberState,
+    /// The tasks the member holds (handed to the application), by role.
+    pub tasks: StreamsTasks,
+    /// Tasks the coordinator assigned that the process's task guard withholds (another member
+    /// of the process still holds them), with the role assigned.
+    pub withheld: BTreeMap<TaskId, TaskRole>,
+    /// The coordinator's node id, when known.
+    pub coordinator: Option<i32>,
+    /// The process id the member joined with.
+    pub process_id: String,
+}
+
+/// A KIP-1071 streams-group member running on tokio: the async face of [`StreamsMember`].
+///
+/// [`start`](Self::start) spawns the member's task, which joins at once with the topology of
+/// its [`StreamsConfig`] and the process id of its [`StreamsProcess`]. Give every member of one
+/// OS process clones of the same `StreamsProcess`: its task guard keeps two of them from holding
+/// one task at once, whatever the coordinator assigns (KAFKA-21401). Each time the guard steps
+/// in the member logs a `warn` line naming the task, both roles and both members, bumps the
+/// counter [`TASK_GUARD_INTERVENTIONS_TOTAL`](crate::metrics::TASK_GUARD_INTERVENTIONS_TOTAL)
+/// and emits [`StreamsEvent::GuardIntervened`].
+///
+/// Calls go through a [`StreamsMemberHandle`] (the member derefs to one; [`handle`](Self::handle)
+/// clones it for other tasks). Waiting in [`next_event`](Self::next_event) counts as the
+/// application polling (`max.poll.interval.ms`). The task ends after
+/// [`StreamsEvent::Closed`], after [`StreamsEvent::Fatal`], or when the member and every handle
+/// are dropped (it then closes with [`CloseOptions::Default`]); events still arrive after
+/// [`close`](StreamsMemberHandle::close): drain them until `None`.
+///
+/// As with [`GroupMember`](super::GroupMember), give each member a transport of its own.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), consumer_membership::Error> {
+/// use std::sync::Arc;
+/// use consumer_membership::{ClientConfig, CloseOptions, GroupConfig, TcpTransport};
+/// use consumer_membership::streams::{
+///     InternalTopic, StreamsConfig, StreamsEvent, StreamsGroupMember, StreamsProcess,
+///     StreamsTopology, Subtopology,
+/// };
+///
+/// let topology = StreamsTopology::new(
+///     0,
+///     vec![Subtopology::new("0", ["clicks".to_string()])
+///         .with_changelog(InternalTopic::new("app-counts-changelog"))],
+/// );
+/// // One process object for every streams member of this OS process.
+/// let process = StreamsProcess::new(uuid_of_this_process(), None);
+/// let transport = Arc::new(TcpTransport::new(ClientConfig::new("127.0.0.1:9092")?));
+/// let group = GroupConfig::new("app").with_instance_id("app-1");
+/// let mut member =
+///     StreamsGroupMember::start(transport, group, StreamsConfig::new(topology), process)?;
+/// while let Some(event) = member.next_event().await {
+///     match event {
+///         StreamsEvent::TasksAssigned { added, .. } => println!("now running {added:?}"),
+///         StreamsEvent::TasksRevoking { active, ticket } => {
+///             // Commit and stop `active`, then hand the ticket back.
+///             member.complete_revocation(ticket).await?;
+///         }
+///         StreamsEvent::Fatal(e) => return Err(e.into()),
+///         _ => {}
+///     }
+/// #   break;
+/// }
+/// println!("closed: {:?}", member.close(CloseOptions::Default).await);
+/// # Ok(()) }
+/// # fn uuid_of_this_process() -> String { String::new() }
+/// ```
+#[derive(Debug)]
+pub struct StreamsGroupMember {
+    handle: StreamsMemberHandle,
+    events: mpsc::UnboundedReceiver<StreamsEvent>,
+}
+
+/// The command side of a [`StreamsGroupMember`]: cheap to clone, usable from any task.
+#[derive(Debug, Clone)]
+pub struct StreamsMemberHandle {
+    commands: Commands<StreamsCommand>,
+}
+
+impl StreamsGroupMember {
+    /// Validates the configuration, draws the member id from the OS CSPRNG (KIP-1082; unless
+    /// `group.member_id` is set) and starts the member's task, which joins the group at once.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (the member's task is spawned with [`tokio::spawn`]).
+    pub fn start<T: Transport>(
+        transport: Arc<T>,
+        group: GroupConfig,
+        streams: StreamsConfig,
+        process: StreamsProcess,
+    ) -> Result<Self, ConfigError> {
+        Self::start_with(None, transport, (group, streams, process))
+    }
+
+    /// As [`start`](Self::start), but the member's task runs on `runtime` (see
+    /// [`GroupMember::start_on`](super::GroupMember::start_on)); works outside any runtime.
+    pub fn start_on<T: Transport>(
+        runtime: &tokio::runtime::Handle,
+        transport: Arc<T>,
+        group: GroupConfig,
+        streams: StreamsConfig,
+        process: StreamsProcess,
+    ) -> Result<Self, ConfigError> {
+        Self::start_with(Some(runtime), transport, (group, streams, process))
+    }
+
+    fn start_with<T: Transport>(
+        runtime: Option<&tokio::runtime::Handle>,
+        transport: Arc<T>,
+        (group, streams, process): (GroupConfig, StreamsConfig, StreamsProcess),
+    ) -> Result<Self, ConfigError> {
+        Ok(Self::spawn(
+            transport,
+            member(group, streams, process)?,
+            runtime,
+        ))
+    }
+
+    fn spawn<T: Transport>(
+        transport: Arc<T>,
+        member: StreamsMember,
+        runtime: Option<&tokio::runtime::Handle>,
+    ) -> Self {
+        let (commands, command_rx) = Commands::new(member.config().request_timeout);
+        let (event_tx, events) = mpsc::unbounded_channel();
+        let group = member.config().group_id.clone();
+        spawn_task(runtime, run(member, group, transport, command_rx, event_tx));
+        Self {
+            handle: StreamsMemberHandle { commands },
+            events,
+        }
+    }
+
+    /// A handle for other tasks.
+    pub fn handle(&self) -> StreamsMemberHandle {
+        self.handle.clone()
+    }
+
+    /// The next event; `None` once the member's task ended. Waiting here counts as the
+    /// application polling (`max.poll.interval.ms`). Cancel-safe.
+    pub async fn next_event(&mut self) -> Option<StreamsEvent> {
+        self.handle.commands.mark_polled();
+        self.events.recv().await
+    }
+}
+
+impl std::ops::Deref for StreamsGroupMember {
+    type Target = StreamsMemberHandle;
+    fn deref(&self) -> &StreamsMemberHandle {
+        &self.handle
+    }
+}
+
+impl StreamsMemberHandle {
+    /// Records that the application is alive without reading an event (after a poll timeout:
+    /// rejoins).
+    pub async fn poll(&self) -> Result<(), ApiMisuse> {
+        self.commands.call(StreamsCommand::Poll).await
+    }
+
+    /// Hands back the ticket of a [`StreamsEvent::TasksRevoking`] (after committing the
+    /// revoked active tasks).
+    pub async fn complete_revocation(&self, ticket: RevokeTicket) -> Result<(), ApiMisuse> {
+        self.commands
+            .call(|tx| StreamsCommand::CompleteRevocation(ticket, tx))
+            .await
+    }
+
+    /// The changelog offsets and end offsets per task (see
+    /// [`StreamsMember::set_task_offsets`]).
+    pub async fn set_task_offsets(
+        &self,
+        offsets: BTreeMap<TaskId, i64>,
+        end_offsets: BTreeMap<TaskId, i64>,
+    ) -> Result<(), ApiMisuse> {
+        self.commands
+            .call(|tx| StreamsCommand::TaskOffsets(offsets, end_offsets, tx))
+            .await
+    }
+
+    /// Leaves the group for good with epoch -1, static member or not (tasks released first).
+    pub async fn leave_group(&self) -> Result<(), ApiMisuse> {
+        self.commands.call(StreamsCommand::LeaveGroup).await
+    }
+
+    /// Asks every member of the application to shut down (see
+    /// [`StreamsMember::request_shutdown`]).
+    pub async fn request_shutdown(&self) -> Result<(), ApiMisuse> {
+        self.commands.call(StreamsCommand::RequestShutdown).await
+    }
+
+    /// The member's id, epoch, state, tasks and withheld tasks; `None` once its task ended.
+    pub async fn snapshot(&self) -> Option<StreamsSnapshot> {
+        self.commands.ask(StreamsCommand::Snapshot).await
+    }
+
+    /// Closes the member (default: the leave heartbeat with -2 for a static member, which
+    /// keeps its tasks at the broker until the session times out, -1 for a dynamic one) and
+    /// waits until the leave, if one is due, was answered (at most `request.timeout.ms`).
+    /// Keep reading events until `None`.
+    pub async fn close(&self, options: CloseOptions) -> CloseOutcome {
+        self.commands.close(options).await
+    }
+}
+
+/// The member the configuration describes, its per-member inputs drawn ([`draw_identity`]).
+fn member(
+    group: GroupConfig,
+    streams: StreamsConfig,
+    process: StreamsProcess,
+) -> Result<StreamsMember, ConfigError> {
+    StreamsMember::new(draw_identity(group), streams, process, Instant::now())
+}
+
+/// The tokio side of a [`StreamsGroupMember`].
+struct StreamsLoop {
+    group: String,
+    events: mpsc::UnboundedSender<StreamsEvent>,
+    leave: LeaveWatch,
+}
+
+impl Loop<StreamsMember> for StreamsLoop {
+    type Command = StreamsCommand;
+    type Output = ();
+
+    fn sent(&mut self, out: &Outbound, _now: Instant) {
+        tracing::trace!(id = %out.id, target = %out.target, api = ?out.request.api_key(), "sending");
+        self.leave.sent(out);
+    }
+
+    fn answered(&mut self, id: RequestId, result: &Result<Response, TransportError>, _: Instant) {
+        self.leave.answered(id, result);
+    }
+
+    fn event(&mut self, _member: &mut StreamsMember, event: StreamsEvent) {
+        match &event {
+            // The guard logged the intervention (a `warn` line); count it.
+            StreamsEvent::GuardIntervened(i) => {
+                let kind = match i.kind {
+                    InterventionKind::Withheld => "withheld",
+                    InterventionKind::GaveUp => "given_up",
+                };
+                crate::metrics::task_guard_intervened(&self.group, kind);
+            }
+            StreamsEvent::Closed | StreamsEvent::Fatal(_) => self.leave.closed = true,
+            _ => {}
+        }
+        let _ = self.events.send(event);
+    }
+
+    fn idle(&mut self, _member: &mut StreamsMember) -> ControlFlow<()> {
+        self.leave.finish()
+    }
+
+    fn command(
+        &mut self,
+        member: &mut StreamsMember,
+        command: Option<StreamsCommand>,
+    ) -> ControlFlow<()> {
+        let now = Instant::now();
+        let Some(options) = close_options(command, |c| self.apply(member, c, now)) else {
+            return ControlFlow::Continue(());
+        };
+        member.close(options, now);
+        after_close(member.state())
+    }
+}
+
+impl StreamsLoop {
+    fn new(group: String, events: mpsc::UnboundedSender<StreamsEvent>) -> Self {
+        let leave = LeaveWatch::default();
+        Self {
+            group,
+            events,
+            leave,
+        }
+    }
+
+    /// Carries out `command`; a close is left to the caller, with its options.
+    fn apply(
+        &mut self,
+        member: &mut StreamsMember,
+        command: StreamsCommand,
+        now: Instant,
+    ) -> Option<CloseOptions> {
+        let stopped = |m: &StreamsMember| match m.state() {
+            MemberState::Fatal | MemberState::Closed => Err(ApiMisuse::Stopped),
+            _ => Ok(()),
+        };
+        match command {
+            StreamsCommand::Close(options, tx) => {
+                self.leave.closing.push(tx);
+                return Some(options);
+            }
+            StreamsCommand::Poll(tx) => {
+                member.poll(now);
+                drop(tx.send(stopped(member)))
+            }
+            StreamsCommand::CompleteRevocation(ticket, tx) => {
+                drop(tx.send(member.complete_revocation(ticket, now)))
+            }
+            StreamsCommand::TaskOffsets(offsets, end_offsets, tx) => {
+                member.set_task_offsets(offsets, end_offsets);
+                drop(tx.send(stopped(member)))
+            }
+            StreamsCommand::LeaveGroup(tx) => {
+                member.leave_group(now);
+                drop(tx.send(stopped(member)))
+            }
+            StreamsCommand::RequestShutdown(tx) => {
+                member.request_shutdown(now);
+                drop(tx.send(stopped(member)))
+            }
+            StreamsCommand::Snapshot(tx) => drop(tx.send(StreamsSnapshot {
+                member_id: member.member_id().to_owned(),
+                epoch: member.epoch(),
+                state: member.state(),
+                tasks: member.tasks().clone(),
+                withheld: member.withheld().clone(),
+                coordinator: member.coordinator().map(|b| b.node_id),
+                process_id: member.process().process_id(),
+            })),
+        }
+        None
+    }
+}
+
+async fn run<T: Transport>(
+    mut member: StreamsMember,
+    group: String,
+    transport: Arc<T>,
+    commands: mpsc::UnboundedReceiver<StreamsCommand>,
+    events: mpsc::UnboundedSender<StreamsEvent>,
+) {
+    let mut l = StreamsLoop::new(group, events);
+    // A fresh member always joins (it is neither stopped nor closing).
+    let _ = member.join(Instant::now());
+    drive(&mut member, &transport, &mut l, Some(commands)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+    use crate::error::GroupError;
+    use crate::machine::streams::{Intervention, Subtopology};
+    use crate::member_id::MemberId;
+
+    fn member() -> StreamsMember {
+        let mut config = GroupConfig::new("app");
+        config.member_id = Some(MemberId::generate());
+        let topology = crate::machine::streams::StreamsTopology::new(
+            0,
+            vec![Subtopology::new("0", ["in".to_string()])],
+        );
+        let process = StreamsProcess::new("p", None);
+        StreamsMember::new(
+            config,
+            StreamsConfig::new(topology),
+            process,
+            Instant::now(),
+        )
+        .unwrap()
+    }
+
+    fn intervention(kind: InterventionKind) -> StreamsEvent {
+        StreamsEvent::GuardIntervened(Intervention {
+            kind,
+            task: TaskId::new("0", 1),
+            role: TaskRole::Standby,
+            other_member: "other".into(),
+            other_role: TaskRole::Active,
+        })
+    }
+
+    #[test]
+    fn guard_interventions_are_counted_by_kind_and_reach_the_application() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut l = StreamsLoop::new("app".into(), tx);
+        let mut m = member();
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            l.event(&mut m, intervention(InterventionKind::GaveUp));
+            l.event(&mut m, intervention(InterventionKind::Withheld));
+            l.event(&mut m, intervention(InterventionKind::Withheld));
+        });
+        let mut counts = BTreeMap::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            assert_eq!(
+                key.key().name(),
+                crate::metrics::TASK_GUARD_INTERVENTIONS_TOTAL
+            );
+            let labels: BTreeMap<String, String> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            assert_eq!(labels["group"], "app");
+            assert_eq!(labels["protocol"], "streams");
+            let DebugValue::Counter(n) = value else {
+                panic!("not a counter: {value:?}")
+            };
+            counts.insert(labels["kind"].clone(), n);
+        }
+        assert_eq!(
+            counts,
+            BTreeMap::from([("given_up".to_string(), 1), ("withheld".to_string(), 2)])
+        );
+        for _ in 0..3 {
+            assert!(matches!(
+                rx.try_recv(),
+                Ok(StreamsEvent::GuardIntervened(_))
+            ));
+        }
+        // The loop goes on until the member closed or stopped.
+        assert_eq!(l.idle(&mut m), ControlFlow::Continue(()));
+    }
+
+    #[test]
+    fn the_loop_ends_after_closed_or_fatal() {
+        for end in [
+            StreamsEvent::Closed,
+            StreamsEvent::Fatal(GroupError::StreamsProtocolUnsupported),
+        ] {
+            let (tx, _rx) = mpsc::unbounded_channel();
+            let mut l = StreamsLoop::new("app".into(), tx);
+            let mut m = member();
+            let (close_tx, mut close_rx) = oneshot::channel();
+            l.leave.closing.push(close_tx);
+            l.event(&mut m, end);
+            assert_eq!(l.idle(&mut m), ControlFlow::Break(()));
+            // No leave went out: the close is told none was due.
+            assert_eq!(close_rx.try_recv(), Ok(CloseOutcome::NotDue));
+        }
+    }
+}
