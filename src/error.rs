@@ -291,6 +291,43 @@ pub enum GroupError {
         /// The group id.
         group: String,
     },
+    /// STREAMS_INVALID_TOPOLOGY (130): the coordinator refuses the streams member's topology.
+    #[error(
+        "group {group:?}: the coordinator refuses the topology (STREAMS_INVALID_TOPOLOGY): {message:?}"
+    )]
+    StreamsInvalidTopology {
+        /// The group id.
+        group: String,
+        /// The coordinator's error message.
+        message: Option<String>,
+    },
+    /// STREAMS_INVALID_TOPOLOGY_EPOCH (131): the topology epoch is ahead of the group's while
+    /// the topology differs, or otherwise invalid.
+    #[error(
+        "group {group:?}: invalid topology epoch (STREAMS_INVALID_TOPOLOGY_EPOCH): {message:?}"
+    )]
+    StreamsInvalidTopologyEpoch {
+        /// The group id.
+        group: String,
+        /// The coordinator's error message.
+        message: Option<String>,
+    },
+    /// STREAMS_TOPOLOGY_FENCED (132): the group runs a newer topology epoch than this member.
+    #[error(
+        "group {group:?}: the group runs a newer topology (STREAMS_TOPOLOGY_FENCED): {message:?}"
+    )]
+    StreamsTopologyFenced {
+        /// The group id.
+        group: String,
+        /// The coordinator's error message.
+        message: Option<String>,
+    },
+    /// The broker does not run streams groups (KIP-1071): no StreamsGroupHeartbeat API, or
+    /// UNSUPPORTED_VERSION on it.
+    #[error(
+        "the broker does not support the streams group protocol (KIP-1071, StreamsGroupHeartbeat)"
+    )]
+    StreamsProtocolUnsupported,
     /// FENCED_INSTANCE_ID (82) for the current generation: another process holds the static
     /// member's `group.instance.id`. The member stops.
     #[error(

@@ -16,6 +16,7 @@ pub mod metadata;
 pub mod offsets;
 mod shell;
 mod state;
+pub mod streams;
 pub mod timer;
 pub mod topics;
 
@@ -113,4 +114,5 @@ machine!(coordinator::CoordinatorLookup, coordinator::LookupEvent);
 machine!(classic::ClassicMember, events::Event);
 machine!(consumer::ConsumerMember, events::Event);
 machine!(member::Member, events::Event);
+machine!(streams::StreamsMember, streams::StreamsEvent);
 machine!(topics::TopicWatch, events::Event);

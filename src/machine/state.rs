@@ -191,6 +191,8 @@ named! {
         AcknowledgingAssignment => "acknowledging the assignment",
         /// Consumer: the assignment is applied and acknowledged.
         AssignmentReconciled => "assignment reconciled",
+        /// Streams: another member of this process still holds an assigned task.
+        TaskWithheld => "waiting for another member of this process to release a task",
         /// The member stopped on a terminal error (see `Event::Fatal`).
         FatalError => "fatal error",
         /// `group.protocol=auto`: the broker refused the consumer protocol; classic takes over.

@@ -22,10 +22,13 @@ pub enum Timer {
     MetadataRefresh,
     /// A [`TopicWatch`](super::topics::TopicWatch) checks that the subscribed topics exist.
     TopicCheck,
+    /// A streams member asks its process's task guard again for the tasks it withholds, or
+    /// gives up a task another member of its process was assigned as active.
+    TaskGuard,
 }
 
 impl Timer {
-    const ALL: [Timer; 7] = [
+    const ALL: [Timer; 8] = [
         Timer::CoordinatorRetry,
         Timer::Heartbeat,
         Timer::Session,
@@ -33,6 +36,7 @@ impl Timer {
         Timer::Rejoin,
         Timer::MetadataRefresh,
         Timer::TopicCheck,
+        Timer::TaskGuard,
     ];
 
     fn index(self) -> usize {

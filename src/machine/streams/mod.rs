@@ -1,0 +1,170 @@
+//! The KIP-1071 streams-group member: StreamsGroupHeartbeat (API key 88) with a client-generated
+//! member id (KIP-1082), static membership (Kafka 4.4, KAFKA-20169), and the per-process task
+//! guard that keeps two members of one process from holding one task at once (KAFKA-21401).
+//!
+//! ```text
+//!             join                  answer (epoch > 0)          target differs
+//! Unsubscribed ────► Joining ──────────────────────────► Stable ──────────────► Reconciling
+//!                      ▲                                   ▲                    │ standby/warm-up dropped: released at once
+//!   FENCED_MEMBER_EPOCH│                                   │                    │ active dropped: revoke first (ticket)
+//!   UNKNOWN_MEMBER_ID ─┘ (tasks lost, same id, epoch 0)    │                    │ then take the rest through the guard
+//!                                                          └── Acknowledging ◄──┘ (report owned tasks)
+//!                            Reconciling (tasks withheld by the guard, re-checked every ≤ 250 ms)
+//!   close / unsubscribe / leave_group / poll timeout ──► Leaving (-1, or -2 static) ──► Closed | Unsubscribed | Stale
+//! ```
+//!
+//! The member follows the KIP-848 consumer member ([`machine::consumer`](crate::machine::consumer))
+//! wherever the protocols agree, and Kafka 4.4's Java client (`StreamsMembershipManager`,
+//! `StreamsGroupHeartbeatRequestManager`) for what it sends when.
+//!
+//! # Identity rules, case by case
+//!
+//! | case | what this member does |
+//! |---|---|
+//! | member id | one `MemberId` per member instance (`GroupConfig::member_id`, else derived from `GroupConfig::seed`; the driver draws it from the OS CSPRNG), sent on the first heartbeat and every retry; kept through fencing, UNKNOWN_MEMBER_ID, leave and rejoin |
+//! | lost answer to the join | the retry carries the same id and epoch 0: the broker has one member |
+//! | close before the first answer | the leave (-1 dynamic, -2 static) still goes out with the member id, behind the join |
+//! | epoch-0 join | topology (epoch, subtopologies with source topics or patterns, repartition sink topics, changelog and repartition source topics with partition count, replication factor and configs, copartition groups), process id, user endpoint, rack, client tags, rebalance timeout (`max.poll.interval.ms`), instance id, empty owned tasks, task offsets |
+//! | later heartbeats | instance id and endpoint-information epoch always; owned active/standby/warm-up tasks only when they changed since last sent; task offsets and end offsets once `task_offset_interval_ms` passed (or a warm-up task caught up), each only when changed; after any failure everything again (HeartbeatState.reset) |
+//! | UNRELEASED_INSTANCE_ID while this member's own join may be registered | leave with -2 under its own id, rejoin at epoch 0; at most [`UNRELEASED_RECOVERIES`] times (an accepted leave does not count), then `GroupError::UnreleasedInstanceId`; FENCED_INSTANCE_ID on that leave stops at once (the Java streams client stops at the first UNRELEASED_INSTANCE_ID) |
+//! | FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID | every task lost (those of a revocation ticket too), epoch 0, rejoin with the same id |
+//! | leave epochs | `close` default: -2 static, -1 dynamic; `CloseOptions::LeaveGroup` and [`leave_group`](StreamsMember::leave_group): -1; `RemainInGroup`: -2 static, nothing dynamic; `unsubscribe`: as close default |
+//! | reconciliation | standby and warm-up tasks the target drops are released at once (no ticket); active tasks it drops are revoked with a [`RevokeTicket`] first; then the new tasks are taken through the guard and reported at once; a role change of a task the member holds (promotion, demotion after its ticket, standby ⇄ warm-up) happens in place |
+//! | taking tasks | never while a heartbeat that listed the owned tasks is in flight, nor after one failed in the transport until a later one is answered (as the consumer member) |
+//! | fatal | STREAMS_INVALID_TOPOLOGY, STREAMS_INVALID_TOPOLOGY_EPOCH, STREAMS_TOPOLOGY_FENCED, FENCED_INSTANCE_ID, GROUP_AUTHORIZATION_FAILED, a broker without streams groups (UNSUPPORTED_VERSION or no API 88: `GroupError::StreamsProtocolUnsupported`), tasks of subtopologies the topology lacks: typed, every task lost |
+//! | poll timeout | no `poll` within `max.poll.interval.ms`: tasks lost, leave (-1 / -2), the next `poll` rejoins |
+//!
+//! # The task guard
+//!
+//! All members of one OS process share one [`StreamsProcess`] (process id, user endpoint), which
+//! records, per task, which local member holds it in which role. The coordinator is meant to
+//! keep one task off two members of one process, but its per-process ownership index can lose
+//! track of a holder (KAFKA-21401: a static member rejoining with a new process id); the guard
+//! does not rely on it.
+//!
+//! - **Safety.** A member hands a task to the application, and reports it owned, only once the
+//!   guard granted it; the guard grants a task only when no other local member holds it, in any
+//!   role (checked and recorded under one lock). Otherwise the member *withholds* it: not in
+//!   [`StreamsEvent::TasksAssigned`], not in its heartbeats, listed in
+//!   [`StreamsMember::withheld`]. A member's own role change is always granted.
+//! - **Liveness.** An active assignment wins within one heartbeat round: a member withholding an
+//!   active task reserves it, and the local member holding it as a standby or warm-up gives it
+//!   up at its next input (its [`poll_timeout`](StreamsMember::poll_timeout) is due at once
+//!   while another member waits): released without a ticket
+//!   ([`StreamsEvent::TasksReleased`] with [`ReleaseReason::GivenUpToActive`]) and reported no
+//!   longer held. The active member takes it at its next check: a withholding member re-asks
+//!   the guard every `min(heartbeat interval, 250 ms)`, so a released task is never withheld
+//!   for longer. A standby or warm-up assignment waits for the holder to release the task (the
+//!   coordinator revokes it there); an active holder is never forced (its release needs a
+//!   revocation ticket).
+//! - **Visible.** Every intervention bumps [`StreamsProcess::interventions`] (withheld, given
+//!   up), logs a `warn` naming the task, both roles and both member ids, and reaches the
+//!   application as [`StreamsEvent::GuardIntervened`] (for a metric).
+//! - **Off switch.** [`StreamsProcess::unguarded`] grants everything and only records holders
+//!   ([`StreamsProcess::doubly_held`]), as the Java client behaves.
+//! - A member that closes, is fenced, stops or is dropped releases everything it held or waited
+//!   for.
+
+mod guard;
+mod member;
+mod topology;
+
+use std::collections::BTreeMap;
+
+pub use guard::{Intervention, InterventionKind, Interventions, StreamsProcess};
+pub use member::{GUARD_RECHECK, StreamsConfig, StreamsMember, UNRELEASED_RECOVERIES};
+pub use topology::{
+    EndpointPartitions, InternalTopic, StatusCode, StreamsStatus, StreamsTasks, StreamsTopology,
+    Subtopology, TaskId, TaskRole, UserEndpoint,
+};
+
+use crate::error::GroupError;
+use crate::machine::events::{MemberState, Reason, RevokeTicket};
+
+/// Why tasks were released without a ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseReason {
+    /// The coordinator no longer assigns these standby or warm-up tasks here.
+    Unassigned,
+    /// Another member of this process was assigned them as active (the guard).
+    GivenUpToActive,
+    /// The member leaves (close, unsubscribe, leave_group).
+    Leaving,
+}
+
+/// What a [`StreamsMember`] tells the application.
+#[derive(Debug, PartialEq)]
+#[non_exhaustive]
+pub enum StreamsEvent {
+    /// The member now holds `added` (a task promoted in place is in `added.active` and gone
+    /// from `owned.standby` / `owned.warmup`); `owned` is everything held now.
+    TasksAssigned {
+        /// Newly held tasks, by role.
+        added: StreamsTasks,
+        /// Everything held now.
+        owned: StreamsTasks,
+        /// The member epoch.
+        epoch: i32,
+    },
+    /// Active tasks are revoked: commit, stop processing them, then hand the ticket back with
+    /// [`StreamsMember::complete_revocation`].
+    TasksRevoking {
+        /// The active tasks revoked.
+        active: Vec<TaskId>,
+        /// Hand back with `complete_revocation`.
+        ticket: RevokeTicket,
+    },
+    /// Tasks released without a ticket: standby and warm-up tasks the target dropped or that
+    /// another local member's active assignment needs, or everything when leaving.
+    TasksReleased {
+        /// The tasks released.
+        tasks: StreamsTasks,
+        /// Everything still held.
+        owned: StreamsTasks,
+        /// Why.
+        reason: ReleaseReason,
+    },
+    /// Tasks lost without a chance to commit (fenced, stopped, poll timeout), those of an
+    /// outstanding revocation ticket included.
+    TasksLost {
+        /// The tasks lost.
+        tasks: StreamsTasks,
+        /// Why.
+        reason: Reason,
+    },
+    /// The guard stepped in for this member (see the module docs).
+    GuardIntervened(Intervention),
+    /// The group's statuses changed (all of them now; empty when none holds any more).
+    StatusChanged {
+        /// The statuses, sorted.
+        statuses: Vec<StreamsStatus>,
+    },
+    /// The endpoints-to-partitions map (Interactive Queries) of a new endpoint epoch.
+    EndpointsChanged {
+        /// The endpoint-information epoch.
+        epoch: i32,
+        /// The partitions per endpoint.
+        endpoints: BTreeMap<UserEndpoint, EndpointPartitions>,
+    },
+    /// The member changed state.
+    StateChanged {
+        /// Previous state.
+        from: MemberState,
+        /// New state.
+        to: MemberState,
+        /// Why.
+        reason: Reason,
+        /// The member id.
+        member_id: String,
+        /// The member epoch now.
+        epoch: i32,
+    },
+    /// The member stopped for good.
+    Fatal(GroupError),
+    /// The member closed (after its leave heartbeat, if one was due).
+    Closed,
+}
+
+#[cfg(test)]
+mod tests;

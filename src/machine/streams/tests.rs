@@ -1,0 +1,1460 @@
+//! Sans-IO tests of the streams member and the per-process task guard: identity rules, the
+//! join and heartbeat field diffing, reconciliation, errors, and the guard's safety and liveness
+//! (the shape of KAFKA-21401's step 8).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{BrokerId, FindCoordinatorResponse, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::*;
+use crate::config::GroupConfig;
+use crate::error::{ApiMisuse, GroupError, TransportError, codes};
+use crate::machine::events::{CloseOptions, MemberState, Reason, RevokeTicket};
+use crate::machine::timer::Timer;
+use crate::member_id::MemberId;
+use crate::messages::streams_group_heartbeat_response as resp;
+use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
+use crate::request::{Api, Outbound, Request, Response, ResponseBody, Target};
+
+/// base64url("foobarbazqux1234") without padding: a valid 22-character member id.
+const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";
+const PID: &str = "6c1b4a52-1f9d-4a53-9bb0-0d5f0f6a7e11";
+
+fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_owned())
+}
+
+fn task(sub: &str, p: i32) -> TaskId {
+    TaskId::new(sub, p)
+}
+
+fn set(ts: &[(&str, i32)]) -> BTreeSet<TaskId> {
+    ts.iter().map(|(s, p)| task(s, *p)).collect()
+}
+
+fn tasks(active: &[(&str, i32)], standby: &[(&str, i32)], warmup: &[(&str, i32)]) -> StreamsTasks {
+    StreamsTasks {
+        active: set(active),
+        standby: set(standby),
+        warmup: set(warmup),
+    }
+}
+
+fn config(instance: Option<&str>) -> GroupConfig {
+    let mut c = GroupConfig::new("app");
+    c.instance_id = instance.map(String::from);
+    c.session_timeout = Duration::from_secs(10);
+    c.heartbeat_interval = Duration::from_secs(1);
+    c.max_poll_interval = Duration::from_secs(30);
+    c.retry_backoff = Duration::from_millis(100);
+    c.retry_backoff_max = Duration::from_secs(1);
+    c.request_timeout = Duration::from_secs(5);
+    c.rack_id = Some("rack-a".into());
+    c.seed = Some(1);
+    c
+}
+
+/// Two subtopologies: "0" reads `in-a` and `in-b` (copartitioned) and keeps a store; "1" reads
+/// the repartition topic "0" writes.
+fn topology() -> StreamsTopology {
+    let mut sub0 = Subtopology::new("0", ["in-b", "in-a"]).with_changelog(InternalTopic {
+        name: "app-store-changelog".into(),
+        partitions: Some(99),
+        replication_factor: Some(3),
+        configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+    });
+    sub0.repartition_sink_topics.insert("app-rep".into());
+    sub0.copartition_groups
+        .push(BTreeSet::from(["in-a".to_string(), "in-b".to_string()]));
+    let sub1 = Subtopology::new("1", Vec::<String>::new()).with_repartition_source(InternalTopic {
+        name: "app-rep".into(),
+        partitions: Some(4),
+        replication_factor: None,
+        configs: BTreeMap::new(),
+    });
+    StreamsTopology::new(7, vec![sub1, sub0])
+}
+
+fn streams_config() -> StreamsConfig {
+    let mut c = StreamsConfig::new(topology());
+    c.client_tags.insert("zone".into(), "z1".into());
+    c
+}
+
+fn process() -> StreamsProcess {
+    StreamsProcess::new(PID, Some(UserEndpoint::new("10.0.0.7", 8080)))
+}
+
+fn find_coordinator_answer() -> ResponseKind {
+    let c = Coordinator::default()
+        .with_key(s("app"))
+        .with_node_id(BrokerId(1))
+        .with_host(s("h"))
+        .with_port(9092);
+    ResponseKind::FindCoordinator(FindCoordinatorResponse::default().with_coordinators(vec![c]))
+}
+
+fn task_ids(ts: &[(&str, i32)]) -> Vec<resp::TaskIds> {
+    let mut by: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (sub, p) in ts {
+        by.entry(sub).or_default().push(*p);
+    }
+    by.into_iter()
+        .map(|(sub, ps)| {
+            resp::TaskIds::default()
+                .with_subtopology_id(s(sub))
+                .with_partitions(ps)
+        })
+        .collect()
+}
+
+/// A successful answer at `epoch`, with a 1 s heartbeat interval and a 5 s task-offset
+/// interval, and the target `t` if any.
+fn ok(epoch: i32, t: Option<&StreamsTasks>) -> StreamsGroupHeartbeatResponse {
+    let mut r = StreamsGroupHeartbeatResponse::default()
+        .with_member_id(s(ID))
+        .with_member_epoch(epoch)
+        .with_heartbeat_interval_ms(1000)
+        .with_task_offset_interval_ms(5000)
+        .with_acceptable_recovery_lag(100);
+    if let Some(t) = t {
+        let list = |set: &BTreeSet<TaskId>| {
+            let v: Vec<(String, i32)> = set
+                .iter()
+                .map(|t| (t.subtopology.clone(), t.partition))
+                .collect();
+            let v: Vec<(&str, i32)> = v.iter().map(|(a, b)| (a.as_str(), *b)).collect();
+            task_ids(&v)
+        };
+        r = r
+            .with_active_tasks(Some(list(&t.active)))
+            .with_standby_tasks(Some(list(&t.standby)))
+            .with_warmup_tasks(Some(list(&t.warmup)));
+    }
+    r
+}
+
+fn err(code: i16) -> StreamsGroupHeartbeatResponse {
+    StreamsGroupHeartbeatResponse::default()
+        .with_error_code(code)
+        .with_member_id(s(ID))
+}
+
+fn hb_body(out: &Outbound) -> StreamsGroupHeartbeatRequest {
+    match &out.request {
+        Request::StreamsGroupHeartbeat { body, .. } => (**body).clone(),
+        other => panic!("expected a StreamsGroupHeartbeat, got {other:?}"),
+    }
+}
+
+/// The owned tasks a heartbeat lists, `None` when left out (all three lists go together).
+fn owned_of(b: &StreamsGroupHeartbeatRequest) -> Option<StreamsTasks> {
+    let read = |l: &Option<Vec<crate::messages::streams_group_heartbeat_request::TaskIds>>| {
+        l.as_ref().map(|ts| {
+            ts.iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(|p| TaskId::new(t.subtopology_id.to_string(), *p))
+                })
+                .collect::<BTreeSet<_>>()
+        })
+    };
+    let (a, s, w) = (
+        read(&b.active_tasks),
+        read(&b.standby_tasks),
+        read(&b.warmup_tasks),
+    );
+    assert_eq!(a.is_some(), s.is_some(), "{b:?}");
+    assert_eq!(a.is_some(), w.is_some(), "{b:?}");
+    Some(StreamsTasks {
+        active: a?,
+        standby: s?,
+        warmup: w?,
+    })
+}
+
+struct Harness {
+    m: StreamsMember,
+    now: Instant,
+    events: Vec<StreamsEvent>,
+}
+
+impl Harness {
+    fn build(instance: Option<&str>, process: StreamsProcess, id: MemberId) -> Self {
+        let now = crate::testutil::epoch();
+        Self {
+            m: StreamsMember::with_member_id(config(instance), streams_config(), process, id, now)
+                .unwrap(),
+            now,
+            events: Vec::new(),
+        }
+    }
+
+    fn new(instance: Option<&str>) -> Self {
+        Self::build(instance, process(), MemberId::parse(ID).unwrap())
+    }
+
+    fn drain(&mut self) -> Vec<Outbound> {
+        let mut out = Vec::new();
+        while let Some(o) = self.m.poll_request() {
+            out.push(o);
+            assert!(
+                out.len() < 50,
+                "the member keeps emitting requests: {out:#?}"
+            );
+        }
+        while let Some(e) = self.m.poll_event() {
+            self.events.push(e);
+        }
+        out
+    }
+
+    fn one(&mut self) -> Outbound {
+        let mut out = self.drain();
+        assert_eq!(out.len(), 1, "expected one request, got {out:#?}");
+        out.pop().unwrap()
+    }
+
+    fn nothing(&mut self, why: &str) {
+        let out = self.drain();
+        assert!(out.is_empty(), "{why}: {out:#?}");
+    }
+
+    fn answer(&mut self, out: &Outbound, body: ResponseBody) {
+        self.m.handle_response(
+            out.id,
+            Ok(Response {
+                version: *out.request.versions().end(),
+                body,
+            }),
+            self.now,
+        );
+    }
+
+    fn fail(&mut self, out: &Outbound) {
+        self.m.handle_response(
+            out.id,
+            Err(TransportError::Disconnected {
+                addr: "h:9092".into(),
+                reason: "reset".into(),
+            }),
+            self.now,
+        );
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        self.m.handle_timeout(self.now);
+    }
+
+    fn find_coordinator(&mut self) {
+        let fc = self.one();
+        assert!(
+            matches!(fc.request, Request::FindCoordinator { .. }),
+            "{fc:?}"
+        );
+        assert_eq!(fc.target, Target::Bootstrap);
+        self.answer(&fc, ResponseBody::Kafka(find_coordinator_answer()));
+    }
+
+    fn expect_hb(&mut self) -> (Outbound, StreamsGroupHeartbeatRequest) {
+        let out = self.one();
+        let b = hb_body(&out);
+        (out, b)
+    }
+
+    fn hb_answer(&mut self, out: &Outbound, r: StreamsGroupHeartbeatResponse) {
+        self.answer(out, ResponseBody::StreamsGroupHeartbeat(r));
+    }
+
+    /// The events so far (requests stay queued).
+    fn take_events(&mut self) -> Vec<StreamsEvent> {
+        while let Some(e) = self.m.poll_event() {
+            self.events.push(e);
+        }
+        std::mem::take(&mut self.events)
+    }
+
+    /// Joins and goes to Stable at epoch 1 holding `t` (acknowledged). Events so far are
+    /// discarded.
+    fn joined_with(mut self, t: &StreamsTasks) -> Self {
+        self.m.join(self.now).unwrap();
+        self.find_coordinator();
+        let (join, b) = self.expect_hb();
+        assert_eq!(b.member_epoch, 0);
+        self.hb_answer(&join, ok(1, Some(t)));
+        if !t.is_empty() {
+            let (ack, b) = self.expect_hb();
+            assert_eq!(owned_of(&b).as_ref(), Some(t));
+            self.hb_answer(&ack, ok(1, None));
+        }
+        self.nothing("nothing more once the assignment is acknowledged");
+        assert_eq!(self.m.state(), MemberState::Stable);
+        assert_eq!(self.m.tasks(), t);
+        self.events.clear();
+        self
+    }
+
+    fn joined(instance: Option<&str>, t: &StreamsTasks) -> Self {
+        Self::new(instance).joined_with(t)
+    }
+}
+
+fn fatal_of(events: &[StreamsEvent]) -> Vec<&GroupError> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamsEvent::Fatal(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+fn lost_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, Reason)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamsEvent::TasksLost { tasks, reason } => Some((tasks.clone(), *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn assigned_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, StreamsTasks)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamsEvent::TasksAssigned { added, owned, .. } => {
+                Some((added.clone(), owned.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn released_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, ReleaseReason)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamsEvent::TasksReleased { tasks, reason, .. } => Some((tasks.clone(), *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn take_revoking(events: &mut Vec<StreamsEvent>) -> (Vec<TaskId>, RevokeTicket) {
+    let i = events
+        .iter()
+        .position(|e| matches!(e, StreamsEvent::TasksRevoking { .. }))
+        .unwrap_or_else(|| panic!("no TasksRevoking in {events:?}"));
+    match events.remove(i) {
+        StreamsEvent::TasksRevoking { active, ticket } => (active, ticket),
+        _ => unreachable!(),
+    }
+}
+
+// ---------------------------------------------------------------------------------- the join
+
+#[test]
+fn the_join_declares_topology_process_endpoint_tags_rack_and_timeout() {
+    let mut h = Harness::new(Some("i-1"));
+    h.m.set_task_offsets(
+        BTreeMap::from([(task("0", 1), 40)]),
+        BTreeMap::from([(task("0", 1), 50)]),
+    );
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (out, b) = h.expect_hb();
+    assert!(matches!(out.target, Target::Coordinator(_)));
+    assert_eq!(out.request.api_key(), Api::STREAMS_GROUP_HEARTBEAT);
+    assert_eq!(out.request.versions(), 0..=1);
+    assert_eq!(b.group_id.0.as_str(), "app");
+    assert_eq!(b.member_id.as_str(), ID);
+    assert_eq!(b.member_epoch, 0);
+    assert_eq!(b.endpoint_information_epoch, -1);
+    assert_eq!(b.instance_id.as_deref(), Some("i-1"));
+    assert_eq!(b.rack_id.as_deref(), Some("rack-a"));
+    assert_eq!(b.rebalance_timeout_ms, 30_000);
+    assert_eq!(b.process_id.as_deref(), Some(PID));
+    let ep = b.user_endpoint.as_ref().unwrap();
+    assert_eq!((ep.host.as_str(), ep.port), ("10.0.0.7", 8080));
+    let tags = b.client_tags.as_ref().unwrap();
+    assert_eq!(tags.len(), 1);
+    assert_eq!(
+        (tags[0].key.as_str(), tags[0].value.as_str()),
+        ("zone", "z1")
+    );
+    assert_eq!(owned_of(&b), Some(StreamsTasks::default()));
+    assert_eq!(b.task_offsets.as_ref().map(|v| v.len()), Some(1));
+    assert_eq!(b.task_end_offsets.as_ref().unwrap()[0].offset, 50);
+    assert!(!b.shutdown_application);
+    let t = b.topology.as_ref().unwrap();
+    assert_eq!(t.epoch, 7);
+    let ids: Vec<&str> = t
+        .subtopologies
+        .iter()
+        .map(|s| s.subtopology_id.as_str())
+        .collect();
+    assert_eq!(ids, ["0", "1"], "sorted by id");
+    let s0 = &t.subtopologies[0];
+    let names: Vec<&str> = s0.source_topics.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(names, ["in-a", "in-b"]);
+    assert_eq!(s0.repartition_sink_topics[0].0.as_str(), "app-rep");
+    let cl = &s0.state_changelog_topics[0];
+    assert_eq!(
+        (cl.name.0.as_str(), cl.partitions, cl.replication_factor),
+        ("app-store-changelog", 0, 3),
+        "a changelog's partition count is the coordinator's"
+    );
+    assert_eq!(cl.topic_configs[0].key.as_str(), "cleanup.policy");
+    assert_eq!(s0.copartition_groups.len(), 1);
+    assert_eq!(s0.copartition_groups[0].source_topics, vec![0, 1]);
+    let s1 = &t.subtopologies[1];
+    let rs = &s1.repartition_source_topics[0];
+    assert_eq!(
+        (rs.name.0.as_str(), rs.partitions, rs.replication_factor),
+        ("app-rep", 4, 0)
+    );
+}
+
+#[test]
+fn a_topology_that_cannot_go_on_the_wire_is_refused_at_construction() {
+    let now = crate::testutil::epoch();
+    let id = MemberId::parse(ID).unwrap();
+    let empty = StreamsConfig::new(StreamsTopology::new(1, vec![]));
+    let e = StreamsMember::with_member_id(config(None), empty, process(), id, now).unwrap_err();
+    assert_eq!(e.key, "topology");
+    let mut bad = topology();
+    bad.subtopologies[1]
+        .copartition_groups
+        .push(BTreeSet::from(["nope".to_string()]));
+    let e =
+        StreamsMember::with_member_id(config(None), StreamsConfig::new(bad), process(), id, now)
+            .unwrap_err();
+    assert!(e.rule.contains("nope"), "{e}");
+    let dup = StreamsTopology::new(
+        1,
+        vec![Subtopology::new("0", ["a"]), Subtopology::new("0", ["b"])],
+    );
+    assert!(dup.validate().is_err());
+}
+
+// ---------------------------------------------------------------------------- identity rules
+
+#[test]
+fn the_member_id_comes_from_the_config_or_the_seed_and_never_changes() {
+    let now = crate::testutil::epoch();
+    let m = StreamsMember::new(config(None), streams_config(), process(), now).unwrap();
+    assert_eq!(m.member_id(), MemberId::from_seed(1).as_str());
+    let mut c = config(None);
+    c.member_id = Some(MemberId::parse(ID).unwrap());
+    let m = StreamsMember::new(c, streams_config(), process(), now).unwrap();
+    assert_eq!(m.member_id(), ID);
+    let mut c = config(None);
+    c.seed = None;
+    assert!(StreamsMember::new(c, streams_config(), process(), now).is_err());
+}
+
+#[test]
+fn a_join_whose_answer_is_lost_is_retried_with_the_same_id_at_epoch_0() {
+    let mut h = Harness::new(None);
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.fail(&join);
+    // The coordinator is looked up again, then the join goes again after the backoff.
+    h.find_coordinator();
+    h.advance(Duration::from_secs(1));
+    let (retry, b) = h.expect_hb();
+    assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, 0));
+    assert!(b.topology.is_some(), "a retried join is a full join");
+    h.hb_answer(&retry, ok(1, Some(&StreamsTasks::default())));
+    assert_eq!(h.m.epoch(), 1);
+    assert_eq!(h.m.member_id(), ID);
+}
+
+#[test]
+fn fencing_and_unknown_member_id_rejoin_at_epoch_0_with_the_same_id() {
+    for code in [codes::FENCED_MEMBER_EPOCH, codes::UNKNOWN_MEMBER_ID] {
+        let t = tasks(&[("0", 0)], &[("1", 1)], &[]);
+        let mut h = Harness::joined(None, &t);
+        h.advance(Duration::from_secs(1));
+        let (hb, _) = h.expect_hb();
+        h.hb_answer(&hb, err(code));
+        let ev = h.take_events();
+        let lost = lost_of(&ev);
+        assert_eq!(lost.len(), 1, "{ev:?}");
+        assert_eq!(lost[0].0, t);
+        assert!(lost[0].1.is_fencing());
+        assert!(h.m.tasks().is_empty());
+        assert!(
+            h.m.process().holders(&task("0", 0)).is_empty(),
+            "released in the guard"
+        );
+        h.advance(Duration::from_secs(1));
+        let (_, b) = h.expect_hb();
+        assert_eq!(
+            (b.member_id.as_str(), b.member_epoch),
+            (ID, 0),
+            "code {code}"
+        );
+        assert!(b.topology.is_some() && b.process_id.is_some());
+    }
+}
+
+#[test]
+fn close_before_the_first_answer_still_sends_the_leave_with_the_id() {
+    for (instance, epoch) in [(None, -1), (Some("i-1"), -2)] {
+        let mut h = Harness::new(instance);
+        h.m.join(h.now).unwrap();
+        h.find_coordinator();
+        let (_join, _) = h.expect_hb();
+        h.m.close(CloseOptions::Default, h.now);
+        let (leave, b) = h.expect_hb();
+        assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, epoch));
+        assert!(b.topology.is_none());
+        h.hb_answer(&leave, ok(epoch, None));
+        assert_eq!(h.m.state(), MemberState::Closed);
+        assert!(h.take_events().contains(&StreamsEvent::Closed));
+    }
+}
+
+#[test]
+fn leave_epochs_follow_static_membership_and_the_close_options() {
+    let cases: [(Option<&str>, CloseOptions, Option<i32>); 6] = [
+        (None, CloseOptions::Default, Some(-1)),
+        (Some("i"), CloseOptions::Default, Some(-2)),
+        (None, CloseOptions::LeaveGroup, Some(-1)),
+        (Some("i"), CloseOptions::LeaveGroup, Some(-1)),
+        (None, CloseOptions::RemainInGroup, None),
+        (Some("i"), CloseOptions::RemainInGroup, Some(-2)),
+    ];
+    for (instance, options, want) in cases {
+        let t = tasks(&[("0", 0)], &[], &[]);
+        let mut h = Harness::joined(instance, &t);
+        h.m.close(options, h.now);
+        let out = h.drain();
+        match want {
+            Some(epoch) => {
+                assert_eq!(out.len(), 1, "{instance:?} {options:?}");
+                let b = hb_body(&out[0]);
+                assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, epoch));
+                assert_eq!(b.instance_id.as_deref(), instance);
+                h.hb_answer(&out[0], ok(epoch, None));
+            }
+            None => assert!(out.is_empty(), "{out:?}"),
+        }
+        let ev = h.take_events();
+        assert_eq!(released_of(&ev), vec![(t.clone(), ReleaseReason::Leaving)]);
+        assert_eq!(h.m.state(), MemberState::Closed, "{instance:?} {options:?}");
+        assert!(h.m.process().holders(&task("0", 0)).is_empty());
+    }
+}
+
+#[test]
+fn leave_group_sends_minus_1_for_a_static_member_and_a_rejoin_keeps_the_id() {
+    let t = tasks(&[("0", 0)], &[], &[]);
+    let mut h = Harness::joined(Some("i"), &t);
+    h.m.leave_group(h.now);
+    let (leave, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, -1);
+    h.hb_answer(&leave, ok(-1, None));
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
+    // Unsubscribe of a static member: -2, and the rejoin is epoch 0 with the instance id.
+    h.m.join(h.now).unwrap();
+    let (join, b) = h.expect_hb();
+    assert_eq!(
+        (
+            b.member_id.as_str(),
+            b.member_epoch,
+            b.instance_id.as_deref()
+        ),
+        (ID, 0, Some("i"))
+    );
+    h.hb_answer(&join, ok(3, Some(&t)));
+    let (ack, _) = h.expect_hb();
+    h.hb_answer(&ack, ok(3, None));
+    h.m.unsubscribe(h.now);
+    let (leave, b) = h.expect_hb();
+    assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, -2));
+    h.hb_answer(&leave, ok(-2, None));
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
+    assert_eq!(h.m.member_id(), ID);
+}
+
+#[test]
+fn unreleased_instance_id_after_an_own_lost_join_leaves_with_minus_2_and_rejoins_bounded() {
+    let mut h = Harness::new(Some("i"));
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.fail(&join); // the join may have landed
+    h.find_coordinator();
+    for round in 0..UNRELEASED_RECOVERIES {
+        h.advance(Duration::from_secs(2));
+        let (join, b) = h.expect_hb();
+        assert_eq!(b.member_epoch, 0, "round {round}");
+        h.hb_answer(&join, err(codes::UNRELEASED_INSTANCE_ID));
+        let (leave, b) = h.expect_hb();
+        assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, -2));
+        // Unknown to the broker: the release did nothing; it counts.
+        h.hb_answer(&leave, err(codes::UNKNOWN_MEMBER_ID));
+        assert_eq!(h.m.state(), MemberState::Joining);
+    }
+    h.advance(Duration::from_secs(2));
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, err(codes::UNRELEASED_INSTANCE_ID));
+    let ev = h.take_events();
+    assert!(
+        matches!(fatal_of(&ev)[..], [GroupError::UnreleasedInstanceId { .. }]),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn an_accepted_minus_2_leave_does_not_count_against_the_recovery_bound() {
+    let mut h = Harness::new(Some("i"));
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.fail(&join);
+    h.find_coordinator();
+    for _ in 0..UNRELEASED_RECOVERIES + 2 {
+        h.advance(Duration::from_secs(2));
+        let (join, _) = h.expect_hb();
+        h.hb_answer(&join, err(codes::UNRELEASED_INSTANCE_ID));
+        let (leave, _) = h.expect_hb();
+        h.hb_answer(&leave, ok(-2, None));
+    }
+    assert!(h.m.fatal_error().is_none(), "{:?}", h.m.fatal_error());
+}
+
+#[test]
+fn unreleased_instance_id_for_a_member_that_cannot_have_joined_is_fatal_at_once() {
+    let mut h = Harness::new(Some("i"));
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, err(codes::UNRELEASED_INSTANCE_ID));
+    let ev = h.take_events();
+    assert!(
+        matches!(fatal_of(&ev)[..], [GroupError::UnreleasedInstanceId { .. }]),
+        "{ev:?}"
+    );
+}
+
+// ------------------------------------------------------------------------- heartbeat fields
+
+#[test]
+fn later_heartbeats_carry_only_what_changed_and_everything_after_a_failure() {
+    let t = tasks(&[("0", 0)], &[("1", 2)], &[]);
+    let mut h = Harness::joined(Some("i"), &t);
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, 1);
+    assert_eq!(
+        b.instance_id.as_deref(),
+        Some("i"),
+        "the instance id always goes"
+    );
+    assert!(b.topology.is_none() && b.process_id.is_none() && b.user_endpoint.is_none());
+    assert!(b.client_tags.is_none() && b.rack_id.is_none());
+    assert_eq!(b.rebalance_timeout_ms, -1);
+    assert_eq!(owned_of(&b), None, "unchanged tasks are left out");
+    h.hb_answer(&hb, err(codes::COORDINATOR_LOAD_IN_PROGRESS));
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(
+        owned_of(&b),
+        Some(t.clone()),
+        "after a failure the tasks go again"
+    );
+    assert!(b.task_offsets.is_some(), "and the offsets");
+    h.hb_answer(&hb, ok(1, None));
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), None);
+    h.hb_answer(&hb, ok(1, None));
+    // A transport failure resets too.
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.fail(&hb);
+    h.find_coordinator();
+    h.advance(Duration::from_secs(2));
+    let (_, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(t));
+}
+
+#[test]
+fn task_offsets_go_once_the_interval_passed_and_only_when_changed() {
+    let t = tasks(&[("0", 0)], &[], &[]);
+    let mut h = Harness::joined(None, &t);
+    h.m.set_task_offsets(BTreeMap::from([(task("0", 0), 10)]), BTreeMap::new());
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert!(b.task_offsets.is_none(), "the 5 s interval has not passed");
+    h.hb_answer(&hb, ok(1, None));
+    h.advance(Duration::from_secs(4));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(b.task_offsets.as_ref().map(|v| v[0].offset), Some(10));
+    assert!(
+        b.task_end_offsets.is_none(),
+        "end offsets unchanged since the join"
+    );
+    h.hb_answer(&hb, ok(1, None));
+    h.advance(Duration::from_secs(5));
+    let (hb, b) = h.expect_hb();
+    assert!(b.task_offsets.is_none(), "unchanged");
+    h.hb_answer(&hb, ok(1, None));
+    h.m.request_shutdown(h.now);
+    let (_, b) = h.expect_hb();
+    assert!(b.shutdown_application);
+}
+
+#[test]
+fn a_caught_up_warmup_reports_offsets_before_the_interval() {
+    let t = tasks(&[], &[], &[("0", 3)]);
+    let mut h = Harness::joined(None, &t);
+    h.m.set_task_offsets(
+        BTreeMap::from([(task("0", 3), 950)]),
+        BTreeMap::from([(task("0", 3), 1000)]),
+    );
+    h.advance(Duration::from_secs(1));
+    let (_, b) = h.expect_hb();
+    assert!(
+        b.task_offsets.is_some() && b.task_end_offsets.is_some(),
+        "{b:?}"
+    );
+}
+
+// ----------------------------------------------------------------------------- reconciliation
+
+#[test]
+fn active_tasks_are_revoked_with_a_ticket_before_anything_is_assigned() {
+    let t = tasks(&[("0", 0), ("0", 1)], &[], &[]);
+    let mut h = Harness::joined(None, &t);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    let target = tasks(&[("0", 1), ("0", 2)], &[("1", 0)], &[]);
+    h.hb_answer(&hb, ok(1, Some(&target)));
+    let mut ev = h.take_events();
+    let (revoked, ticket) = take_revoking(&mut ev);
+    assert_eq!(revoked, vec![task("0", 0)]);
+    assert!(
+        assigned_of(&ev).is_empty(),
+        "nothing assigned before the ticket: {ev:?}"
+    );
+    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
+    // Heartbeats meanwhile still report the revoked task as owned.
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), None, "unchanged since last sent");
+    h.hb_answer(&hb, ok(1, None));
+    assert!(h.m.tasks().active.contains(&task("0", 0)));
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let ev = h.take_events();
+    let a = assigned_of(&ev);
+    assert_eq!(a.len(), 1, "{ev:?}");
+    assert_eq!(a[0].0, tasks(&[("0", 2)], &[("1", 0)], &[]));
+    assert_eq!(a[0].1, target);
+    let (ack, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(target.clone()));
+    h.hb_answer(&ack, ok(2, None));
+    assert_eq!(h.m.state(), MemberState::Stable);
+    assert_eq!(
+        h.m.complete_revocation(RevokeTicket { id: 1 }, h.now),
+        Err(ApiMisuse::UnknownTicket)
+    );
+}
+
+#[test]
+fn standby_and_warmup_tasks_are_released_without_a_ticket() {
+    let t = tasks(&[("0", 0)], &[("1", 0)], &[("1", 1)]);
+    let mut h = Harness::joined(None, &t);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    let target = tasks(&[("0", 0)], &[], &[]);
+    h.hb_answer(&hb, ok(1, Some(&target)));
+    let ev = h.take_events();
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, StreamsEvent::TasksRevoking { .. })),
+        "{ev:?}"
+    );
+    assert_eq!(
+        released_of(&ev),
+        vec![(
+            tasks(&[], &[("1", 0)], &[("1", 1)]),
+            ReleaseReason::Unassigned
+        )]
+    );
+    let (_, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(target));
+    assert!(h.m.process().holders(&task("1", 0)).is_empty());
+}
+
+#[test]
+fn a_standby_promoted_to_active_changes_role_in_place() {
+    let t = tasks(&[], &[("0", 2)], &[]);
+    let mut h = Harness::joined(None, &t);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    let target = tasks(&[("0", 2)], &[], &[]);
+    h.hb_answer(&hb, ok(2, Some(&target)));
+    let ev = h.take_events();
+    assert!(released_of(&ev).is_empty(), "{ev:?}");
+    assert_eq!(assigned_of(&ev), vec![(target.clone(), target.clone())]);
+    assert_eq!(
+        h.m.process().holders(&task("0", 2)),
+        vec![(ID.to_string(), TaskRole::Active)]
+    );
+}
+
+#[test]
+fn fencing_during_a_revocation_loses_the_ticket_tasks_too() {
+    let t = tasks(&[("0", 0), ("0", 1)], &[("1", 3)], &[]);
+    let mut h = Harness::joined(None, &t);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, ok(1, Some(&tasks(&[("0", 1)], &[("1", 3)], &[]))));
+    let mut ev = h.take_events();
+    let (_, ticket) = take_revoking(&mut ev);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, err(codes::FENCED_MEMBER_EPOCH));
+    let ev = h.take_events();
+    assert_eq!(lost_of(&ev), vec![(t, Reason::FencedMemberEpoch)]);
+    assert_eq!(
+        h.m.complete_revocation(ticket, h.now),
+        Err(ApiMisuse::UnknownTicket)
+    );
+    let (_, b) = h.expect_hb();
+    assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, 0));
+}
+
+#[test]
+fn tasks_are_not_taken_while_a_heartbeat_listing_owned_tasks_is_in_flight() {
+    let t = tasks(&[("0", 0)], &[], &[]);
+    let mut h = Harness::joined(None, &t);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, ok(1, Some(&tasks(&[("0", 5)], &[], &[]))));
+    let mut ev = h.take_events();
+    let (_, ticket) = take_revoking(&mut ev);
+    // A failed heartbeat makes the next one list the owned tasks (0_0 still among them)...
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, err(codes::COORDINATOR_LOAD_IN_PROGRESS));
+    h.advance(Duration::from_secs(2));
+    let (listing, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(t));
+    // ... and while it is in flight the ticket comes back: 0_0 goes, 0_5 waits, since the
+    // broker would read that list as this member's current tasks.
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    assert!(h.m.tasks().is_empty());
+    assert_eq!(h.m.state(), MemberState::Reconciling);
+    h.nothing("one heartbeat in flight at a time");
+    h.hb_answer(&listing, ok(2, None));
+    assert_eq!(h.m.tasks().active, set(&[("0", 5)]), "taken once answered");
+    let (_, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(tasks(&[("0", 5)], &[], &[])));
+}
+
+#[test]
+fn tasks_of_unknown_subtopologies_and_half_null_task_lists_are_fatal() {
+    let mut h = Harness::new(None);
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, ok(1, Some(&tasks(&[("9", 0)], &[], &[]))));
+    let ev = h.take_events();
+    assert!(
+        matches!(fatal_of(&ev)[..], [GroupError::InvalidResponse { .. }]),
+        "{ev:?}"
+    );
+    let mut h = Harness::new(None);
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(
+        &join,
+        ok(1, None).with_active_tasks(Some(task_ids(&[("0", 0)]))),
+    );
+    assert!(matches!(
+        h.m.fatal_error(),
+        Some(GroupError::InvalidResponse { .. })
+    ));
+}
+
+// ------------------------------------------------------------------------------------- errors
+
+#[test]
+fn topology_authorization_and_fencing_errors_are_typed_and_fatal() {
+    type Check = fn(&GroupError) -> bool;
+    let rows: [(i16, Check); 6] = [
+        (
+            codes::STREAMS_INVALID_TOPOLOGY,
+            |e| matches!(e, GroupError::StreamsInvalidTopology { message: Some(m), .. } if m == "why"),
+        ),
+        (codes::STREAMS_INVALID_TOPOLOGY_EPOCH, |e| {
+            matches!(e, GroupError::StreamsInvalidTopologyEpoch { .. })
+        }),
+        (codes::STREAMS_TOPOLOGY_FENCED, |e| {
+            matches!(e, GroupError::StreamsTopologyFenced { .. })
+        }),
+        (
+            codes::FENCED_INSTANCE_ID,
+            |e| matches!(e, GroupError::FencedInstanceId { instance_id, .. } if instance_id == "i"),
+        ),
+        (
+            codes::GROUP_AUTHORIZATION_FAILED,
+            |e| matches!(e, GroupError::GroupAuthorizationFailed { group } if group == "app"),
+        ),
+        (codes::UNSUPPORTED_VERSION, |e| {
+            matches!(e, GroupError::StreamsProtocolUnsupported)
+        }),
+    ];
+    for (code, check) in rows {
+        let t = tasks(&[("0", 0)], &[], &[]);
+        let mut h = Harness::joined(Some("i"), &t);
+        h.advance(Duration::from_secs(1));
+        let (hb, _) = h.expect_hb();
+        h.hb_answer(&hb, err(code).with_error_message(Some(s("why"))));
+        let ev = h.take_events();
+        let fatal = fatal_of(&ev);
+        assert_eq!(fatal.len(), 1, "code {code}: {ev:?}");
+        assert!(check(fatal[0]), "code {code}: {:?}", fatal[0]);
+        assert_eq!(lost_of(&ev).len(), 1, "code {code}");
+        assert_eq!(h.m.state(), MemberState::Fatal);
+        assert!(h.m.process().holders(&task("0", 0)).is_empty());
+        h.nothing("a stopped member sends nothing");
+    }
+}
+
+#[test]
+fn a_broker_without_streams_groups_stops_the_member_typed() {
+    let mut h = Harness::new(None);
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.m.handle_response(
+        join.id,
+        Err(TransportError::UnsupportedApi {
+            api: Api::STREAMS_GROUP_HEARTBEAT,
+            ours: 0..=1,
+            broker: None,
+        }),
+        h.now,
+    );
+    assert_eq!(
+        h.m.fatal_error(),
+        Some(&GroupError::StreamsProtocolUnsupported)
+    );
+}
+
+#[test]
+fn the_poll_timeout_loses_the_tasks_leaves_and_a_poll_rejoins() {
+    let t = tasks(&[("0", 0)], &[], &[]);
+    let mut h = Harness::joined(None, &t);
+    for _ in 0..40 {
+        h.advance(Duration::from_secs(1));
+        if let Some(o) = h.drain().into_iter().next() {
+            let b = hb_body(&o);
+            if b.member_epoch < 0 {
+                assert_eq!(b.member_epoch, -1);
+                h.hb_answer(&o, ok(-1, None));
+                break;
+            }
+            h.hb_answer(&o, ok(1, None));
+        }
+    }
+    let ev = h.take_events();
+    assert_eq!(lost_of(&ev), vec![(t, Reason::PollTimeout)]);
+    assert_eq!(h.m.state(), MemberState::Stale);
+    h.m.poll(h.now);
+    let (_, b) = h.expect_hb();
+    assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, 0));
+}
+
+// ----------------------------------------------------------------------- statuses, endpoints
+
+#[test]
+fn statuses_and_the_endpoint_map_are_events_when_they_change() {
+    let t = tasks(&[("0", 0)], &[], &[]);
+    let mut h = Harness::joined(None, &t);
+    let status = |code: i8, d: &str| {
+        resp::Status::default()
+            .with_status_code(code)
+            .with_status_detail(s(d))
+    };
+    let endpoints = vec![
+        resp::EndpointToPartitions::default()
+            .with_user_endpoint(
+                resp::Endpoint::default()
+                    .with_host(s("10.0.0.7"))
+                    .with_port(8080),
+            )
+            .with_active_partitions(vec![
+                resp::TopicPartition::default()
+                    .with_topic(TopicName(s("in-a")))
+                    .with_partitions(vec![0]),
+            ]),
+        resp::EndpointToPartitions::default()
+            .with_user_endpoint(
+                resp::Endpoint::default()
+                    .with_host(s("10.0.0.7"))
+                    .with_port(8080),
+            )
+            .with_standby_partitions(vec![
+                resp::TopicPartition::default()
+                    .with_topic(TopicName(s("in-a")))
+                    .with_partitions(vec![1]),
+            ]),
+    ];
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(b.endpoint_information_epoch, 0, "the join's answer said 0");
+    h.hb_answer(
+        &hb,
+        ok(1, None)
+            .with_status(Some(vec![status(1, "in-a missing"), status(4, "stop")]))
+            .with_endpoint_information_epoch(3)
+            .with_partitions_by_user_endpoint(Some(endpoints)),
+    );
+    let ev = h.take_events();
+    let statuses: Vec<&Vec<StreamsStatus>> = ev
+        .iter()
+        .filter_map(|e| match e {
+            StreamsEvent::StatusChanged { statuses } => Some(statuses),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses.len(), 1, "{ev:?}");
+    let codes: Vec<StatusCode> = statuses[0].iter().map(|s| s.code).collect();
+    assert_eq!(
+        codes,
+        [
+            StatusCode::MissingSourceTopics,
+            StatusCode::ShutdownApplication
+        ]
+    );
+    let maps: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match e {
+            StreamsEvent::EndpointsChanged { epoch, endpoints } => {
+                Some((*epoch, endpoints.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(maps.len(), 1, "{ev:?}");
+    assert_eq!(maps[0].0, 3);
+    let e = &maps[0].1[&UserEndpoint::new("10.0.0.7", 8080)];
+    assert_eq!(e.active.len(), 1, "entries of one endpoint are merged");
+    assert_eq!(e.standby.len(), 1);
+    // The same statuses again: no event; the next heartbeat sends the new endpoint epoch.
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(b.endpoint_information_epoch, 3);
+    h.hb_answer(
+        &hb,
+        ok(1, None)
+            .with_status(Some(vec![status(4, "stop"), status(1, "in-a missing")]))
+            .with_endpoint_information_epoch(3),
+    );
+    let ev = h.take_events();
+    assert!(ev.is_empty(), "{ev:?}");
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(
+        &hb,
+        ok(1, None)
+            .with_status(Some(vec![]))
+            .with_endpoint_information_epoch(3),
+    );
+    let ev = h.take_events();
+    assert_eq!(ev, vec![StreamsEvent::StatusChanged { statuses: vec![] }]);
+}
+
+// ------------------------------------------------------------------------------------- guard
+
+#[test]
+fn the_guard_never_grants_one_task_to_two_members_in_any_roles() {
+    let roles = [TaskRole::Active, TaskRole::Standby, TaskRole::Warmup];
+    for first in roles {
+        for second in roles {
+            let p = process();
+            let t = task("0", 2);
+            assert_eq!(p.acquire("a", &t, first), guard::Acquire::Granted);
+            let w = p.acquire("b", &t, second);
+            assert!(
+                matches!(&w, guard::Acquire::Withheld { holder, holder_role, new: true } if holder == "a" && *holder_role == first),
+                "{first:?} then {second:?}: {w:?}"
+            );
+            assert_eq!(p.holders(&t), vec![("a".to_string(), first)]);
+            assert_eq!(p.interventions().withheld, 1);
+            // Asking again is no new intervention.
+            assert!(matches!(
+                p.acquire("b", &t, second),
+                guard::Acquire::Withheld { new: false, .. }
+            ));
+            assert_eq!(p.interventions().withheld, 1);
+            // The holder's own role change is granted.
+            assert_eq!(p.acquire("a", &t, second), guard::Acquire::Granted);
+            p.release("a", &t);
+            assert_eq!(p.acquire("b", &t, second), guard::Acquire::Granted);
+            assert_eq!(p.holders(&t), vec![("b".to_string(), second)]);
+        }
+    }
+    let p = StreamsProcess::unguarded(PID, None);
+    let t = task("0", 2);
+    assert_eq!(
+        p.acquire("a", &t, TaskRole::Standby),
+        guard::Acquire::Granted
+    );
+    assert_eq!(
+        p.acquire("b", &t, TaskRole::Active),
+        guard::Acquire::Granted
+    );
+    assert_eq!(p.doubly_held().len(), 1);
+    assert_eq!(p.interventions(), Interventions::default());
+}
+
+#[test]
+fn an_active_claim_makes_a_standby_holder_yield_and_reserves_the_task() {
+    let p = process();
+    let t = task("0", 2);
+    assert_eq!(
+        p.acquire("a2", &t, TaskRole::Standby),
+        guard::Acquire::Granted
+    );
+    assert!(matches!(
+        p.acquire("a3", &t, TaskRole::Active),
+        guard::Acquire::Withheld { .. }
+    ));
+    assert!(p.must_yield("a2"));
+    assert!(!p.must_yield("a3"));
+    let gave = p.yield_to_active("a2");
+    assert_eq!(gave.len(), 1);
+    assert_eq!(
+        (
+            gave[0].kind,
+            gave[0].role,
+            gave[0].other_member.as_str(),
+            gave[0].other_role
+        ),
+        (
+            InterventionKind::GaveUp,
+            TaskRole::Standby,
+            "a3",
+            TaskRole::Active
+        )
+    );
+    assert_eq!(
+        p.interventions(),
+        Interventions {
+            withheld: 1,
+            given_up: 1
+        }
+    );
+    // Reserved for the active claimant: a standby claim (even the old holder's) waits.
+    assert!(matches!(
+        p.acquire("a2", &t, TaskRole::Standby),
+        guard::Acquire::Withheld { .. }
+    ));
+    assert!(matches!(
+        p.acquire("a4", &t, TaskRole::Warmup),
+        guard::Acquire::Withheld { .. }
+    ));
+    assert_eq!(
+        p.acquire("a3", &t, TaskRole::Active),
+        guard::Acquire::Granted
+    );
+    // An active holder is never forced out.
+    assert!(matches!(
+        p.acquire("a5", &t, TaskRole::Active),
+        guard::Acquire::Withheld { .. }
+    ));
+    assert!(!p.must_yield("a3"));
+    assert!(p.yield_to_active("a3").is_empty());
+}
+
+/// A member of process `p` with id from seed `n`, joined and stable at epoch 1 holding `t`.
+fn local_member(p: &StreamsProcess, n: u64, t: &StreamsTasks) -> Harness {
+    let id = MemberId::from_seed(n);
+    let mut h = Harness::build(Some(&format!("i-{n}")), p.clone(), id);
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, ok(1, Some(t)).with_member_id(s(id.as_str())));
+    if !t.is_empty() {
+        let (ack, _) = h.expect_hb();
+        h.hb_answer(&ack, ok(1, None).with_member_id(s(id.as_str())));
+    }
+    h.drain();
+    h.events.clear();
+    h
+}
+
+/// Answers `h`'s next regular heartbeat with `target` (or unchanged), returning what it listed.
+fn round(h: &mut Harness, epoch: i32, target: Option<&StreamsTasks>) -> Option<StreamsTasks> {
+    let id = h.m.member_id().to_string();
+    let mut out = h.drain();
+    if out.is_empty() {
+        h.advance(Duration::from_secs(1));
+        out = h.drain();
+    }
+    assert_eq!(out.len(), 1, "{out:?}");
+    let b = hb_body(&out[0]);
+    h.hb_answer(&out[0], ok(epoch, target).with_member_id(s(&id)));
+    owned_of(&b)
+}
+
+/// KAFKA-21401 step 8: A2 holds standby 0_2; the coordinator assigns active 0_2 to A3 of the
+/// same process. Guarded: A3 withholds it, A2 gives the standby up at its next input, A3 takes
+/// it within the heartbeat round; no instant with both. Unguarded: both hold it.
+#[test]
+fn seed_step_8_active_wins_within_one_round_and_never_double_held() {
+    let p = process();
+    let a1 = local_member(&p, 1, &tasks(&[("0", 0)], &[], &[]));
+    let mut a2 = local_member(&p, 2, &tasks(&[("0", 1)], &[("0", 2)], &[]));
+    let mut a3 = local_member(&p, 3, &StreamsTasks::default());
+    let (a2_id, a3_id) = (a2.m.member_id().to_string(), a3.m.member_id().to_string());
+    // A3's next heartbeat brings active 0_2.
+    round(&mut a3, 2, Some(&tasks(&[("0", 2)], &[], &[])));
+    assert_eq!(
+        a3.m.withheld(),
+        &BTreeMap::from([(task("0", 2), TaskRole::Active)])
+    );
+    assert!(a3.m.tasks().is_empty(), "not handed to the application");
+    let ev = a3.take_events();
+    assert!(ev.iter().any(|e| matches!(e, StreamsEvent::GuardIntervened(i) if i.kind == InterventionKind::Withheld && i.other_member == a2_id && i.other_role == TaskRole::Standby)), "{ev:?}");
+    assert!(
+        assigned_of(&ev).iter().all(|(added, _)| added.is_empty()),
+        "{ev:?}"
+    );
+    assert_eq!(
+        p.holders(&task("0", 2)),
+        vec![(a2_id.clone(), TaskRole::Standby)]
+    );
+    // A3's next heartbeat does not list 0_2.
+    let listed = round(&mut a3, 2, None);
+    assert!(listed.as_ref().is_none_or(|l| l.is_empty()), "{listed:?}");
+    // A2: due at once, gives the standby up and reports it.
+    assert_eq!(a2.m.poll_timeout(), Some((a2.now, Timer::TaskGuard)));
+    a2.m.handle_timeout(a2.now);
+    let ev = a2.take_events();
+    assert!(
+        released_of(&ev).contains(&(tasks(&[], &[("0", 2)], &[]), ReleaseReason::GivenUpToActive)),
+        "{ev:?}"
+    );
+    assert!(ev.iter().any(|e| matches!(e, StreamsEvent::GuardIntervened(i) if i.kind == InterventionKind::GaveUp && i.other_member == a3_id)), "{ev:?}");
+    let listed = round(&mut a2, 1, None);
+    assert_eq!(
+        listed,
+        Some(tasks(&[("0", 1)], &[], &[])),
+        "reported no longer held"
+    );
+    assert!(
+        a2.m.withheld().contains_key(&task("0", 2)),
+        "its target still names it: withheld"
+    );
+    assert!(p.holders(&task("0", 2)).is_empty());
+    // A3 takes it at its next guard check, within 250 ms.
+    let (at, timer) = a3.m.poll_timeout().unwrap();
+    assert_eq!(timer, Timer::TaskGuard);
+    assert!(at <= a3.now + GUARD_RECHECK);
+    a3.now = at;
+    a3.m.handle_timeout(at);
+    let ev = a3.take_events();
+    assert_eq!(
+        assigned_of(&ev),
+        vec![(tasks(&[("0", 2)], &[], &[]), tasks(&[("0", 2)], &[], &[]))]
+    );
+    assert_eq!(
+        p.holders(&task("0", 2)),
+        vec![(a3_id.clone(), TaskRole::Active)]
+    );
+    let listed = round(&mut a3, 2, None);
+    assert_eq!(listed, Some(tasks(&[("0", 2)], &[], &[])));
+    assert!(p.doubly_held().is_empty());
+    assert_eq!(
+        p.interventions(),
+        Interventions {
+            withheld: 2,
+            given_up: 1
+        }
+    );
+    // A2's standby claim goes once its target drops 0_2; then nothing is withheld.
+    round(&mut a2, 2, Some(&tasks(&[("0", 1)], &[], &[])));
+    assert!(a2.m.withheld().is_empty());
+    assert!(!p.must_yield(&a2_id));
+    drop(a1);
+}
+
+#[test]
+fn seed_step_8_without_the_guard_both_members_hold_the_task() {
+    let p = StreamsProcess::unguarded(PID, None);
+    let mut a2 = local_member(&p, 2, &tasks(&[("0", 1)], &[("0", 2)], &[]));
+    let mut a3 = local_member(&p, 3, &StreamsTasks::default());
+    round(&mut a3, 2, Some(&tasks(&[("0", 2)], &[], &[])));
+    assert_eq!(a3.m.tasks().active, set(&[("0", 2)]));
+    assert_eq!(a2.m.tasks().standby, set(&[("0", 2)]));
+    let double = p.doubly_held();
+    assert_eq!(double.len(), 1);
+    assert_eq!(double[0].0, task("0", 2));
+    let roles: BTreeSet<TaskRole> = double[0].1.iter().map(|(_, r)| *r).collect();
+    assert_eq!(roles, BTreeSet::from([TaskRole::Active, TaskRole::Standby]));
+    a2.m.handle_timeout(a2.now);
+    assert!(a2.take_events().is_empty(), "nothing is given up unguarded");
+    assert_eq!(p.interventions(), Interventions::default());
+}
+
+#[test]
+fn a_withheld_standby_is_taken_once_the_holder_releases_it() {
+    let p = process();
+    let mut a1 = local_member(&p, 1, &tasks(&[], &[("1", 0)], &[]));
+    let mut a2 = local_member(&p, 2, &StreamsTasks::default());
+    round(&mut a2, 2, Some(&tasks(&[], &[("1", 0)], &[])));
+    assert_eq!(a2.m.withheld().len(), 1);
+    assert_eq!(a2.m.state(), MemberState::Reconciling);
+    // A standby holder is not forced out by a standby claim.
+    a1.m.handle_timeout(a1.now);
+    assert!(a1.take_events().is_empty());
+    a2.advance(GUARD_RECHECK);
+    assert!(a2.m.withheld().len() == 1 && a2.m.tasks().is_empty());
+    // The coordinator revokes it from A1 (no ticket): A2 takes it at its next check.
+    round(&mut a1, 2, Some(&StreamsTasks::default()));
+    assert!(a1.m.tasks().is_empty());
+    a2.advance(GUARD_RECHECK);
+    assert_eq!(a2.m.tasks().standby, set(&[("1", 0)]));
+    assert!(a2.m.withheld().is_empty());
+    assert!(p.doubly_held().is_empty());
+}
+
+#[test]
+fn a_member_that_goes_away_releases_what_it_held_in_the_guard() {
+    let p = process();
+    let a1 = local_member(&p, 1, &tasks(&[("0", 0)], &[], &[]));
+    assert_eq!(p.holders(&task("0", 0)).len(), 1);
+    drop(a1);
+    assert!(p.holders(&task("0", 0)).is_empty());
+}
+
+#[test]
+fn fenced_instance_id_on_the_recovery_leave_stops_at_once() {
+    let mut h = Harness::new(Some("i"));
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.fail(&join);
+    h.find_coordinator();
+    h.advance(Duration::from_secs(2));
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, err(codes::UNRELEASED_INSTANCE_ID));
+    let (leave, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, -2);
+    h.hb_answer(&leave, err(codes::FENCED_INSTANCE_ID));
+    assert!(matches!(
+        h.m.fatal_error(),
+        Some(GroupError::UnreleasedInstanceId { instance_id, .. }) if instance_id == "i"
+    ));
+}
+
+#[test]
+fn a_close_during_a_revocation_waits_for_the_ticket() {
+    let t = tasks(&[("0", 0), ("0", 1)], &[("1", 1)], &[]);
+    let mut h = Harness::joined(None, &t);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, ok(1, Some(&tasks(&[("0", 1)], &[("1", 1)], &[]))));
+    let mut ev = h.take_events();
+    let (revoked, ticket) = take_revoking(&mut ev);
+    assert_eq!(revoked, vec![task("0", 0)]);
+    h.m.close(CloseOptions::Default, h.now);
+    let ev = h.take_events();
+    assert_eq!(
+        released_of(&ev),
+        vec![(tasks(&[("0", 1)], &[("1", 1)], &[]), ReleaseReason::Leaving)],
+        "everything but the ticket's tasks is released at once"
+    );
+    assert!(
+        h.drain().iter().all(|o| hb_body(o).member_epoch >= 0),
+        "no leave before the ticket"
+    );
+    assert_eq!(
+        h.m.process().holders(&task("0", 0)).len(),
+        1,
+        "still the application's"
+    );
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let (leave, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, -1);
+    h.hb_answer(&leave, ok(-1, None));
+    assert_eq!(h.m.state(), MemberState::Closed);
+    assert!(h.m.process().holders(&task("0", 0)).is_empty());
+}
+
+#[test]
+fn a_new_target_ends_waits_for_tasks_it_no_longer_names() {
+    let p = process();
+    let mut a2 = local_member(&p, 2, &tasks(&[], &[("0", 2)], &[]));
+    let mut a3 = local_member(&p, 3, &tasks(&[("1", 0)], &[], &[]));
+    round(&mut a3, 2, Some(&tasks(&[("1", 0), ("0", 2)], &[], &[])));
+    assert_eq!(a3.m.withheld().len(), 1);
+    // The coordinator changes its mind (and revokes 1_0 too): A3 no longer waits for 0_2,
+    // even before its ticket comes back, so A2 keeps its standby.
+    round(&mut a3, 3, Some(&tasks(&[], &[], &[])));
+    assert_eq!(a3.m.state(), MemberState::AwaitRevoke);
+    assert!(a3.m.withheld().is_empty());
+    assert!(!p.must_yield(a2.m.member_id()));
+    a2.m.handle_timeout(a2.now);
+    assert_eq!(a2.m.tasks().standby, set(&[("0", 2)]));
+}
+
+/// Two members of one process, one task, every pair of roles: the second never gets the task
+/// while the first holds it; an active assignment makes a standby or warm-up holder give it up
+/// at its next input, and then the active member takes it.
+#[test]
+fn two_local_members_never_hold_one_task_at_once_in_any_roles() {
+    let roles = [TaskRole::Active, TaskRole::Standby, TaskRole::Warmup];
+    let x = task("0", 2);
+    let of = |role: TaskRole| {
+        let mut t = StreamsTasks::default();
+        t.of_mut(role).insert(task("0", 2));
+        t
+    };
+    for held in roles {
+        for assigned in roles {
+            let p = process();
+            let mut a1 = local_member(&p, 1, &of(held));
+            let mut a2 = local_member(&p, 2, &StreamsTasks::default());
+            let a1_id = a1.m.member_id().to_string();
+            round(&mut a2, 2, Some(&of(assigned)));
+            let case = format!("{held:?} held, {assigned:?} assigned");
+            assert!(a2.m.tasks().is_empty(), "{case}");
+            assert_eq!(a2.m.withheld().get(&x), Some(&assigned), "{case}");
+            assert_eq!(p.holders(&x), vec![(a1_id.clone(), held)], "{case}");
+            // A1's next input.
+            a1.m.handle_timeout(a1.now);
+            let gives_up = assigned == TaskRole::Active && held != TaskRole::Active;
+            assert_eq!(a1.m.tasks().is_empty(), gives_up, "{case}");
+            assert!(p.doubly_held().is_empty(), "{case}");
+            // A2's next check.
+            a2.advance(GUARD_RECHECK);
+            assert_eq!(a2.m.tasks().of(assigned).contains(&x), gives_up, "{case}");
+            assert!(p.doubly_held().is_empty(), "{case}");
+            let interventions = p.interventions();
+            assert_eq!(
+                interventions.withheld,
+                1 + u64::from(gives_up),
+                "{case}: {interventions:?}"
+            );
+            assert_eq!(interventions.given_up, u64::from(gives_up), "{case}");
+        }
+    }
+}

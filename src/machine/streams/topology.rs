@@ -1,0 +1,531 @@
+//! The crate's own names for what a streams member talks about: its topology (what an epoch-0
+//! heartbeat declares), tasks and their roles, the user endpoint, and the statuses and endpoint
+//! map the coordinator answers with. Converted to and from the wire types of
+//! [`crate::messages`] here and nowhere else.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+use crate::error::ConfigError;
+use crate::machine::TopicPartition;
+use crate::messages::streams_group_heartbeat_request as req;
+use crate::messages::streams_group_heartbeat_response as resp;
+
+/// A task: one partition of one subtopology (Kafka Streams' `TaskId`, printed `0_2`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId {
+    /// The subtopology id, as the topology names it.
+    pub subtopology: String,
+    /// The partition.
+    pub partition: i32,
+}
+
+impl TaskId {
+    /// Task `partition` of `subtopology`.
+    pub fn new(subtopology: impl Into<String>, partition: i32) -> Self {
+        Self {
+            subtopology: subtopology.into(),
+            partition,
+        }
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}_{}", self.subtopology, self.partition)
+    }
+}
+
+/// The role a member holds a task in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TaskRole {
+    /// Processes the task's input and owns its state.
+    Active,
+    /// Keeps a replica of the task's state.
+    Standby,
+    /// A standby catching up before the task moves here.
+    Warmup,
+}
+
+impl fmt::Display for TaskRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            TaskRole::Active => "active",
+            TaskRole::Standby => "standby",
+            TaskRole::Warmup => "warm-up",
+        })
+    }
+}
+
+/// Tasks by role.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StreamsTasks {
+    /// Active tasks.
+    pub active: BTreeSet<TaskId>,
+    /// Standby tasks.
+    pub standby: BTreeSet<TaskId>,
+    /// Warm-up tasks.
+    pub warmup: BTreeSet<TaskId>,
+}
+
+impl StreamsTasks {
+    /// No task at all.
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty() && self.standby.is_empty() && self.warmup.is_empty()
+    }
+
+    /// The tasks of `role`.
+    pub fn of(&self, role: TaskRole) -> &BTreeSet<TaskId> {
+        match role {
+            TaskRole::Active => &self.active,
+            TaskRole::Standby => &self.standby,
+            TaskRole::Warmup => &self.warmup,
+        }
+    }
+
+    pub(crate) fn of_mut(&mut self, role: TaskRole) -> &mut BTreeSet<TaskId> {
+        match role {
+            TaskRole::Active => &mut self.active,
+            TaskRole::Standby => &mut self.standby,
+            TaskRole::Warmup => &mut self.warmup,
+        }
+    }
+
+    /// The role `task` is held in, if any (active first).
+    pub fn role_of(&self, task: &TaskId) -> Option<TaskRole> {
+        ROLES.into_iter().find(|r| self.of(*r).contains(task))
+    }
+
+    /// Every (task, role) pair.
+    pub fn iter(&self) -> impl Iterator<Item = (&TaskId, TaskRole)> {
+        ROLES
+            .into_iter()
+            .flat_map(move |r| self.of(r).iter().map(move |t| (t, r)))
+    }
+
+    /// One role per task: a task listed as active is not also a standby or warm-up, a standby
+    /// not also a warm-up (an answer that lists one task twice names its promotion).
+    pub(crate) fn normalized(mut self) -> Self {
+        let active = self.active.clone();
+        self.standby.retain(|t| !active.contains(t));
+        let standby = self.standby.clone();
+        self.warmup
+            .retain(|t| !active.contains(t) && !standby.contains(t));
+        self
+    }
+}
+
+/// The three roles, in the order they are handed out and reported.
+pub(crate) const ROLES: [TaskRole; 3] = [TaskRole::Active, TaskRole::Standby, TaskRole::Warmup];
+
+/// Where a process serves Interactive Queries (`application.server`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UserEndpoint {
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+impl UserEndpoint {
+    /// `host`:`port`.
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        Self {
+            host: host.into(),
+            port,
+        }
+    }
+}
+
+impl fmt::Display for UserEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// An internal topic the group coordinator creates (a state changelog or a repartition topic).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InternalTopic {
+    /// Topic name.
+    pub name: String,
+    /// Partition count to enforce (repartition topics only; changelog topics follow their
+    /// subtopology's source partitions). `None`: the coordinator decides.
+    pub partitions: Option<i32>,
+    /// Replication factor; `None`: the broker default.
+    pub replication_factor: Option<i16>,
+    /// Topic configs.
+    pub configs: BTreeMap<String, String>,
+}
+
+impl InternalTopic {
+    /// A topic named `name` with every setting left to the coordinator.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// One subtopology: the unit tasks are cut from (one task per input partition).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Subtopology {
+    /// Its id, unique within the topology (`"0"`, `"1"`, ...).
+    pub id: String,
+    /// Source topics by name.
+    pub source_topics: BTreeSet<String>,
+    /// Source topics by pattern (RE2/J).
+    pub source_topic_regex: Vec<String>,
+    /// Repartition topics it writes to.
+    pub repartition_sink_topics: BTreeSet<String>,
+    /// Its state stores' changelog topics.
+    pub state_changelog_topics: Vec<InternalTopic>,
+    /// Repartition topics it reads from.
+    pub repartition_source_topics: Vec<InternalTopic>,
+    /// Groups of source or repartition-source topics (by name) that must be copartitioned.
+    pub copartition_groups: Vec<BTreeSet<String>>,
+}
+
+impl Subtopology {
+    /// Subtopology `id` reading `source_topics`.
+    pub fn new<I, S>(id: impl Into<String>, source_topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            id: id.into(),
+            source_topics: source_topics.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The same subtopology with a state changelog topic.
+    #[must_use]
+    pub fn with_changelog(mut self, topic: InternalTopic) -> Self {
+        self.state_changelog_topics.push(topic);
+        self
+    }
+
+    /// The same subtopology reading a repartition topic.
+    #[must_use]
+    pub fn with_repartition_source(mut self, topic: InternalTopic) -> Self {
+        self.repartition_source_topics.push(topic);
+        self
+    }
+}
+
+/// What an epoch-0 heartbeat declares: the application's topology and its epoch (all members
+/// of a group must declare the same topology at the same epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StreamsTopology {
+    /// The topology epoch.
+    pub epoch: i32,
+    /// The subtopologies.
+    pub subtopologies: Vec<Subtopology>,
+}
+
+impl StreamsTopology {
+    /// A topology at `epoch`.
+    pub fn new(epoch: i32, subtopologies: Vec<Subtopology>) -> Self {
+        Self {
+            epoch,
+            subtopologies,
+        }
+    }
+
+    /// Checks what the wire form needs: at least one subtopology, unique non-empty ids, every
+    /// subtopology reading something, copartitioned topics among its source topics, at most
+    /// `i16::MAX` topics per list (the copartition groups index them with `int16`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |rule: String| {
+            Err(ConfigError {
+                key: "topology",
+                rule,
+            })
+        };
+        if self.subtopologies.is_empty() {
+            return bad("needs at least one subtopology".into());
+        }
+        let mut ids = BTreeSet::new();
+        for s in &self.subtopologies {
+            if s.id.is_empty() || !ids.insert(s.id.as_str()) {
+                return bad(format!(
+                    "subtopology ids must be unique and non-empty: {:?}",
+                    s.id
+                ));
+            }
+            if s.source_topics.is_empty()
+                && s.source_topic_regex.is_empty()
+                && s.repartition_source_topics.is_empty()
+            {
+                return bad(format!("subtopology {} reads no topic", s.id));
+            }
+            let limit = i16::MAX as usize;
+            if s.source_topics.len() > limit || s.repartition_source_topics.len() > limit {
+                return bad(format!("subtopology {} has too many source topics", s.id));
+            }
+            for group in &s.copartition_groups {
+                for t in group {
+                    let known = s.source_topics.contains(t)
+                        || s.repartition_source_topics.iter().any(|r| &r.name == t);
+                    if !known {
+                        return bad(format!(
+                            "copartitioned topic {t:?} is not a source topic of subtopology {}",
+                            s.id
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The subtopology `id`.
+    pub fn subtopology(&self, id: &str) -> Option<&Subtopology> {
+        self.subtopologies.iter().find(|s| s.id == id)
+    }
+
+    /// The wire form, sorted as the Java client sorts it
+    /// (StreamsGroupHeartbeatRequestManager.HeartbeatState): subtopologies by id, topics and
+    /// configs by name; copartition groups index the sorted source and repartition-source lists.
+    /// Call [`validate`](Self::validate) first: an unknown copartitioned topic is skipped here.
+    pub(crate) fn to_wire(&self) -> req::Topology {
+        let mut subs: Vec<&Subtopology> = self.subtopologies.iter().collect();
+        subs.sort_by(|a, b| a.id.cmp(&b.id));
+        let subtopologies = subs
+            .into_iter()
+            .map(|s| {
+                let sources: Vec<&String> = s.source_topics.iter().collect();
+                let mut repartition: Vec<&InternalTopic> =
+                    s.repartition_source_topics.iter().collect();
+                repartition.sort_by(|a, b| a.name.cmp(&b.name));
+                let mut changelogs: Vec<&InternalTopic> = s.state_changelog_topics.iter().collect();
+                changelogs.sort_by(|a, b| a.name.cmp(&b.name));
+                let copartition_groups = s
+                    .copartition_groups
+                    .iter()
+                    .map(|group| {
+                        let index = |list: Vec<&str>, t: &str| {
+                            list.iter().position(|x| *x == t).map(|i| i as i16)
+                        };
+                        let names: Vec<&str> = sources.iter().map(|x| x.as_str()).collect();
+                        let rnames: Vec<&str> =
+                            repartition.iter().map(|x| x.name.as_str()).collect();
+                        req::CopartitionGroup::default()
+                            .with_source_topics(
+                                group
+                                    .iter()
+                                    .filter_map(|t| index(names.clone(), t))
+                                    .collect(),
+                            )
+                            .with_repartition_source_topics(
+                                group
+                                    .iter()
+                                    .filter(|t| !s.source_topics.contains(*t))
+                                    .filter_map(|t| index(rnames.clone(), t))
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                req::Subtopology::default()
+                    .with_subtopology_id(str_bytes(&s.id))
+                    .with_source_topics(sources.iter().map(|t| topic_name(t)).collect())
+                    .with_source_topic_regex(
+                        s.source_topic_regex.iter().map(|r| str_bytes(r)).collect(),
+                    )
+                    .with_repartition_sink_topics(
+                        s.repartition_sink_topics
+                            .iter()
+                            .map(|t| topic_name(t))
+                            .collect(),
+                    )
+                    .with_state_changelog_topics(
+                        // A changelog topic's partition count follows its subtopology: always 0.
+                        changelogs
+                            .into_iter()
+                            .map(|t| topic_info(t, false))
+                            .collect(),
+                    )
+                    .with_repartition_source_topics(
+                        repartition
+                            .into_iter()
+                            .map(|t| topic_info(t, true))
+                            .collect(),
+                    )
+                    .with_copartition_groups(copartition_groups)
+            })
+            .collect();
+        req::Topology::default()
+            .with_epoch(self.epoch)
+            .with_subtopologies(subtopologies)
+    }
+}
+
+fn topic_info(t: &InternalTopic, with_partitions: bool) -> req::TopicInfo {
+    req::TopicInfo::default()
+        .with_name(topic_name(&t.name))
+        .with_partitions(if with_partitions {
+            t.partitions.unwrap_or(0)
+        } else {
+            0
+        })
+        .with_replication_factor(t.replication_factor.unwrap_or(0))
+        .with_topic_configs(
+            t.configs
+                .iter()
+                .map(|(k, v)| {
+                    req::KeyValue::default()
+                        .with_key(str_bytes(k))
+                        .with_value(str_bytes(v))
+                })
+                .collect(),
+        )
+}
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+fn topic_name(s: &str) -> TopicName {
+    TopicName(str_bytes(s))
+}
+
+/// Tasks of one role on the wire, grouped by subtopology and sorted.
+pub(crate) fn tasks_to_wire(tasks: &BTreeSet<TaskId>) -> Vec<req::TaskIds> {
+    let mut by_sub: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for t in tasks {
+        by_sub.entry(&t.subtopology).or_default().push(t.partition);
+    }
+    by_sub
+        .into_iter()
+        .map(|(s, ps)| {
+            req::TaskIds::default()
+                .with_subtopology_id(str_bytes(s))
+                .with_partitions(ps)
+        })
+        .collect()
+}
+
+/// Tasks of one role from an answer; negative partitions are dropped.
+pub(crate) fn tasks_from_wire(tasks: &[resp::TaskIds]) -> BTreeSet<TaskId> {
+    tasks
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .filter(|p| **p >= 0)
+                .map(move |p| TaskId::new(t.subtopology_id.to_string(), *p))
+        })
+        .collect()
+}
+
+/// Task offsets on the wire, sorted by task.
+pub(crate) fn offsets_to_wire(offsets: &BTreeMap<TaskId, i64>) -> Vec<req::TaskOffset> {
+    offsets
+        .iter()
+        .map(|(t, o)| {
+            req::TaskOffset::default()
+                .with_subtopology_id(str_bytes(&t.subtopology))
+                .with_partition(t.partition)
+                .with_offset(*o)
+        })
+        .collect()
+}
+
+/// A status the coordinator reports for the member's group (StreamsGroupHeartbeatResponse.json,
+/// `Status.StatusCode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum StatusCode {
+    /// 0: the topology epoch supplied is lower than the group's.
+    StaleTopology,
+    /// 1: source topics are missing (or a source regex matches none).
+    MissingSourceTopics,
+    /// 2: topics are not copartitioned as required, or a changelog's partition count is wrong.
+    IncorrectlyPartitionedTopics,
+    /// 3: internal topics are missing (the coordinator tries to create them).
+    MissingInternalTopics,
+    /// 4: a client asked the whole application to shut down.
+    ShutdownApplication,
+    /// 5: no assignment yet: its computation was delayed.
+    AssignmentDelayed,
+    /// 6: client tags required by rack-aware standby assignment are missing.
+    MissingClientTags,
+    /// A code this crate does not know.
+    Unknown(i8),
+}
+
+impl StatusCode {
+    /// The code's meaning.
+    pub fn from_code(code: i8) -> Self {
+        match code {
+            0 => StatusCode::StaleTopology,
+            1 => StatusCode::MissingSourceTopics,
+            2 => StatusCode::IncorrectlyPartitionedTopics,
+            3 => StatusCode::MissingInternalTopics,
+            4 => StatusCode::ShutdownApplication,
+            5 => StatusCode::AssignmentDelayed,
+            6 => StatusCode::MissingClientTags,
+            c => StatusCode::Unknown(c),
+        }
+    }
+}
+
+/// One status of an answer, with the coordinator's detail text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamsStatus {
+    /// What it is.
+    pub code: StatusCode,
+    /// The coordinator's detail (e.g. the missing topics).
+    pub detail: String,
+}
+
+pub(crate) fn statuses_from_wire(statuses: &[resp::Status]) -> Vec<StreamsStatus> {
+    let mut v: Vec<StreamsStatus> = statuses
+        .iter()
+        .map(|s| StreamsStatus {
+            code: StatusCode::from_code(s.status_code),
+            detail: s.status_detail.to_string(),
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The partitions one endpoint serves, for Interactive Queries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EndpointPartitions {
+    /// Source partitions of the active tasks there.
+    pub active: BTreeSet<TopicPartition>,
+    /// Source partitions of the standby and warm-up tasks there.
+    pub standby: BTreeSet<TopicPartition>,
+}
+
+/// The endpoints-to-partitions map of an answer; entries of one endpoint (one per member of a
+/// process) are merged, as the schema asks.
+pub(crate) fn endpoints_from_wire(
+    entries: &[resp::EndpointToPartitions],
+) -> BTreeMap<UserEndpoint, EndpointPartitions> {
+    let mut map: BTreeMap<UserEndpoint, EndpointPartitions> = BTreeMap::new();
+    let parts = |tps: &[resp::TopicPartition]| -> Vec<TopicPartition> {
+        tps.iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| TopicPartition::new(t.topic.0.to_string(), *p))
+            })
+            .collect()
+    };
+    for e in entries {
+        let endpoint = UserEndpoint::new(e.user_endpoint.host.to_string(), e.user_endpoint.port);
+        let slot = map.entry(endpoint).or_default();
+        slot.active.extend(parts(&e.active_partitions));
+        slot.standby.extend(parts(&e.standby_partitions));
+    }
+    map
+}
