@@ -38,6 +38,7 @@
 pub mod coordinator;
 mod invariants;
 pub mod network;
+pub mod streams_member;
 pub mod world;
 
 use std::fmt;
