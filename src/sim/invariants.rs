@@ -108,12 +108,17 @@ impl World {
 
     /// A KIP-848 instance-id conflict is answered at once, so the coordinator's instance map
     /// now is the one the answer came from: remember who held the instance id.
+    /// The same for a streams group's StreamsGroupHeartbeat.
     pub(super) fn note_instance_conflict(&mut self, r: &coordinator::Reply) {
-        let ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(body)) = &r.body else {
-            return;
+        let (code, streams) = match &r.body {
+            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(body)) => {
+                (body.error_code, false)
+            }
+            ResponseBody::StreamsGroupHeartbeat(body) => (body.error_code, true),
+            _ => return,
         };
         if !matches!(
-            body.error_code,
+            code,
             super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
         ) {
             return;
@@ -121,14 +126,25 @@ impl World {
         let Some(p) = self.proc_of_conn(r.conn) else {
             return;
         };
-        let holder = self.procs[p]
-            .instance_id
-            .as_deref()
-            .and_then(|i| self.coordinator.static_member(i))
-            .map(str::to_owned);
+        let Some(instance) = self.procs[p].instance_id.clone() else {
+            return;
+        };
+        let holder = if streams {
+            let group = &self.coordinator.config().group_id;
+            self.coordinator
+                .streams()
+                .members(group)
+                .into_iter()
+                .find(|m| m.instance_id.as_deref() == Some(instance.as_str()))
+                .map(|m| m.member_id)
+        } else {
+            self.coordinator
+                .static_member(&instance)
+                .map(str::to_owned)
+        };
         self.procs[p]
             .conflicts
-            .insert((r.conn, r.correlation), (body.error_code, holder));
+            .insert((r.conn, r.correlation), (code, holder));
     }
 
     /// A KIP-848 FENCED_INSTANCE_ID / UNRELEASED_INSTANCE_ID reached process `p`: legitimate when

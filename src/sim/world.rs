@@ -576,7 +576,7 @@ impl World {
         &self.procs[self.slots[h.0]].seen
     }
 
-    /// KIP-848: whether the last UNRELEASED_INSTANCE_ID the slot's current process received was
+    /// KIP-848 and streams groups: whether the last UNRELEASED_INSTANCE_ID the slot's current process received was
     /// answered while a member id of another process held the instance id (the broker's rule
     /// for a new member id; a fatal error is then the Java client's behaviour too), rather than
     /// the process's own earlier registration.
@@ -1541,7 +1541,7 @@ impl World {
             api: d.api,
             code,
         });
-        if d.api == ApiKey::ConsumerGroupHeartbeat {
+        if d.api == ApiKey::ConsumerGroupHeartbeat || d.api == Api::STREAMS_GROUP_HEARTBEAT {
             if matches!(
                 code,
                 super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
@@ -1825,8 +1825,14 @@ impl World {
                 return fail(self, e);
             }
         };
-        if let RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) = &body {
-            self.procs[p].member_ids.insert(r.member_id.to_string(), ());
+        match &body {
+            RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) => {
+                self.procs[p].member_ids.insert(r.member_id.to_string(), ());
+            }
+            RequestBody::StreamsGroupHeartbeat(r) => {
+                self.procs[p].member_ids.insert(r.member_id.to_string(), ());
+            }
+            _ => {}
         }
         self.procs[p].next_correlation += 1;
         let correlation = self.procs[p].next_correlation;
