@@ -40,7 +40,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Faults happen during the first `FAULTS` of virtual time.
-const FAULTS: Duration = Duration::from_secs(20);
+const FAULTS: Duration = Duration::from_secs(15);
 /// After the faults, every member must be Stable within this bound.
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -158,7 +158,7 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>, Shared) {
     sim.coordinator.streams.ownership_index = OwnershipIndex::PerProcess;
     sim.coordinator.streams.num_standby_replicas = rng.random_range(0..=2);
     sim.coordinator.streams.session_timeout = Duration::from_millis(rng.random_range(6_000..=10_000));
-    sim.coordinator.streams.heartbeat_interval = Duration::from_millis(1_000);
+    sim.coordinator.streams.heartbeat_interval = Duration::from_millis(2_000);
     let mut subs =
         vec![Subtopology::new("0", ["input"]).with_changelog(InternalTopic::new("store-changelog"))];
     if two {
@@ -340,21 +340,61 @@ fn settled(w: &World, handles: &[MemberHandle]) -> bool {
         }
         ids.insert(m.member_id());
     }
-    let members: BTreeSet<String> = w
+    let members: BTreeSet<&str> = w
         .coordinator()
         .streams()
-        .members("app")
+        .member_epochs("app")
         .into_iter()
-        .filter(|m| m.epoch >= 0)
-        .map(|m| m.member_id)
+        .filter(|(_, epoch)| *epoch >= 0)
+        .map(|(id, _)| id)
         .collect();
-    members == ids
+    members.len() == ids.len() && ids.iter().all(|id| members.contains(id.as_str()))
 }
 
-/// Runs one schedule; returns its problems, the world and the guard's interventions.
-fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64) {
+/// A broker hazard, not a member bug: members that withhold only tasks the coordinator no
+/// longer assigns them. The coordinator sends a member its tasks only when it joins or when its
+/// own heartbeat changed them (`GroupMetadataManager.streamsGroupHeartbeat`:
+/// `memberEpoch == 0 || hasAssignedTasksChanged`), so when the answer that took a task away is
+/// lost (its connection reset), the member's target keeps the task for good; the guard then
+/// withholds it forever while another local member holds it, and the member stays Reconciling.
+/// Empty unless every member that is not settled is such a member.
+fn stale_targets(w: &World, handles: &[MemberHandle]) -> Vec<String> {
+    let views = w.coordinator().streams().members("app");
+    let mut stale = Vec::new();
+    for h in handles {
+        if !w.alive(*h) || w.member(*h).fatal_error().is_some() {
+            continue;
+        }
+        let m = w.member(*h);
+        let s = m.streams().expect("streams");
+        if m.state() == MemberState::Stable && s.withheld().is_empty() {
+            continue;
+        }
+        let Some(v) = views.iter().find(|v| v.member_id == s.member_id()) else {
+            return Vec::new();
+        };
+        let assigned = |t: &consumer_membership::machine::streams::TaskId| {
+            let key = (t.subtopology.clone(), t.partition);
+            v.active.contains(&key) || v.standby.contains(&key) || v.warmup.contains(&key)
+        };
+        if s.withheld().is_empty() || s.withheld().keys().any(assigned) {
+            return Vec::new();
+        }
+        stale.push(format!(
+            "{} withholds {:?}, which the coordinator no longer assigns it",
+            s.member_id(),
+            s.withheld().keys().map(|t| t.to_string()).collect::<Vec<_>>()
+        ));
+    }
+    stale
+}
+
+/// Runs one schedule; returns its problems, the world, the guard's interventions and the broker
+/// hazards met (`stale_targets`).
+fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64, Vec<String>) {
     let (mut w, handles, _plan) = build(seed, trace);
     let mut problems = Vec::new();
+    let mut hazards = Vec::new();
     w.run_until(|w| !w.violations().is_empty(), FAULTS);
     if w.violations().is_empty() {
         let ok = w.run_until(
@@ -362,6 +402,9 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64) {
             SETTLE,
         );
         if !ok {
+            hazards = stale_targets(&w, &handles);
+        }
+        if !ok && hazards.is_empty() {
             let states: Vec<String> = handles
                 .iter()
                 .map(|h| {
@@ -403,7 +446,7 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64) {
     problems.extend(w.violations().iter().map(|v| format!("violation: {v}")));
     problems.extend(w.anomalies().iter().map(|a| format!("anomaly: {a}")));
     let i = w.guard_interventions();
-    (problems, w, i.withheld + i.given_up)
+    (problems, w, i.withheld + i.given_up, hazards)
 }
 
 #[test]
@@ -421,8 +464,8 @@ fn random_streams_schedules_keep_the_invariants() {
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(1, 8) as u64;
-    // Per seed: its problems, hazards, and the guard's interventions.
-    let outcomes: Vec<(u64, Vec<String>, usize, u64)> = std::thread::scope(|s| {
+    // Per seed: its problems, hazards, the guard's interventions and the steps taken.
+    let outcomes: Vec<(u64, Vec<String>, usize, u64, u64)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
@@ -430,18 +473,18 @@ fn random_streams_schedules_keep_the_invariants() {
                     let mut seed = offset + t;
                     while seed < offset + seeds {
                         let r = catch_unwind(AssertUnwindSafe(|| {
-                            let (problems, w, interventions) = run(seed, false);
-                            (problems, w.hazards().len(), interventions)
+                            let (problems, w, interventions, stale) = run(seed, false);
+                            (problems, w.hazards().len() + stale.len(), interventions, w.steps())
                         }));
-                        let (problems, hazards, interventions) = r.unwrap_or_else(|e| {
+                        let (problems, hazards, interventions, steps) = r.unwrap_or_else(|e| {
                             let msg = e
                                 .downcast_ref::<String>()
                                 .cloned()
                                 .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
                                 .unwrap_or_default();
-                            (vec![format!("panic: {msg}")], 0, 0)
+                            (vec![format!("panic: {msg}")], 0, 0, 0)
                         });
-                        out.push((seed, problems, hazards, interventions));
+                        out.push((seed, problems, hazards, interventions, steps));
                         seed += threads;
                     }
                     out
@@ -454,6 +497,7 @@ fn random_streams_schedules_keep_the_invariants() {
             .collect()
     });
     let interventions: u64 = outcomes.iter().map(|o| o.3).sum();
+    let steps: u64 = outcomes.iter().map(|o| o.4).sum();
     let with_interventions = outcomes.iter().filter(|o| o.3 > 0).count();
     let hazard_seeds: Vec<u64> = outcomes.iter().filter(|o| o.2 > 0).map(|o| o.0).collect();
     let results: Vec<(u64, Vec<String>)> = outcomes
@@ -463,7 +507,7 @@ fn random_streams_schedules_keep_the_invariants() {
         .collect();
     let violations: usize = results.iter().map(|(_, p)| p.len()).sum();
     println!(
-        "{seeds} streams schedules: {violations} violations ({} failing seeds), guard interventions {interventions} in {with_interventions} schedules, {} schedules with hazards, in {:?}",
+        "{seeds} streams schedules: {violations} violations ({} failing seeds), guard interventions {interventions} in {with_interventions} schedules, {} schedules with hazards, {steps} steps, in {:?}",
         results.len(),
         hazard_seeds.len(),
         started.elapsed()
@@ -484,8 +528,14 @@ fn random_streams_schedules_keep_the_invariants() {
     for (kind, seeds) in &by_kind {
         println!("  {} x {kind} (seeds {:?})", seeds.len(), &seeds[..seeds.len().min(24)]);
     }
+    if !hazard_seeds.is_empty() {
+        println!(
+            "  hazards (a lost answer left a member's target stale, see `stale_targets`; not failures): seeds {:?}",
+            &hazard_seeds[..hazard_seeds.len().min(24)]
+        );
+    }
     if let Some((seed, problems)) = results.iter().min_by_key(|(s, _)| *s) {
-        let (_, w, _) = match catch_unwind(AssertUnwindSafe(|| run(*seed, true))) {
+        let (_, w, _, _) = match catch_unwind(AssertUnwindSafe(|| run(*seed, true))) {
             Ok(r) => r,
             Err(_) => panic!("seed {seed} panics: {problems:?}"),
         };
@@ -503,8 +553,8 @@ fn random_streams_schedules_keep_the_invariants() {
 
 #[test]
 fn a_streams_schedule_replays_identically_from_its_seed() {
-    let (_, a, _) = run(4242, true);
-    let (_, b, _) = run(4242, true);
+    let (_, a, _, _) = run(4242, true);
+    let (_, b, _, _) = run(4242, true);
     assert!(a.trace() == b.trace(), "seed 4242 does not replay");
     assert!(a.steps() > 100, "the schedule did something");
 }
@@ -517,8 +567,11 @@ fn replay_one_streams_seed() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let (problems, w, interventions) = run(seed, true);
+    let (problems, w, interventions, stale) = run(seed, true);
+    println!("stale targets (broker hazard): {stale:#?}");
     println!("{}", w.trace_text());
     println!("seed {seed}: {problems:#?}; interventions {interventions}");
     println!("hazards: {:#?}", w.hazards());
+    println!("coordinator: {:#?}", w.coordinator().streams().members("app"));
+    println!("epochs: {:?}", w.coordinator().streams().epochs("app"));
 }

@@ -586,13 +586,7 @@ impl World {
     ///   zombie does. A member the coordinator holds gets no excuse, in any epoch.
     fn observe_streams(&mut self) {
         let group = self.coordinator.config().group_id.clone();
-        let known: BTreeSet<String> = self
-            .coordinator
-            .streams()
-            .members(&group)
-            .into_iter()
-            .map(|m| m.member_id)
-            .collect();
+        let streams = self.coordinator.streams();
         let mut found = Vec::new();
         let mut doubles = Vec::new();
         // Holders per (process, task), and active holders per task, in process order.
@@ -622,7 +616,7 @@ impl World {
                     | MemberState::Acknowledging
                     | MemberState::Stable
             );
-            let zombie = in_group && !known.contains(&m.member_id);
+            let zombie = in_group && !streams.has_member(&group, &m.member_id);
             if !zombie {
                 for t in &st.tasks.active {
                     active.entry(t).or_default().push(i);
