@@ -16,12 +16,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use consumer_membership::MemberId;
-use consumer_membership::request::Api;
 use consumer_membership::config::GroupConfig;
 use consumer_membership::machine::events::{CloseOptions, MemberState};
 use consumer_membership::machine::streams::{
     InternalTopic, StreamsConfig, StreamsProcess, StreamsTopology, Subtopology, TaskId,
 };
+use consumer_membership::request::Api;
 use consumer_membership::sim::coordinator::streams::{MemberView, OwnershipIndex, Task};
 use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
 
@@ -37,7 +37,9 @@ fn id(prefix: &str) -> MemberId {
 fn topology() -> StreamsConfig {
     StreamsConfig::new(StreamsTopology::new(
         0,
-        vec![Subtopology::new("0", ["input"]).with_changelog(InternalTopic::new("store-changelog"))],
+        vec![
+            Subtopology::new("0", ["input"]).with_changelog(InternalTopic::new("store-changelog")),
+        ],
     ))
 }
 
@@ -89,15 +91,16 @@ fn quiet(w: &World) -> bool {
     let Some((_, group_epoch, assignment_epoch)) = w.coordinator().streams().epochs("app") else {
         return false;
     };
-    let coordinator_quiet = group_epoch == assignment_epoch && members.iter().all(|m| {
-        m.epoch < 0
-            || (m.epoch == group_epoch
-                && m.state == "STABLE"
-                && m.pending_active.is_empty()
-                && m.pending_standby.is_empty()
-                && m.target_active == m.active
-                && m.target_standby == m.standby)
-    });
+    let coordinator_quiet = group_epoch == assignment_epoch
+        && members.iter().all(|m| {
+            m.epoch < 0
+                || (m.epoch == group_epoch
+                    && m.state == "STABLE"
+                    && m.pending_active.is_empty()
+                    && m.pending_standby.is_empty()
+                    && m.target_active == m.active
+                    && m.target_standby == m.standby)
+        });
     coordinator_quiet
         && w.handles().into_iter().filter(|h| w.alive(*h)).all(|h| {
             let m = w.member(h);
@@ -106,9 +109,15 @@ fn quiet(w: &World) -> bool {
                 && s.withheld().is_empty()
                 && members.iter().any(|v| {
                     v.member_id == s.member_id()
-                        && v.active.iter().map(|(_, p)| task(*p)).collect::<BTreeSet<_>>()
+                        && v.active
+                            .iter()
+                            .map(|(_, p)| task(*p))
+                            .collect::<BTreeSet<_>>()
                             == s.tasks().active
-                        && v.standby.iter().map(|(_, p)| task(*p)).collect::<BTreeSet<_>>()
+                        && v.standby
+                            .iter()
+                            .map(|(_, p)| task(*p))
+                            .collect::<BTreeSet<_>>()
                             == s.tasks().standby
                 })
                 || m.state() == MemberState::Closed
@@ -232,7 +241,10 @@ fn run(index: OwnershipIndex, process: fn(&str) -> StreamsProcess) -> Run {
     let ok = w.run_until(|w| recent(w, a1) && recent(w, a2), Duration::from_secs(40));
     w.check(ok, "A1 and A2 never heartbeated within one second");
     w.close(b, CloseOptions::LeaveGroup);
-    w.run_until(|w| !w.alive(b) || w.member(b).state() == MemberState::Closed, Duration::from_secs(5));
+    w.run_until(
+        |w| !w.alive(b) || w.member(b).state() == MemberState::Closed,
+        Duration::from_secs(5),
+    );
     w.note("step 7 reached");
     let a3 = w
         .add_streams("A3", config("m6a3", None), topology(), pnew.clone())
@@ -259,14 +271,20 @@ fn run(index: OwnershipIndex, process: fn(&str) -> StreamsProcess) -> Run {
 }
 
 fn holds(w: &World, h: MemberHandle) -> consumer_membership::machine::streams::StreamsTasks {
-    w.member(h).streams().expect("a streams member").tasks().clone()
+    w.member(h)
+        .streams()
+        .expect("a streams member")
+        .tasks()
+        .clone()
 }
 
 /// (i) Guard off: the coordinator's double ownership reaches the application: A2 holds standby
 /// 0_2 while A3 holds active 0_2, both on Pnew, at one instant (the seed's step 8).
 #[test]
 fn without_the_guard_two_members_of_pnew_hold_task_0_2() {
-    let r = run(OwnershipIndex::PerProcess, |p| StreamsProcess::unguarded(p, None));
+    let r = run(OwnershipIndex::PerProcess, |p| {
+        StreamsProcess::unguarded(p, None)
+    });
     let w = &r.w;
     let step8 = w
         .process_doubles()
@@ -274,14 +292,20 @@ fn without_the_guard_two_members_of_pnew_hold_task_0_2() {
         .find(|d| d.contains("task 0_2 held by A2#2 (standby) and A3 (active) of process Pnew"));
     w.check(
         step8.is_some(),
-        format!("no A2 standby / A3 active double ownership of 0_2: {:?}", w.process_doubles()),
+        format!(
+            "no A2 standby / A3 active double ownership of 0_2: {:?}",
+            w.process_doubles()
+        ),
     );
     // The coordinator granted it while A2 held the standby: its per-process index had lost Pnew.
     w.check(
         w.violations().is_empty(),
         format!("violations: {:?}", w.violations()),
     );
-    assert_eq!(w.guard_interventions().withheld + w.guard_interventions().given_up, 0);
+    assert_eq!(
+        w.guard_interventions().withheld + w.guard_interventions().given_up,
+        0
+    );
     println!("guard off, doubles: {:#?}", w.process_doubles());
 }
 
@@ -292,8 +316,14 @@ fn with_the_guard_task_0_2_moves_to_a3_only_after_a2_gave_it_up() {
     let r = run(OwnershipIndex::PerProcess, |p| StreamsProcess::new(p, None));
     let w = &r.w;
     w.check(w.violations().is_empty(), format!("{:?}", w.violations()));
-    w.check(w.process_doubles().is_empty(), "a guarded process held a task twice");
-    assert!(holds(w, r.slots.a3).active.contains(&task(2)), "A3 ends holding active 0_2");
+    w.check(
+        w.process_doubles().is_empty(),
+        "a guarded process held a task twice",
+    );
+    assert!(
+        holds(w, r.slots.a3).active.contains(&task(2)),
+        "A3 ends holding active 0_2"
+    );
     assert!(!holds(w, r.slots.a2).standby.contains(&task(2)));
     let i = w.guard_interventions();
     let at_step8 = i.withheld + i.given_up - r.interventions_before_step7;
@@ -315,7 +345,10 @@ fn with_the_per_member_index_steps_7_and_8_need_no_intervention() {
     let r = run(OwnershipIndex::PerMember, |p| StreamsProcess::new(p, None));
     let w = &r.w;
     w.check(w.violations().is_empty(), format!("{:?}", w.violations()));
-    assert!(holds(w, r.slots.a3).active.contains(&task(2)), "A3 ends holding active 0_2");
+    assert!(
+        holds(w, r.slots.a3).active.contains(&task(2)),
+        "A3 ends holding active 0_2"
+    );
     let i = w.guard_interventions();
     assert_eq!(
         i.withheld + i.given_up,

@@ -157,12 +157,16 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>, Shared) {
     sim.net = faulty_net(&mut rng);
     sim.coordinator.streams.ownership_index = OwnershipIndex::PerProcess;
     sim.coordinator.streams.num_standby_replicas = rng.random_range(0..=2);
-    sim.coordinator.streams.session_timeout = Duration::from_millis(rng.random_range(6_000..=10_000));
+    sim.coordinator.streams.session_timeout =
+        Duration::from_millis(rng.random_range(6_000..=10_000));
     sim.coordinator.streams.heartbeat_interval = Duration::from_millis(2_000);
-    let mut subs =
-        vec![Subtopology::new("0", ["input"]).with_changelog(InternalTopic::new("store-changelog"))];
+    let mut subs = vec![
+        Subtopology::new("0", ["input"]).with_changelog(InternalTopic::new("store-changelog")),
+    ];
     if two {
-        subs.push(Subtopology::new("1", ["other"]).with_changelog(InternalTopic::new("agg-changelog")));
+        subs.push(
+            Subtopology::new("1", ["other"]).with_changelog(InternalTopic::new("agg-changelog")),
+        );
     }
     let shape = Shape {
         topology: StreamsConfig::new(StreamsTopology::new(0, subs)),
@@ -295,7 +299,12 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>, Shared) {
             8 => w.schedule(at, move |w| w.stall(gap.min(Duration::from_secs(4)))),
             _ => w.schedule(at, move |w| {
                 let to = w.coordinator().node_id() % 3 + 1;
-                w.move_coordinator(to, gap.min(Duration::from_secs(2)), Duration::from_millis(300), 0);
+                w.move_coordinator(
+                    to,
+                    gap.min(Duration::from_secs(2)),
+                    Duration::from_millis(300),
+                    0,
+                );
             }),
         }
     }
@@ -383,7 +392,10 @@ fn stale_targets(w: &World, handles: &[MemberHandle]) -> Vec<String> {
         stale.push(format!(
             "{} withholds {:?}, which the coordinator no longer assigns it",
             s.member_id(),
-            s.withheld().keys().map(|t| t.to_string()).collect::<Vec<_>>()
+            s.withheld()
+                .keys()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
         ));
     }
     stale
@@ -474,7 +486,12 @@ fn random_streams_schedules_keep_the_invariants() {
                     while seed < offset + seeds {
                         let r = catch_unwind(AssertUnwindSafe(|| {
                             let (problems, w, interventions, stale) = run(seed, false);
-                            (problems, w.hazards().len() + stale.len(), interventions, w.steps())
+                            (
+                                problems,
+                                w.hazards().len() + stale.len(),
+                                interventions,
+                                w.steps(),
+                            )
                         }));
                         let (problems, hazards, interventions, steps) = r.unwrap_or_else(|e| {
                             let msg = e
@@ -522,11 +539,18 @@ fn random_streams_schedules_keep_the_invariants() {
                 .chars()
                 .filter(|c| !c.is_ascii_digit() && *c != '.')
                 .collect();
-            by_kind.entry(head.trim().to_owned()).or_default().push(*seed);
+            by_kind
+                .entry(head.trim().to_owned())
+                .or_default()
+                .push(*seed);
         }
     }
     for (kind, seeds) in &by_kind {
-        println!("  {} x {kind} (seeds {:?})", seeds.len(), &seeds[..seeds.len().min(24)]);
+        println!(
+            "  {} x {kind} (seeds {:?})",
+            seeds.len(),
+            &seeds[..seeds.len().min(24)]
+        );
     }
     if !hazard_seeds.is_empty() {
         println!(
@@ -572,6 +596,9 @@ fn replay_one_streams_seed() {
     println!("{}", w.trace_text());
     println!("seed {seed}: {problems:#?}; interventions {interventions}");
     println!("hazards: {:#?}", w.hazards());
-    println!("coordinator: {:#?}", w.coordinator().streams().members("app"));
+    println!(
+        "coordinator: {:#?}",
+        w.coordinator().streams().members("app")
+    );
     println!("epochs: {:?}", w.coordinator().streams().epochs("app"));
 }

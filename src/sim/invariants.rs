@@ -126,22 +126,20 @@ impl World {
         let Some(p) = self.proc_of_conn(r.conn) else {
             return;
         };
-        let Some(instance) = self.procs[p].instance_id.clone() else {
-            return;
-        };
-        let holder = if streams {
-            let group = &self.coordinator.config().group_id;
-            self.coordinator
-                .streams()
-                .members(group)
-                .into_iter()
-                .find(|m| m.instance_id.as_deref() == Some(instance.as_str()))
-                .map(|m| m.member_id)
-        } else {
-            self.coordinator
-                .static_member(&instance)
-                .map(str::to_owned)
-        };
+        let instance = self.procs[p].instance_id.clone();
+        let holder = instance.and_then(|instance| {
+            if streams {
+                let group = &self.coordinator.config().group_id;
+                self.coordinator
+                    .streams()
+                    .members(group)
+                    .into_iter()
+                    .find(|m| m.instance_id.as_deref() == Some(instance.as_str()))
+                    .map(|m| m.member_id)
+            } else {
+                self.coordinator.static_member(&instance).map(str::to_owned)
+            }
+        });
         self.procs[p]
             .conflicts
             .insert((r.conn, r.correlation), (code, holder));

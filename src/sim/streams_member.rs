@@ -16,7 +16,9 @@ use std::time::Instant;
 use super::world::SimMember;
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::{ApiMisuse, ConfigError, GroupError, TransportError};
-use crate::machine::events::{CloseOptions, CommitId, CommitOffset, Event, MemberState, RevokeTicket};
+use crate::machine::events::{
+    CloseOptions, CommitId, CommitOffset, Event, MemberState, RevokeTicket,
+};
 use crate::machine::streams::{
     StreamsConfig, StreamsEvent, StreamsMember, StreamsProcess, StreamsTasks, TaskId,
 };
@@ -49,9 +51,17 @@ fn all(t: &StreamsTasks) -> Vec<TopicPartition> {
 /// `A[0_1] S[0_2] W[]`.
 pub(super) fn fmt_tasks(t: &StreamsTasks) -> String {
     let f = |s: &std::collections::BTreeSet<TaskId>| {
-        s.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+        s.iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
     };
-    format!("A[{}] S[{}] W[{}]", f(&t.active), f(&t.standby), f(&t.warmup))
+    format!(
+        "A[{}] S[{}] W[{}]",
+        f(&t.active),
+        f(&t.standby),
+        f(&t.warmup)
+    )
 }
 
 impl SimStreamsMember {
@@ -82,8 +92,11 @@ impl SimStreamsMember {
                 owned,
                 epoch,
             } => {
-                self.notes
-                    .push(format!("tasks +{} holds {}", fmt_tasks(&added), fmt_tasks(&owned)));
+                self.notes.push(format!(
+                    "tasks +{} holds {}",
+                    fmt_tasks(&added),
+                    fmt_tasks(&owned)
+                ));
                 Event::Assigned {
                     added: all(&added),
                     owned: all(&owned),

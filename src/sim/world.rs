@@ -2,10 +2,11 @@
 //! from one deadline to the next.
 //!
 //! A member is any [`SimMember`] (this crate's [`ClassicMember`] and [`Member`] implement it, so
-//! can a user's own consumer). Each slot holds one process at a time; [`World::restart`] replaces
-//! it with a new process (the old one is dead: its connections are closed; what it already sent
-//! is still delivered, and the broker processes what it has of it as a real broker does, see
-//! [`super::network`]).
+//! can a user's own consumer; a [`StreamsMember`] joins through
+//! [`SimStreamsMember`](super::streams_member::SimStreamsMember), [`World::add_streams`]). Each
+//! slot holds one process at a time; [`World::restart`] replaces it with a new process (the old
+//! one is dead: its connections are closed; what it already sent is still delivered, and the
+//! broker processes what it has of it as a real broker does, see [`super::network`]).
 //!
 //! The client side behaves like a Kafka transport: one connection per target (bootstrap, and one
 //! per coordinator node), requests encoded at the highest version both sides speak, a request
@@ -613,7 +614,12 @@ impl World {
     ///   live members the coordinator holds, at any instant, and a held member owns only what
     ///   the coordinator assigned to it or awaits it to revoke (owned = the assignment plus the
     ///   partitions of revocation tickets not handed back); the coordinator's own invariants
-    ///   ([`SimCoordinator::check_invariants`]).
+    ///   ([`SimCoordinator::check_invariants`]);
+    /// - streams groups (KIP-1071), over what the members' applications hold: no task held by two
+    ///   members of one process whose task guard is on, at any instant (an unguarded process's
+    ///   double ownership is recorded in [`World::process_doubles`] instead), and no active task
+    ///   held by two live members at once, a zombie (a member the coordinator no longer holds
+    ///   that has not heard yet) aside.
     pub fn violations(&self) -> &[String] {
         &self.violations
     }

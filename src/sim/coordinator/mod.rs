@@ -697,7 +697,13 @@ impl SimCoordinator {
             }
         };
         if code != NONE {
-            self.note(|| format!("coordinator runtime: {:?} answered {}", request.api(), name(code)));
+            self.note(|| {
+                format!(
+                    "coordinator runtime: {:?} answered {}",
+                    request.api(),
+                    name(code)
+                )
+            });
             let body = error_body(&request, p.version, code);
             return self.reply(p, body);
         }
