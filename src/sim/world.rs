@@ -3,7 +3,7 @@
 //!
 //! A member is any [`SimMember`] (this crate's [`ClassicMember`] and [`Member`] implement it, so
 //! can a user's own consumer; a [`StreamsMember`] joins through
-//! [`SimStreamsMember`](super::streams_member::SimStreamsMember), [`World::add_streams`]). Each
+//! [`SimStreamsMember`], [`World::add_streams`]). Each
 //! slot holds one process at a time; [`World::restart`] replaces it with a new process (the old
 //! one is dead: its connections are closed; what it already sent is still delivered, and the
 //! broker processes what it has of it as a real broker does, see [`super::network`]).
