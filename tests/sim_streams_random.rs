@@ -40,7 +40,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Faults happen during the first `FAULTS` of virtual time.
-const FAULTS: Duration = Duration::from_secs(15);
+const FAULTS: Duration = Duration::from_secs(12);
 /// After the faults, every member must be Stable within this bound.
 const SETTLE: Duration = Duration::from_secs(60);
 
