@@ -37,12 +37,11 @@ fn three_members_reach_stable() {
     w.check(w.anomalies().is_empty(), format!("{:?}", w.anomalies()));
 }
 
-/// The simulated broker does not serve streams groups yet: it does not advertise
-/// StreamsGroupHeartbeat (so a client never sends one), and a streams request that reaches the
-/// coordinator anyway is answered UNSUPPORTED_VERSION in a streams response body.
+/// The simulated broker serves streams groups (KIP-1071): it advertises StreamsGroupHeartbeat
+/// and StreamsGroupDescribe v0-1, and answers them from its streams-group model (an invalid
+/// heartbeat INVALID_REQUEST, an unknown group GROUP_ID_NOT_FOUND), in streams response bodies.
 #[test]
-fn streams_group_requests_are_not_served_yet() {
-    use consumer_membership::TransportError;
+fn streams_group_requests_are_served() {
     use consumer_membership::messages::{
         StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest,
     };
@@ -58,15 +57,8 @@ fn streams_group_requests_are_not_served_yet() {
         body: Box::new(StreamsGroupHeartbeatRequest::default()),
         versions: 0..=1,
     };
-    let e = wire::build(&heartbeat, &broker_versions_4x()).unwrap_err();
-    assert_eq!(
-        e,
-        TransportError::UnsupportedApi {
-            api: Api::STREAMS_GROUP_HEARTBEAT,
-            ours: 0..=1,
-            broker: None
-        }
-    );
+    let (api, version, _) = wire::build(&heartbeat, &broker_versions_4x()).unwrap();
+    assert_eq!((api, version), (Api::STREAMS_GROUP_HEARTBEAT, 1));
 
     let now = std::time::Instant::now();
     let mut c = SimCoordinator::new(CoordinatorConfig::new("g"), now);
@@ -93,13 +85,14 @@ fn streams_group_requests_are_not_served_yet() {
     let ResponseBody::StreamsGroupHeartbeat(body) = &r.body else {
         panic!("{r:?}")
     };
-    assert_eq!(body.error_code, 35);
+    // GroupCoordinatorService.throwIfStreamsGroupHeartbeatRequestIsInvalid: empty member id.
+    assert_eq!(body.error_code, 42);
     let r = c.poll_response().expect("an answer");
     let ResponseBody::StreamsGroupDescribe(body) = &r.body else {
         panic!("{r:?}")
     };
     assert_eq!(body.groups.len(), 1);
     assert_eq!(body.groups[0].group_id.as_str(), "app");
-    assert_eq!(body.groups[0].error_code, 35);
+    assert_eq!(body.groups[0].error_code, 69);
     assert!(c.poll_response().is_none());
 }

@@ -26,6 +26,7 @@ use crate::machine::TopicPartition;
 #[cfg(doc)]
 use crate::machine::events::Event;
 use crate::machine::events::MemberState;
+use crate::machine::streams::{StreamsTasks, TaskId, TaskRole};
 use crate::request::{RequestBody, ResponseBody};
 
 /// What the invariants read from a live member, refreshed after the steps that touch it.
@@ -38,6 +39,20 @@ pub(super) struct Snapshot {
     owned: Vec<TopicPartition>,
     /// Partitions of revocation tickets the application still holds.
     revoking: Vec<TopicPartition>,
+    /// A streams member: what the streams invariants read.
+    streams: Option<StreamsSnapshot>,
+}
+
+/// What the streams invariants read from a live streams member.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct StreamsSnapshot {
+    /// Its process id (the task guard it shares with the other members of its process).
+    process_id: String,
+    /// Whether that process's guard is on.
+    guarded: bool,
+    /// The tasks the application holds, by role (active tasks of an outstanding revocation
+    /// ticket included).
+    tasks: StreamsTasks,
 }
 
 impl World {
@@ -93,12 +108,17 @@ impl World {
 
     /// A KIP-848 instance-id conflict is answered at once, so the coordinator's instance map
     /// now is the one the answer came from: remember who held the instance id.
+    /// The same for a streams group's StreamsGroupHeartbeat.
     pub(super) fn note_instance_conflict(&mut self, r: &coordinator::Reply) {
-        let ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(body)) = &r.body else {
-            return;
+        let (code, streams) = match &r.body {
+            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(body)) => {
+                (body.error_code, false)
+            }
+            ResponseBody::StreamsGroupHeartbeat(body) => (body.error_code, true),
+            _ => return,
         };
         if !matches!(
-            body.error_code,
+            code,
             super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
         ) {
             return;
@@ -106,14 +126,23 @@ impl World {
         let Some(p) = self.proc_of_conn(r.conn) else {
             return;
         };
-        let holder = self.procs[p]
-            .instance_id
-            .as_deref()
-            .and_then(|i| self.coordinator.static_member(i))
-            .map(str::to_owned);
+        let instance = self.procs[p].instance_id.clone();
+        let holder = instance.and_then(|instance| {
+            if streams {
+                let group = &self.coordinator.config().group_id;
+                self.coordinator
+                    .streams()
+                    .members(group)
+                    .into_iter()
+                    .find(|m| m.instance_id.as_deref() == Some(instance.as_str()))
+                    .map(|m| m.member_id)
+            } else {
+                self.coordinator.static_member(&instance).map(str::to_owned)
+            }
+        });
         self.procs[p]
             .conflicts
-            .insert((r.conn, r.correlation), (body.error_code, holder));
+            .insert((r.conn, r.correlation), (code, holder));
     }
 
     /// A KIP-848 FENCED_INSTANCE_ID / UNRELEASED_INSTANCE_ID reached process `p`: legitimate when
@@ -249,6 +278,11 @@ impl World {
                 state: m.state(),
                 owned: m.assignment(),
                 revoking: self.procs[i].revoking.values().flatten().cloned().collect(),
+                streams: m.streams().map(|s| StreamsSnapshot {
+                    process_id: s.process().process_id(),
+                    guarded: s.process().is_guarded(),
+                    tasks: s.tasks().clone(),
+                }),
             });
             if snapshot == self.procs[i].snapshot {
                 continue;
@@ -269,11 +303,20 @@ impl World {
                     self.by_member_id.entry(id).or_default().push(i);
                 }
             }
-            match self.procs[i].snapshot.as_ref().map(|s| s.protocol) {
-                Some(GroupProtocol::Consumer) => self.observe_epoch(i),
+            match self.procs[i]
+                .snapshot
+                .as_ref()
+                .map(|s| (s.protocol, s.streams.is_some()))
+            {
+                // Streams members: the streams invariants below.
+                Some((_, true)) | None => {}
+                Some((GroupProtocol::Consumer, _)) => self.observe_epoch(i),
                 Some(_) => self.observe_generation(i),
-                None => {}
             }
+        }
+        if !self.streams_processes.is_empty() && (coordinator_changed || !changed_procs.is_empty())
+        {
+            self.observe_streams();
         }
         // KIP-848 members the coordinator changed, and processes whose released partitions
         // changed (`note_stale_ack`), are re-read too.
@@ -412,7 +455,7 @@ impl World {
         let Some(m) = p.snapshot.as_ref() else {
             return Vec::new();
         };
-        if m.protocol != GroupProtocol::Consumer {
+        if m.protocol != GroupProtocol::Consumer || m.streams.is_some() {
             return Vec::new();
         }
         let held = self
@@ -519,6 +562,106 @@ impl World {
         }
         for f in found {
             if !self.violations.contains(&f) {
+                self.log(|| format!("!! VIOLATION {f}"));
+                self.violations.push(f);
+            }
+        }
+    }
+}
+
+impl World {
+    /// The streams invariants (KIP-1071), over the live streams members' held tasks (what
+    /// their applications were handed, not the coordinator's view):
+    /// - (a) no task is held by two members of one process whose task guard is on, in any
+    ///   roles, at any instant; for a process without the guard such an instant is recorded
+    ///   ([`World::process_doubles`]: the coordinator's double ownership, KAFKA-21401);
+    /// - (b) no active task is held by two live members at once, except by a zombie: a member
+    ///   whose member id the coordinator no longer holds (fenced by a session or rebalance
+    ///   timeout, `streamsGroupFenceMember`, or its instance id taken over by a new member id,
+    ///   `replaceStreamsMember`) while the member itself is still in the group (joining,
+    ///   reconciling, revoking, acknowledging or stable): it holds its tasks until its next
+    ///   answer (UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH) makes it lose them, as a KIP-848
+    ///   zombie does. A member the coordinator holds gets no excuse, in any epoch.
+    fn observe_streams(&mut self) {
+        let group = self.coordinator.config().group_id.clone();
+        let streams = self.coordinator.streams();
+        let mut found = Vec::new();
+        let mut doubles = Vec::new();
+        // Holders per (process, task), and active holders per task, in process order.
+        let mut by_process: BTreeMap<(&str, &TaskId), Vec<(usize, TaskRole)>> = BTreeMap::new();
+        let mut active: BTreeMap<&TaskId, Vec<usize>> = BTreeMap::new();
+        let mut guarded: BTreeMap<&str, bool> = BTreeMap::new();
+        for (i, p) in self.procs.iter().enumerate() {
+            let Some((m, st)) = p
+                .snapshot
+                .as_ref()
+                .and_then(|m| m.streams.as_ref().map(|st| (m, st)))
+            else {
+                continue;
+            };
+            guarded.insert(&st.process_id, st.guarded);
+            for (t, role) in st.tasks.iter() {
+                by_process
+                    .entry((&st.process_id, t))
+                    .or_default()
+                    .push((i, role));
+            }
+            let in_group = matches!(
+                m.state,
+                MemberState::Joining
+                    | MemberState::Reconciling
+                    | MemberState::AwaitRevoke
+                    | MemberState::Acknowledging
+                    | MemberState::Stable
+            );
+            let zombie = in_group && !streams.has_member(&group, &m.member_id);
+            if !zombie {
+                for t in &st.tasks.active {
+                    active.entry(t).or_default().push(i);
+                }
+            }
+        }
+        let name = |i: usize| &self.procs[i].name;
+        for ((process, task), holders) in &by_process {
+            if holders.len() < 2 {
+                continue;
+            }
+            let who: Vec<String> = holders
+                .iter()
+                .map(|(i, r)| format!("{} ({r})", name(*i)))
+                .collect();
+            let what = format!(
+                "task {task} held by {} of process {process}",
+                who.join(" and ")
+            );
+            if guarded.get(process).copied().unwrap_or(true) {
+                found.push(format!(
+                    "{:?}: {what} at the same time, its task guard on",
+                    self.elapsed()
+                ));
+            } else {
+                doubles.push(what);
+            }
+        }
+        for (task, holders) in &active {
+            if holders.len() > 1 {
+                let who: Vec<&String> = holders.iter().map(|i| name(*i)).collect();
+                found.push(format!(
+                    "{:?}: active task {task} held by {who:?} at the same time (members of the group)",
+                    self.elapsed()
+                ));
+            }
+        }
+        for d in doubles {
+            if !self.process_doubles.iter().any(|x| x.ends_with(&d)) {
+                let line = format!("{:?}: {d}", self.elapsed());
+                self.log(|| format!("!! DOUBLE OWNERSHIP (unguarded) {line}"));
+                self.process_doubles.push(line);
+            }
+        }
+        for f in found {
+            let key = f.split_once(": ").map_or(f.as_str(), |x| x.1).to_owned();
+            if !self.violations.iter().any(|v| v.ends_with(&key)) {
                 self.log(|| format!("!! VIOLATION {f}"));
                 self.violations.push(f);
             }

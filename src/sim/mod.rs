@@ -14,7 +14,8 @@
 //!   dropped); seeded delays, drops and duplicates of answers.
 //! - [`world::World`]: members (anything implementing [`world::SimMember`], e.g.
 //!   [`ClassicMember`](crate::machine::classic::ClassicMember) or
-//!   [`Member`](crate::machine::member::Member)), the coordinator, the network and a virtual clock that
+//!   [`Member`](crate::machine::member::Member), and streams members through
+//!   [`streams_member::SimStreamsMember`]), the coordinator, the network and a virtual clock that
 //!   jumps to the next deadline. One `step()` is one delivered frame, read, processed request,
 //!   answer or timer; the trace has one line per step and replays identically from the seed.
 //!   The invariants it checks after every step ([`world::World::violations`]) are in
@@ -38,6 +39,7 @@
 pub mod coordinator;
 mod invariants;
 pub mod network;
+pub mod streams_member;
 pub mod world;
 
 use std::fmt;

@@ -2,10 +2,11 @@
 //! from one deadline to the next.
 //!
 //! A member is any [`SimMember`] (this crate's [`ClassicMember`] and [`Member`] implement it, so
-//! can a user's own consumer). Each slot holds one process at a time; [`World::restart`] replaces
-//! it with a new process (the old one is dead: its connections are closed; what it already sent
-//! is still delivered, and the broker processes what it has of it as a real broker does, see
-//! [`super::network`]).
+//! can a user's own consumer; a [`StreamsMember`] joins through
+//! [`SimStreamsMember`], [`World::add_streams`]). Each
+//! slot holds one process at a time; [`World::restart`] replaces it with a new process (the old
+//! one is dead: its connections are closed; what it already sent is still delivered, and the
+//! broker processes what it has of it as a real broker does, see [`super::network`]).
 //!
 //! The client side behaves like a Kafka transport: one connection per target (bootstrap, and one
 //! per coordinator node), requests encoded at the highest version both sides speak, a request
@@ -36,6 +37,7 @@ use super::invariants::Snapshot;
 use super::network::{
     AnswerFate, Arrival, ConnKind, Delivery, Frame, NetConfig, NetEvent, Network,
 };
+use super::streams_member::SimStreamsMember;
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::ApiMisuse;
 use crate::error::{ConfigError, GroupError, TransportError};
@@ -44,6 +46,7 @@ use crate::machine::events::{
     CloseOptions, CommitId, CommitOffset, Event, MemberState, RevokeTicket,
 };
 use crate::machine::member::Member;
+use crate::machine::streams::{Interventions, StreamsConfig, StreamsMember, StreamsProcess};
 use crate::machine::{Machine, TopicPartition};
 use crate::request::{
     Api, Broker, Outbound, RequestBody, RequestId, Response, ResponseBody, Target,
@@ -82,6 +85,16 @@ pub trait SimMember: Machine<Event = Event> + fmt::Debug {
     /// The group protocol the member speaks: classic or consumer (KIP-848). The world checks
     /// each protocol's invariants (see [`World::violations`]).
     fn protocol(&self) -> GroupProtocol;
+    /// A streams-group member (KIP-1071) shows itself here; the world then checks the streams
+    /// invariants for it instead of the classic / consumer ones.
+    fn streams(&self) -> Option<&StreamsMember> {
+        None
+    }
+    /// Lines for the trace about what the member did that its [`Event`]s do not say (drained
+    /// after every input).
+    fn take_notes(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Implements [`SimMember`] for a member type whose inherent methods of the same names do the
@@ -173,7 +186,8 @@ pub struct SimConfig {
 }
 
 /// The API ranges a 4.x broker serves (protocol.md §1; OffsetCommit/Fetch up to 9 as the classic
-/// client caps them, ConsumerGroupHeartbeat 0-1).
+/// client caps them, ConsumerGroupHeartbeat 0-1, StreamsGroupHeartbeat / StreamsGroupDescribe
+/// 0-1).
 pub fn broker_versions_4x() -> BrokerVersions {
     let mut v = BrokerVersions::default();
     for (api, lo, hi) in [
@@ -190,6 +204,9 @@ pub fn broker_versions_4x() -> BrokerVersions {
     ] {
         v.set(api, Some(lo..=hi));
     }
+    // KIP-1071 streams groups (GA in 4.2; static members in 4.4).
+    v.set(Api::STREAMS_GROUP_HEARTBEAT, Some(0..=1));
+    v.set(Api::STREAMS_GROUP_DESCRIBE, Some(0..=1));
     v
 }
 
@@ -417,6 +434,11 @@ pub struct World {
     pub(super) stale_procs: BTreeSet<usize>,
     /// Whether the last observation saw a KIP-848 group at the coordinator.
     pub(super) consumer_group_seen: bool,
+    /// The streams processes (task guards) of the streams members added, by process id.
+    pub(super) streams_processes: BTreeMap<String, StreamsProcess>,
+    /// Streams: tasks held by two members of one unguarded process at one instant (the
+    /// coordinator's double ownership, KAFKA-21401), one line per occurrence.
+    pub(super) process_doubles: Vec<String>,
 }
 
 impl fmt::Debug for World {
@@ -473,6 +495,8 @@ impl World {
             recheck: BTreeSet::new(),
             stale_procs: BTreeSet::new(),
             consumer_group_seen: false,
+            streams_processes: BTreeMap::new(),
+            process_doubles: Vec::new(),
         }
     }
 
@@ -553,7 +577,7 @@ impl World {
         &self.procs[self.slots[h.0]].seen
     }
 
-    /// KIP-848: whether the last UNRELEASED_INSTANCE_ID the slot's current process received was
+    /// KIP-848 and streams groups: whether the last UNRELEASED_INSTANCE_ID the slot's current process received was
     /// answered while a member id of another process held the instance id (the broker's rule
     /// for a new member id; a fatal error is then the Java client's behaviour too), rather than
     /// the process's own earlier registration.
@@ -590,7 +614,12 @@ impl World {
     ///   live members the coordinator holds, at any instant, and a held member owns only what
     ///   the coordinator assigned to it or awaits it to revoke (owned = the assignment plus the
     ///   partitions of revocation tickets not handed back); the coordinator's own invariants
-    ///   ([`SimCoordinator::check_invariants`]).
+    ///   ([`SimCoordinator::check_invariants`]);
+    /// - streams groups (KIP-1071), over what the members' applications hold: no task held by two
+    ///   members of one process whose task guard is on, at any instant (an unguarded process's
+    ///   double ownership is recorded in [`World::process_doubles`] instead), and no active task
+    ///   held by two live members at once, a zombie (a member the coordinator no longer holds
+    ///   that has not heard yet) aside.
     pub fn violations(&self) -> &[String] {
         &self.violations
     }
@@ -702,6 +731,73 @@ impl World {
         let mut m = ClassicMember::new(config, self.now)?;
         setup(&mut m);
         Ok(m)
+    }
+
+    /// Adds a streams member (KIP-1071) of `process` in a new slot, built from `config`
+    /// (seeded from the world when it has neither a seed nor a member id) and `streams`; its
+    /// `subscribe` joins with the topology. Several slots may share one process (one task
+    /// guard), and a restart may bring a new one ([`World::restart_streams`]).
+    pub fn add_streams(
+        &mut self,
+        name: &str,
+        config: GroupConfig,
+        streams: StreamsConfig,
+        process: StreamsProcess,
+    ) -> Result<MemberHandle, ConfigError> {
+        let member = self.build_streams(config, streams, process)?;
+        Ok(self.add_member(name, Box::new(member)))
+    }
+
+    /// Restarts the slot with a streams member (see [`World::add_streams`]).
+    pub fn restart_streams(
+        &mut self,
+        h: MemberHandle,
+        config: GroupConfig,
+        streams: StreamsConfig,
+        process: StreamsProcess,
+    ) -> Result<(), ConfigError> {
+        let member = self.build_streams(config, streams, process)?;
+        self.restart(h, Box::new(member));
+        Ok(())
+    }
+
+    fn build_streams(
+        &mut self,
+        mut config: GroupConfig,
+        streams: StreamsConfig,
+        process: StreamsProcess,
+    ) -> Result<SimStreamsMember, ConfigError> {
+        if config.seed.is_none() && config.member_id.is_none() {
+            config.seed = Some(self.rng.random());
+        }
+        config.group_id = self.config.group_id.clone();
+        let member = SimStreamsMember::new(config, streams, process.clone(), self.now)?;
+        self.streams_processes
+            .entry(process.process_id())
+            .or_insert(process);
+        Ok(member)
+    }
+
+    /// The streams processes of the streams members added so far, by process id.
+    pub fn streams_processes(&self) -> &BTreeMap<String, StreamsProcess> {
+        &self.streams_processes
+    }
+
+    /// How often the task guards of all streams processes stepped in so far.
+    pub fn guard_interventions(&self) -> Interventions {
+        let mut sum = Interventions::default();
+        for p in self.streams_processes.values() {
+            let i = p.interventions();
+            sum.withheld += i.withheld;
+            sum.given_up += i.given_up;
+        }
+        sum
+    }
+
+    /// Streams: every instant a task was held by two members of one unguarded process (the
+    /// coordinator's double ownership the guard prevents), as seen after each step.
+    pub fn process_doubles(&self) -> &[String] {
+        &self.process_doubles
     }
 
     fn new_process(&mut self, name: String, slot: usize, member: Box<dyn SimMember>) -> usize {
@@ -1451,14 +1547,15 @@ impl World {
             api: d.api,
             code,
         });
-        if d.api == ApiKey::ConsumerGroupHeartbeat {
+        if d.api == ApiKey::ConsumerGroupHeartbeat || d.api == Api::STREAMS_GROUP_HEARTBEAT {
             if matches!(
                 code,
                 super::codes::FENCED_INSTANCE_ID | super::codes::UNRELEASED_INSTANCE_ID
             ) {
                 self.check_instance_conflict(p, key, code);
             }
-        } else if code == super::codes::FENCED_INSTANCE_ID {
+        } else if code == super::codes::FENCED_INSTANCE_ID && d.api != Api::STREAMS_GROUP_HEARTBEAT
+        {
             // The classic member's id now: a fence answering an earlier request may arrive
             // after the member rejoined with "" (`registration_reverted` looks at every id).
             if let Some(id) = self.procs[p].member.as_deref().map(|m| m.member_id())
@@ -1587,6 +1684,17 @@ impl World {
             {
                 progress = true;
                 self.event(p, e);
+            }
+            let notes = self.procs[p]
+                .member
+                .as_deref_mut()
+                .map(|m| m.take_notes())
+                .unwrap_or_default();
+            if !notes.is_empty() {
+                let name = self.procs[p].name.clone();
+                for n in notes {
+                    self.log(|| format!("{name}: {n}"));
+                }
             }
             // The Java client disconnects from a coordinator it marks unknown.
             if self.config.close_on_coordinator_loss
@@ -1723,8 +1831,14 @@ impl World {
                 return fail(self, e);
             }
         };
-        if let RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) = &body {
-            self.procs[p].member_ids.insert(r.member_id.to_string(), ());
+        match &body {
+            RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) => {
+                self.procs[p].member_ids.insert(r.member_id.to_string(), ());
+            }
+            RequestBody::StreamsGroupHeartbeat(r) => {
+                self.procs[p].member_ids.insert(r.member_id.to_string(), ());
+            }
+            _ => {}
         }
         self.procs[p].next_correlation += 1;
         let correlation = self.procs[p].next_correlation;

@@ -121,6 +121,10 @@ pub struct CoordinatorConfig {
     pub seed: u64,
     /// The broker release and its version-dependent settings (`rules`).
     pub rules: BrokerRules,
+    /// Streams groups (KIP-1071): session timeout, heartbeat interval, standby replicas and the
+    /// task ownership index ([`streams::OwnershipIndex`]; the broker's per-process one by
+    /// default).
+    pub streams: streams::StreamsConfig,
 }
 
 impl CoordinatorConfig {
@@ -145,6 +149,7 @@ impl CoordinatorConfig {
             keep_log: true,
             seed: 0,
             rules: BrokerRules::default(),
+            streams: streams::StreamsConfig::default(),
         }
     }
 }
@@ -299,6 +304,8 @@ pub struct SimCoordinator {
     active: bool,
     classic: Option<ClassicGroup>,
     consumer: Option<ConsumerGroup>,
+    /// Streams groups (KIP-1071), with their own session and rebalance timers.
+    streams: streams::StreamsGroups,
     heartbeats: Timers<()>,
     consumer_sessions: Timers<()>,
     /// `consumerGroupRebalanceTimeoutKey`: deadline and the epoch the member must leave.
@@ -342,6 +349,7 @@ impl SimCoordinator {
     /// A coordinator with an empty group, active, at `now`.
     pub fn new(config: CoordinatorConfig, now: Instant) -> Self {
         Self {
+            streams: streams::StreamsGroups::new(config.streams.clone()),
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             fault_rng: ChaCha8Rng::seed_from_u64(config.seed ^ 0x00a9_9e7d),
             config,
@@ -476,7 +484,12 @@ impl SimCoordinator {
     /// Whether a request of `api` is served by the group coordinator runtime (and so is held up
     /// by a coordinator stall), rather than by the broker's request handlers directly.
     pub fn is_group_api(api: impl Into<Api>) -> bool {
-        let Some(api) = api.into().kafka() else {
+        let api = api.into();
+        if api == Api::STREAMS_GROUP_HEARTBEAT || api == Api::STREAMS_GROUP_DESCRIBE {
+            // GroupCoordinatorService.streamsGroupHeartbeat / streamsGroupDescribe.
+            return true;
+        }
+        let Some(api) = api.kafka() else {
             return false;
         };
         matches!(
@@ -533,6 +546,9 @@ impl SimCoordinator {
         if let Some(t) = self.log_timeout() {
             consider(t);
         }
+        if let Some(t) = self.streams.next_deadline() {
+            consider(t);
+        }
         next
     }
 
@@ -570,6 +586,12 @@ impl SimCoordinator {
             self.consumer_rebalance_timeouts.remove(&id);
             self.timer_op(|c| c.consumer_rebalance_timeout_expired(&id, epoch));
         }
+        // Streams session and rebalance timeouts (scheduleStreamsGroupSessionTimeout,
+        // scheduleStreamsGroupRebalanceTimeout): applied at once, as streams writes are.
+        if self.streams.next_deadline().is_some_and(|t| t <= now) {
+            self.streams.expire(now);
+            self.note(|| "streams: session or rebalance timeout fenced a member".into());
+        }
     }
 
     /// Runs a timer's operation (`CoordinatorTimer` tasks are write operations too): its records
@@ -600,10 +622,9 @@ impl SimCoordinator {
         // The dispatch point of the streams-group requests (KIP-1071).
         let request = match request {
             RequestBody::Kafka(request) => request,
-            // streams groups: served by coordinator/streams.rs
-            RequestBody::StreamsGroupHeartbeat(_) => return self.streams_not_served(p, &request),
-            // streams groups: served by coordinator/streams.rs
-            RequestBody::StreamsGroupDescribe(_) => return self.streams_not_served(p, &request),
+            RequestBody::StreamsGroupHeartbeat(_) | RequestBody::StreamsGroupDescribe(_) => {
+                return self.streams_request(p, request);
+            }
         };
         let api = api_key_of(&request);
         // GroupCoordinatorService: an inactive coordinator answers COORDINATOR_NOT_AVAILABLE.
@@ -653,14 +674,57 @@ impl SimCoordinator {
         }
     }
 
-    /// A streams-group request (KIP-1071): this coordinator does not serve streams groups yet. It
-    /// does not advertise StreamsGroupHeartbeat / StreamsGroupDescribe (`world::broker_versions_4x`)
-    /// and answers one that reaches it anyway with UNSUPPORTED_VERSION, as a broker without the
-    /// streams protocol enabled does (KafkaApis.handleStreamsGroupHeartbeat /
-    /// handleStreamsGroupDescribe).
-    fn streams_not_served(&mut self, p: Parked, request: &RequestBody) {
-        let body = error_body(request, p.version, UNSUPPORTED_VERSION);
+    /// A streams-group request (KIP-1071), served by [`streams::StreamsGroups`] after the
+    /// runtime's checks every group API goes through (`GroupCoordinatorService`: inactive ⇒
+    /// COORDINATOR_NOT_AVAILABLE; `CoordinatorRuntime`: unloaded ⇒ NOT_COORDINATOR, loading ⇒
+    /// COORDINATOR_LOAD_IN_PROGRESS).
+    ///
+    /// Simplified: streams writes are applied at once and answered at once (no append: no
+    /// append latency, no append faults, no write timeout), and the streams groups are not in
+    /// the log, so a coordinator move (`unload` / `load`) keeps them unchanged, timers included,
+    /// as if every streams record had been committed before the move. Streams groups live in
+    /// their own namespace: a group id shared with a classic or consumer group is not refused
+    /// (the broker's `GroupMetadataManager.streamsGroup` answers GROUP_ID_NOT_FOUND for a group
+    /// of another type).
+    fn streams_request(&mut self, p: Parked, request: RequestBody) {
+        let code = if !self.active {
+            COORDINATOR_NOT_AVAILABLE
+        } else {
+            match self.residence {
+                Residence::Active => NONE,
+                Residence::Unloaded => NOT_COORDINATOR,
+                Residence::Loading { .. } => COORDINATOR_LOAD_IN_PROGRESS,
+            }
+        };
+        if code != NONE {
+            self.note(|| {
+                format!(
+                    "coordinator runtime: {:?} answered {}",
+                    request.api(),
+                    name(code)
+                )
+            });
+            let body = error_body(&request, p.version, code);
+            return self.reply(p, body);
+        }
+        let now = self.now;
+        let body = match &request {
+            RequestBody::StreamsGroupHeartbeat(r) => {
+                let topics: BTreeMap<String, i32> = self.config.topics.iter().cloned().collect();
+                let answer = self.streams.heartbeat(r, p.version, &topics, now);
+                ResponseBody::StreamsGroupHeartbeat(answer)
+            }
+            RequestBody::StreamsGroupDescribe(r) => {
+                ResponseBody::StreamsGroupDescribe(self.streams.describe(r, p.version))
+            }
+            RequestBody::Kafka(_) => return,
+        };
         self.reply(p, body)
+    }
+
+    /// The streams groups (KIP-1071) this coordinator serves.
+    pub fn streams(&self) -> &streams::StreamsGroups {
+        &self.streams
     }
 
     /// Answers the request with `code` without processing it: the coordinator runtime failing an

@@ -256,6 +256,27 @@ impl StreamsGroups {
             .collect()
     }
 
+    /// The member ids of a group with their member epochs (member-id order; cheaper than
+    /// [`Self::members`]).
+    pub fn member_epochs(&self, group_id: &str) -> Vec<(&str, i32)> {
+        self.groups
+            .get(group_id)
+            .map(|g| {
+                g.members
+                    .values()
+                    .map(|m| (m.member_id.as_str(), m.epoch))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether a group holds `member_id` (in any epoch).
+    pub fn has_member(&self, group_id: &str, member_id: &str) -> bool {
+        self.groups
+            .get(group_id)
+            .is_some_and(|g| g.members.contains_key(member_id))
+    }
+
     /// Standby / warm-up holdings missing from the broker's per-process index: (task, process)
     /// pairs a member of the process holds while the index has no entry for the process.
     pub fn lost_index_entries(&self, group_id: &str) -> Vec<(Task, String)> {

@@ -1,0 +1,268 @@
+//! A [`StreamsMember`] as a [`SimMember`]: the world drives it like any other member, and its
+//! application is simulated as the world simulates every application (it polls, and hands a
+//! revocation ticket back after [`SimConfig::revocation_delay`](super::world::SimConfig)).
+//!
+//! The streams member's events are told to the world as the member events it knows: tasks
+//! become [`TopicPartition`]s named after their subtopology (`TasksAssigned` ⇒
+//! [`Event::Assigned`], `TasksRevoking` ⇒ [`Event::Revoking`] with the ticket,
+//! `TasksReleased` ⇒ [`Event::Revoked`], `TasksLost` ⇒ [`Event::Lost`]); the rest (the guard's
+//! interventions, statuses, endpoints) becomes trace notes ([`SimMember::take_notes`]). The
+//! invariants read the member itself ([`SimMember::streams`]): the tasks it holds by role, the
+//! tasks it withholds, its process.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::world::SimMember;
+use crate::config::{GroupConfig, GroupProtocol};
+use crate::error::{ApiMisuse, ConfigError, GroupError, TransportError};
+use crate::machine::events::{
+    CloseOptions, CommitId, CommitOffset, Event, MemberState, RevokeTicket,
+};
+use crate::machine::streams::{
+    StreamsConfig, StreamsEvent, StreamsMember, StreamsProcess, StreamsTasks, TaskId,
+};
+use crate::machine::timer::Timer;
+use crate::machine::{Machine, TopicPartition};
+use crate::request::{Broker, Outbound, RequestId, Response};
+
+/// A streams member in the simulated world (see the module docs).
+#[derive(Debug)]
+pub struct SimStreamsMember {
+    member: StreamsMember,
+    events: VecDeque<Event>,
+    notes: Vec<String>,
+}
+
+/// A task as the world's partition type: the subtopology as the topic.
+fn tp(t: &TaskId) -> TopicPartition {
+    TopicPartition::new(t.subtopology.clone(), t.partition)
+}
+
+fn tps<'a>(tasks: impl IntoIterator<Item = &'a TaskId>) -> Vec<TopicPartition> {
+    tasks.into_iter().map(tp).collect()
+}
+
+/// Every task of `t`, whatever its role.
+fn all(t: &StreamsTasks) -> Vec<TopicPartition> {
+    tps(t.active.iter().chain(&t.standby).chain(&t.warmup))
+}
+
+/// `A[0_1] S[0_2] W[]`.
+pub(super) fn fmt_tasks(t: &StreamsTasks) -> String {
+    let f = |s: &std::collections::BTreeSet<TaskId>| {
+        s.iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "A[{}] S[{}] W[{}]",
+        f(&t.active),
+        f(&t.standby),
+        f(&t.warmup)
+    )
+}
+
+impl SimStreamsMember {
+    /// A member of `process` with `streams` (its topology); its member id is
+    /// `config.member_id`, else derived from `config.seed` ([`StreamsMember::new`]).
+    pub fn new(
+        config: GroupConfig,
+        streams: StreamsConfig,
+        process: StreamsProcess,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self {
+            member: StreamsMember::new(config, streams, process, now)?,
+            events: VecDeque::new(),
+            notes: Vec::new(),
+        })
+    }
+
+    /// The streams member.
+    pub fn inner(&self) -> &StreamsMember {
+        &self.member
+    }
+
+    fn translate(&mut self, e: StreamsEvent) {
+        let event = match e {
+            StreamsEvent::TasksAssigned {
+                added,
+                owned,
+                epoch,
+            } => {
+                self.notes.push(format!(
+                    "tasks +{} holds {}",
+                    fmt_tasks(&added),
+                    fmt_tasks(&owned)
+                ));
+                Event::Assigned {
+                    added: all(&added),
+                    owned: all(&owned),
+                    generation: epoch,
+                }
+            }
+            StreamsEvent::TasksRevoking { active, ticket } => Event::Revoking {
+                partitions: tps(&active),
+                ticket,
+            },
+            StreamsEvent::TasksReleased {
+                tasks,
+                owned,
+                reason,
+            } => {
+                self.notes.push(format!(
+                    "tasks released {} ({reason:?}), holds {}",
+                    fmt_tasks(&tasks),
+                    fmt_tasks(&owned)
+                ));
+                Event::Revoked {
+                    partitions: all(&tasks),
+                }
+            }
+            StreamsEvent::TasksLost { tasks, reason } => Event::Lost {
+                partitions: all(&tasks),
+                reason,
+            },
+            StreamsEvent::StateChanged {
+                from,
+                to,
+                reason,
+                member_id,
+                epoch,
+            } => Event::StateChanged {
+                from,
+                to,
+                reason,
+                member_id,
+                generation: epoch,
+            },
+            StreamsEvent::Fatal(e) => Event::Fatal(e),
+            StreamsEvent::Closed => Event::Closed,
+            StreamsEvent::GuardIntervened(i) => {
+                self.notes.push(format!(
+                    "GUARD {:?} {} ({}; {} holds/claims it as {})",
+                    i.kind, i.task, i.role, i.other_member, i.other_role
+                ));
+                return;
+            }
+            StreamsEvent::StatusChanged { statuses } => {
+                let codes: Vec<String> = statuses.iter().map(|s| format!("{:?}", s.code)).collect();
+                self.notes.push(format!("statuses {codes:?}"));
+                return;
+            }
+            StreamsEvent::EndpointsChanged { epoch, .. } => {
+                self.notes.push(format!("endpoints epoch {epoch}"));
+                return;
+            }
+        };
+        self.events.push_back(event);
+    }
+}
+
+impl Machine for SimStreamsMember {
+    type Event = Event;
+
+    fn poll_request(&mut self) -> Option<Outbound> {
+        self.member.poll_request()
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        while self.events.is_empty() {
+            let e = self.member.poll_event()?;
+            self.translate(e);
+        }
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        self.member.poll_timeout()
+    }
+
+    fn handle_response(
+        &mut self,
+        id: RequestId,
+        result: Result<Response, TransportError>,
+        now: Instant,
+    ) {
+        self.member.handle_response(id, result, now)
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.member.handle_timeout(now)
+    }
+}
+
+impl SimMember for SimStreamsMember {
+    fn poll(&mut self, now: Instant) {
+        self.member.poll(now)
+    }
+
+    /// Joins with the member's topology (the topics are the topology's).
+    fn subscribe(&mut self, _topics: Vec<String>, now: Instant) -> Result<(), ApiMisuse> {
+        self.member.join(now)
+    }
+
+    fn unsubscribe(&mut self, now: Instant) {
+        self.member.unsubscribe(now)
+    }
+
+    fn close(&mut self, options: CloseOptions, now: Instant) {
+        self.member.close(options, now)
+    }
+
+    /// Streams members commit through their own producers and consumers, not the group
+    /// member: nothing is sent.
+    fn commit(&mut self, _offsets: Vec<CommitOffset>, _now: Instant) -> CommitId {
+        CommitId(0)
+    }
+
+    fn complete_revocation(&mut self, ticket: RevokeTicket, now: Instant) -> Result<(), ApiMisuse> {
+        self.member.complete_revocation(ticket, now)
+    }
+
+    fn member_id(&self) -> String {
+        self.member.member_id().to_owned()
+    }
+
+    /// The member epoch.
+    fn generation(&self) -> i32 {
+        self.member.epoch()
+    }
+
+    fn state(&self) -> MemberState {
+        self.member.state()
+    }
+
+    /// Every task the application holds (any role), as partitions of the subtopology.
+    fn assignment(&self) -> Vec<TopicPartition> {
+        all(self.member.tasks())
+    }
+
+    fn coordinator(&self) -> Option<Broker> {
+        self.member.coordinator().cloned()
+    }
+
+    fn instance_id(&self) -> Option<String> {
+        self.member.config().instance_id.clone()
+    }
+
+    fn fatal_error(&self) -> Option<GroupError> {
+        self.member.fatal_error().cloned()
+    }
+
+    /// The closest of the two: a heartbeat protocol with member epochs. The world tells a
+    /// streams member by [`SimMember::streams`] and checks the streams invariants for it only.
+    fn protocol(&self) -> GroupProtocol {
+        GroupProtocol::Consumer
+    }
+
+    fn streams(&self) -> Option<&StreamsMember> {
+        Some(&self.member)
+    }
+
+    fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
+}
