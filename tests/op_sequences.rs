@@ -465,6 +465,11 @@ pub struct Run {
     /// Classic: the coordinator whose JoinGroup was last answered without error (it registered
     /// the member id), and the coordinator whose FENCED_INSTANCE_ID was forgiven since.
     registered_by: Option<i32>,
+    /// A group request was answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE since the last
+    /// successful JoinGroup: the coordinator may have given the group up and loaded an older
+    /// registration (the classic member forgives one FENCED_INSTANCE_ID then, even from the
+    /// node that registered it: seed 113449 of the simulation).
+    unloaded_since_join: bool,
     failover_forgiven: Option<i32>,
     /// A `close(LeaveGroup)` was issued.
     close_leave: bool,
@@ -528,6 +533,7 @@ impl Run {
             },
             self_fence_credit: 0,
             registered_by: None,
+            unloaded_since_join: false,
             failover_forgiven: None,
             close_leave: false,
             closing: false,
@@ -1066,6 +1072,10 @@ impl Run {
         if sent.api == ApiKey::JoinGroup && result.is_ok() && code.is_none() {
             self.registered_by = node;
             self.failover_forgiven = None;
+            self.unloaded_since_join = false;
+        }
+        if matches!(code, Some(15) | Some(16)) {
+            self.unloaded_since_join = true;
         }
         step.answered = Some(Answered {
             api: sent.api,
@@ -1803,7 +1813,7 @@ impl Run {
             && self.setup.variant.is_static()
             && self.registered_by.is_some()
             && a.node.is_some()
-            && a.node != self.registered_by
+            && (a.node != self.registered_by || self.unloaded_since_join)
             && a.node != self.failover_forgiven
         {
             // The failover self-fence: FENCED_INSTANCE_ID from a coordinator that did not
