@@ -44,7 +44,7 @@ where
             }
         }
     }
-    drive(machine, transport, &mut Until(&mut done), None).await
+    drive(machine, transport, &mut Until(&mut done), None, None).await
 }
 
 /// What a drive loop does around its machine: it sees every request and answer, takes every
@@ -71,6 +71,8 @@ trait Loop<M: Machine> {
     fn idle(&mut self, _machine: &mut M) -> ControlFlow<Self::Output> {
         ControlFlow::Continue(())
     }
+    /// The application polled at `at` (see [`Polling`]).
+    fn polled(&mut self, _machine: &mut M, _at: Instant) {}
     /// A command (`None`: every sender is gone; no command is asked for after that).
     fn command(
         &mut self,
@@ -82,12 +84,14 @@ trait Loop<M: Machine> {
 }
 
 /// The one drive loop: sends what `machine` asks for, hands its events to `l`, feeds answers,
-/// deadlines and `commands` back with the current time.
+/// deadlines and `commands` back with the current time, and before each of them the
+/// application's polls (`polling`).
 async fn drive<M, T, L>(
     machine: &mut M,
     transport: &Arc<T>,
     l: &mut L,
     mut commands: Option<mpsc::UnboundedReceiver<L::Command>>,
+    polling: Option<Arc<Polling>>,
 ) -> L::Output
 where
     M: Machine,
@@ -107,22 +111,113 @@ where
             return r;
         }
         let deadline = machine.poll_timeout().map(|(at, _)| at);
+        let woken = async {
+            match &polling {
+                Some(p) => p.wake.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             command = recv(&mut commands), if commands.is_some() => {
                 if command.is_none() {
                     commands = None;
                 }
+                note_polls(machine, l, polling.as_deref());
                 if let ControlFlow::Break(r) = l.command(machine, command) {
                     return r;
                 }
             }
             Some((id, result)) = rx.recv() => {
-                let now = Instant::now();
+                let now = note_polls(machine, l, polling.as_deref());
                 l.answered(id, &result, now);
                 machine.handle_response(id, *result, now);
             }
-            _ = sleep_until(deadline) => machine.handle_timeout(Instant::now()),
+            _ = sleep_until(deadline) => {
+                let now = note_polls(machine, l, polling.as_deref());
+                machine.handle_timeout(now);
+            }
+            () = woken => {
+                note_polls(machine, l, polling.as_deref());
+            }
         }
+    }
+}
+
+/// Hands the application's polls since the last input to `l` (before the input it returns the
+/// time of, so a poll timer due now sees a poll that happened first).
+fn note_polls<M: Machine, L: Loop<M>>(
+    machine: &mut M,
+    l: &mut L,
+    polling: Option<&Polling>,
+) -> Instant {
+    let now = Instant::now();
+    if let Some(at) = polling.and_then(|p| p.take(now)) {
+        l.polled(machine, at);
+    }
+    now
+}
+
+/// How the application polls a member (`max.poll.interval.ms`): as a wait in the Java client's
+/// `poll()` does, a wait for the next event counts as polling for as long as it lasts, however
+/// quiet the group is. The application's side marks its waits here; the member's task reads
+/// them before every input it hands the member (no message per event read).
+#[derive(Debug, Default)]
+struct Polling {
+    /// The application is waiting for the next event.
+    waiting: std::sync::atomic::AtomicBool,
+    /// When the application last polled, until the member's task read it.
+    last: std::sync::Mutex<Option<Instant>>,
+    /// Wakes the member's task when a wait begins (a member whose poll timer expired rejoins
+    /// then, with no other input to wake it).
+    wake: tokio::sync::Notify,
+}
+
+impl Polling {
+    /// A wait for the next event begins.
+    fn begin(&self) {
+        self.waiting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.mark(Instant::now());
+        self.wake.notify_one();
+    }
+
+    /// The wait ended at `at` (an event was read, handed over, or the wait was dropped).
+    fn end(&self, at: Instant) {
+        self.waiting
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.mark(at);
+    }
+
+    fn mark(&self, at: Instant) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    /// For the member's task: `now` while the application waits, else when it last polled if
+    /// that was not read yet.
+    fn take(&self, now: Instant) -> Option<Instant> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if self.waiting.load(std::sync::atomic::Ordering::SeqCst) {
+            Some(now)
+        } else {
+            last
+        }
+    }
+}
+
+/// Ends a wait in `next_event` however the wait ends (an event, the end of the stream, or the
+/// future dropped by a `select!`).
+struct Waiting<'a>(&'a Polling);
+
+impl<'a> Waiting<'a> {
+    fn begin(polling: &'a Polling) -> Self {
+        polling.begin();
+        Self(polling)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.end(Instant::now());
     }
 }
 
@@ -401,7 +496,13 @@ impl GroupMember {
         let (event_tx, events) = mpsc::unbounded_channel();
         spawn_task(
             runtime,
-            run_member(member, metrics, transport, command_rx, event_tx),
+            run_member(
+                member,
+                metrics,
+                transport,
+                (command_rx, commands.polling.clone()),
+                event_tx,
+            ),
         );
         let handle = MemberHandle {
             commands,
@@ -427,7 +528,7 @@ impl GroupMember {
     /// Cancel-safe: a `next_event()` dropped before it finished (a `select!` branch that lost)
     /// loses no event.
     pub async fn next_event(&mut self) -> Option<Event> {
-        self.handle.mark_polled();
+        let _waiting = Waiting::begin(&self.handle.commands.polling);
         self.events.recv().await
     }
 
@@ -497,8 +598,15 @@ impl futures_core::Stream for GroupMember {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Event>> {
-        self.handle.mark_polled();
-        self.events.poll_recv(cx)
+        // Pending leaves the wait marked until an event is handed over (the member's task ends
+        // it then) or the next poll of the stream.
+        let polling = self.handle.commands.polling.clone();
+        polling.begin();
+        let next = self.events.poll_recv(cx);
+        if next.is_ready() {
+            polling.end(Instant::now());
+        }
+        next
     }
 }
 
@@ -512,10 +620,6 @@ impl MemberHandle {
         make: impl FnOnce(oneshot::Sender<Result<(), ApiMisuse>>) -> Command,
     ) -> Result<(), ApiMisuse> {
         self.commands.call(make).await
-    }
-
-    fn mark_polled(&self) {
-        self.commands.mark_polled();
     }
 
     /// Subscribes to `topics` and joins the group.
@@ -618,7 +722,7 @@ impl MemberHandle {
 /// the other events to the application, commands to the member, and ends after `Closed`.
 struct MemberLoop {
     metrics: crate::metrics::MemberMetrics,
-    events: mpsc::UnboundedSender<Event>,
+    events: Events<Event>,
     commits: HashMap<CommitId, oneshot::Sender<Result<(), CommitError>>>,
     fetches: HashMap<FetchId, oneshot::Sender<Result<Offsets, CommitError>>>,
     leave: LeaveWatch,
@@ -695,11 +799,28 @@ impl LeaveWatch {
     }
 }
 
+/// The event side of a member's task: the channel to the application, whose wait for an event
+/// ends when one is handed over.
+struct Events<E> {
+    tx: mpsc::UnboundedSender<E>,
+    polling: Arc<Polling>,
+}
+
+impl<E> Events<E> {
+    fn send(&self, event: E) {
+        if self.tx.send(event).is_ok() {
+            self.polling.end(Instant::now());
+        }
+    }
+}
+
 /// The command side shared by the members' handles: the channel to the member's task.
 struct Commands<C> {
     tx: mpsc::UnboundedSender<C>,
     /// `request.timeout.ms`: how long a close waits for the leave's answer.
     request_timeout: std::time::Duration,
+    /// The application's waits for events, shared with the member's task.
+    polling: Arc<Polling>,
 }
 
 impl<C> std::fmt::Debug for Commands<C> {
@@ -707,6 +828,7 @@ impl<C> std::fmt::Debug for Commands<C> {
         f.debug_struct("Commands")
             .field("tx", &self.tx)
             .field("request_timeout", &self.request_timeout)
+            .field("polling", &self.polling)
             .finish()
     }
 }
@@ -716,22 +838,18 @@ impl<C> Clone for Commands<C> {
         Self {
             tx: self.tx.clone(),
             request_timeout: self.request_timeout,
+            polling: self.polling.clone(),
         }
     }
 }
 
 /// The commands every member's task takes alike.
 trait MemberCommand: Sized {
-    /// The application polled.
-    fn poll(tx: oneshot::Sender<Result<(), ApiMisuse>>) -> Self;
     /// Close with `options`.
     fn close(options: CloseOptions, tx: oneshot::Sender<CloseOutcome>) -> Self;
 }
 
 impl MemberCommand for Command {
-    fn poll(tx: oneshot::Sender<Result<(), ApiMisuse>>) -> Self {
-        Command::Poll(tx)
-    }
     fn close(options: CloseOptions, tx: oneshot::Sender<CloseOutcome>) -> Self {
         Command::Close(options, tx)
     }
@@ -744,6 +862,7 @@ impl<C: MemberCommand> Commands<C> {
             Self {
                 tx,
                 request_timeout,
+                polling: Arc::default(),
             },
             rx,
         )
@@ -761,11 +880,6 @@ impl<C: MemberCommand> Commands<C> {
         make: impl FnOnce(oneshot::Sender<Result<(), ApiMisuse>>) -> C,
     ) -> Result<(), ApiMisuse> {
         self.ask(make).await.unwrap_or(Err(ApiMisuse::Stopped))
-    }
-
-    fn mark_polled(&self) {
-        let (tx, _) = oneshot::channel();
-        let _ = self.tx.send(C::poll(tx));
     }
 
     async fn close(&self, options: CloseOptions) -> CloseOutcome {
@@ -813,6 +927,10 @@ impl Loop<Watched> for MemberLoop {
         self.leave.answered(id, result);
     }
 
+    fn polled(&mut self, member: &mut Watched, at: Instant) {
+        member.poll(at);
+    }
+
     fn event(&mut self, _member: &mut Watched, event: Event) {
         self.metrics.on_event(&event, Instant::now());
         let event = match event {
@@ -830,7 +948,7 @@ impl Loop<Watched> for MemberLoop {
             }
             other => other,
         };
-        let _ = self.events.send(event);
+        self.events.send(event);
     }
 
     fn idle(&mut self, _member: &mut Watched) -> ControlFlow<()> {
@@ -997,17 +1115,27 @@ async fn run_member<T: Transport>(
     member: Member,
     metrics: crate::metrics::MemberMetrics,
     transport: Arc<T>,
-    commands: mpsc::UnboundedReceiver<Command>,
+    (commands, polling): (mpsc::UnboundedReceiver<Command>, Arc<Polling>),
     events: mpsc::UnboundedSender<Event>,
 ) {
     let mut l = MemberLoop {
         metrics,
-        events,
+        events: Events {
+            tx: events,
+            polling: polling.clone(),
+        },
         commits: HashMap::new(),
         fetches: HashMap::new(),
         leave: LeaveWatch::default(),
     };
     let topics = TopicWatch::new(member.config());
     let mut watched = Watched { member, topics };
-    drive(&mut watched, &transport, &mut l, Some(commands)).await
+    drive(
+        &mut watched,
+        &transport,
+        &mut l,
+        Some(commands),
+        Some(polling),
+    )
+    .await
 }

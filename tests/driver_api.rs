@@ -321,3 +321,70 @@ async fn a_subscribed_topic_that_does_not_exist_is_reported() {
         CloseOutcome::Left { error: None }
     );
 }
+
+/// An assigned member with a `max.poll.interval.ms` of 300 ms.
+async fn assigned_polling_every_300ms() -> GroupMember {
+    let t = Arc::new(coordinator(0));
+    assigned(
+        &t,
+        config().with_max_poll_interval(Duration::from_millis(300)),
+    )
+    .await
+}
+
+/// Waiting for the next event counts as polling for as long as the wait lasts, as a wait in the
+/// Java client's `poll()` does: a member parked in `next_event()` in a quiet group outlasts
+/// `max.poll.interval.ms` many times over without a poll timeout (no `Lost`, no LeaveGroup,
+/// no rebalance).
+#[tokio::test]
+async fn waiting_in_next_event_counts_as_polling() {
+    let t = Arc::new(coordinator(0));
+    let mut m = assigned(
+        &t,
+        config().with_max_poll_interval(Duration::from_millis(300)),
+    )
+    .await;
+    let quiet = tokio::time::timeout(Duration::from_millis(1500), m.next_event()).await;
+    assert!(quiet.is_err(), "the wait ended with {quiet:?}");
+    let snapshot = m.snapshot().await.expect("running");
+    assert_eq!(snapshot.assignment, [TopicPartition::new("t", 0)]);
+    assert_eq!(snapshot.generation, 1, "no rejoin");
+}
+
+/// The same for the events as a `Stream`: a poll that is `Pending` waits.
+#[tokio::test]
+async fn waiting_on_the_event_stream_counts_as_polling() {
+    use futures_core::Stream;
+    let t = Arc::new(coordinator(0));
+    let mut m = assigned(
+        &t,
+        config().with_max_poll_interval(Duration::from_millis(300)),
+    )
+    .await;
+    let next = std::future::poll_fn(|cx| Pin::new(&mut m).poll_next(cx));
+    let quiet = tokio::time::timeout(Duration::from_millis(1500), next).await;
+    assert!(quiet.is_err(), "the wait ended with {quiet:?}");
+    assert_eq!(m.snapshot().await.expect("running").generation, 1);
+}
+
+/// An application that does not come back for events within `max.poll.interval.ms` (busy
+/// elsewhere, not waiting) still loses its partitions to the poll timeout.
+#[tokio::test]
+async fn an_application_that_stops_reading_events_still_times_out() {
+    let t = Arc::new(coordinator(0));
+    let mut m = assigned(
+        &t,
+        config().with_max_poll_interval(Duration::from_millis(300)),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let lost = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Event::Lost { reason, .. } = m.next_event().await.expect("running") {
+                return reason;
+            }
+        }
+    });
+    let reason = lost.await.expect("a poll timeout");
+    assert_eq!(reason, consumer_membership::Reason::PollTimeout);
+}

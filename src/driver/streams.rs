@@ -9,8 +9,8 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    Commands, LeaveWatch, Loop, MemberCommand, after_close, close_options, draw_identity, drive,
-    spawn_task,
+    Commands, Events, LeaveWatch, Loop, MemberCommand, Polling, Waiting, after_close,
+    close_options, draw_identity, drive, spawn_task,
 };
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, TransportError};
@@ -39,9 +39,6 @@ enum StreamsCommand {
 }
 
 impl MemberCommand for StreamsCommand {
-    fn poll(tx: oneshot::Sender<Result<(), ApiMisuse>>) -> Self {
-        StreamsCommand::Poll(tx)
-    }
     fn close(options: CloseOptions, tx: oneshot::Sender<CloseOutcome>) -> Self {
         StreamsCommand::Close(options, tx)
     }
@@ -182,7 +179,11 @@ impl StreamsGroupMember {
         let (commands, command_rx) = Commands::new(member.config().request_timeout);
         let (event_tx, events) = mpsc::unbounded_channel();
         let group = member.config().group_id.clone();
-        spawn_task(runtime, run(member, group, transport, command_rx, event_tx));
+        let polling = commands.polling.clone();
+        spawn_task(
+            runtime,
+            run(member, group, transport, (command_rx, polling), event_tx),
+        );
         Self {
             handle: StreamsMemberHandle { commands },
             events,
@@ -197,7 +198,7 @@ impl StreamsGroupMember {
     /// The next event; `None` once the member's task ended. Waiting here counts as the
     /// application polling (`max.poll.interval.ms`). Cancel-safe.
     pub async fn next_event(&mut self) -> Option<StreamsEvent> {
-        self.handle.commands.mark_polled();
+        let _waiting = Waiting::begin(&self.handle.commands.polling);
         self.events.recv().await
     }
 }
@@ -273,7 +274,7 @@ fn member(
 /// The tokio side of a [`StreamsGroupMember`].
 struct StreamsLoop {
     group: String,
-    events: mpsc::UnboundedSender<StreamsEvent>,
+    events: Events<StreamsEvent>,
     leave: LeaveWatch,
 }
 
@@ -290,6 +291,10 @@ impl Loop<StreamsMember> for StreamsLoop {
         self.leave.answered(id, result);
     }
 
+    fn polled(&mut self, member: &mut StreamsMember, at: Instant) {
+        member.poll(at);
+    }
+
     fn event(&mut self, _member: &mut StreamsMember, event: StreamsEvent) {
         match &event {
             // The guard logged the intervention (a `warn` line); count it.
@@ -303,7 +308,7 @@ impl Loop<StreamsMember> for StreamsLoop {
             StreamsEvent::Closed | StreamsEvent::Fatal(_) => self.leave.closed = true,
             _ => {}
         }
-        let _ = self.events.send(event);
+        self.events.send(event);
     }
 
     fn idle(&mut self, _member: &mut StreamsMember) -> ControlFlow<()> {
@@ -325,7 +330,15 @@ impl Loop<StreamsMember> for StreamsLoop {
 }
 
 impl StreamsLoop {
-    fn new(group: String, events: mpsc::UnboundedSender<StreamsEvent>) -> Self {
+    fn new(
+        group: String,
+        events: mpsc::UnboundedSender<StreamsEvent>,
+        polling: Arc<Polling>,
+    ) -> Self {
+        let events = Events {
+            tx: events,
+            polling,
+        };
         let leave = LeaveWatch::default();
         Self {
             group,
@@ -387,13 +400,20 @@ async fn run<T: Transport>(
     mut member: StreamsMember,
     group: String,
     transport: Arc<T>,
-    commands: mpsc::UnboundedReceiver<StreamsCommand>,
+    (commands, polling): (mpsc::UnboundedReceiver<StreamsCommand>, Arc<Polling>),
     events: mpsc::UnboundedSender<StreamsEvent>,
 ) {
-    let mut l = StreamsLoop::new(group, events);
+    let mut l = StreamsLoop::new(group, events, polling.clone());
     // A fresh member always joins (it is neither stopped nor closing).
     let _ = member.join(Instant::now());
-    drive(&mut member, &transport, &mut l, Some(commands)).await
+    drive(
+        &mut member,
+        &transport,
+        &mut l,
+        Some(commands),
+        Some(polling),
+    )
+    .await
 }
 
 #[cfg(test)]
@@ -435,7 +455,7 @@ mod tests {
     #[test]
     fn guard_interventions_are_counted_by_kind_and_reach_the_application() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut l = StreamsLoop::new("app".into(), tx);
+        let mut l = StreamsLoop::new("app".into(), tx, Arc::default());
         let mut m = member();
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
@@ -483,7 +503,7 @@ mod tests {
             StreamsEvent::Fatal(GroupError::StreamsProtocolUnsupported),
         ] {
             let (tx, _rx) = mpsc::unbounded_channel();
-            let mut l = StreamsLoop::new("app".into(), tx);
+            let mut l = StreamsLoop::new("app".into(), tx, Arc::default());
             let mut m = member();
             let (close_tx, mut close_rx) = oneshot::channel();
             l.leave.closing.push(close_tx);
