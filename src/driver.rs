@@ -501,8 +501,10 @@ impl GroupMember {
                 metrics,
                 transport,
                 (command_rx, commands.polling.clone()),
-                event_tx,
+                event_tx.clone(),
             ),
+            event_tx,
+            Event::Fatal,
         );
         let handle = MemberHandle {
             commands,
@@ -894,15 +896,33 @@ impl<C: MemberCommand> Commands<C> {
     }
 }
 
-/// Spawns a member's task on `runtime`, else on the caller's.
-fn spawn_task(
+/// Spawns a member's task on `runtime`, else on the caller's, and a watch over it: a task that
+/// ends by a panic ends its member's event stream with `fatal`'s event
+/// ([`GroupError::TaskEnded`](crate::error::GroupError::TaskEnded)) instead of a bare end.
+fn spawn_task<E: Send + 'static>(
     runtime: Option<&tokio::runtime::Handle>,
     task: impl std::future::Future<Output = ()> + Send + 'static,
+    events: mpsc::UnboundedSender<E>,
+    fatal: fn(crate::error::GroupError) -> E,
 ) {
-    match runtime {
-        Some(runtime) => drop(runtime.spawn(task)),
-        None => drop(tokio::spawn(task)),
-    }
+    let runtime = runtime
+        .cloned()
+        .unwrap_or_else(tokio::runtime::Handle::current);
+    let task = runtime.spawn(task);
+    drop(runtime.spawn(async move {
+        let Err(ended) = task.await else { return };
+        let reason = if ended.is_panic() {
+            let panic = ended.into_panic();
+            let text = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            format!("panicked: {text}")
+        } else {
+            "cancelled (its runtime shut down)".into()
+        };
+        tracing::error!(%reason, "member task ended");
+        let _ = events.send(fatal(crate::error::GroupError::TaskEnded { reason }));
+    }));
 }
 
 /// `config` with the per-member inputs the core does not draw itself (it reads no random

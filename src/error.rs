@@ -396,6 +396,13 @@ pub enum GroupError {
     /// The request could not be delivered for good (e.g. the broker does not serve the API).
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// The member's task ended without closing (a panic, or its runtime shut down): the member
+    /// is gone; its partitions are no longer heartbeated for.
+    #[error("the member's task ended: {reason}")]
+    TaskEnded {
+        /// How it ended.
+        reason: String,
+    },
 }
 
 /// An invalid configuration value.

@@ -338,12 +338,7 @@ async fn assigned_polling_every_300ms() -> GroupMember {
 /// no rebalance).
 #[tokio::test]
 async fn waiting_in_next_event_counts_as_polling() {
-    let t = Arc::new(coordinator(0));
-    let mut m = assigned(
-        &t,
-        config().with_max_poll_interval(Duration::from_millis(300)),
-    )
-    .await;
+    let mut m = assigned_polling_every_300ms().await;
     let quiet = tokio::time::timeout(Duration::from_millis(1500), m.next_event()).await;
     assert!(quiet.is_err(), "the wait ended with {quiet:?}");
     let snapshot = m.snapshot().await.expect("running");
@@ -355,12 +350,7 @@ async fn waiting_in_next_event_counts_as_polling() {
 #[tokio::test]
 async fn waiting_on_the_event_stream_counts_as_polling() {
     use futures_core::Stream;
-    let t = Arc::new(coordinator(0));
-    let mut m = assigned(
-        &t,
-        config().with_max_poll_interval(Duration::from_millis(300)),
-    )
-    .await;
+    let mut m = assigned_polling_every_300ms().await;
     let next = std::future::poll_fn(|cx| Pin::new(&mut m).poll_next(cx));
     let quiet = tokio::time::timeout(Duration::from_millis(1500), next).await;
     assert!(quiet.is_err(), "the wait ended with {quiet:?}");
@@ -371,12 +361,7 @@ async fn waiting_on_the_event_stream_counts_as_polling() {
 /// elsewhere, not waiting) still loses its partitions to the poll timeout.
 #[tokio::test]
 async fn an_application_that_stops_reading_events_still_times_out() {
-    let t = Arc::new(coordinator(0));
-    let mut m = assigned(
-        &t,
-        config().with_max_poll_interval(Duration::from_millis(300)),
-    )
-    .await;
+    let mut m = assigned_polling_every_300ms().await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let lost = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
@@ -387,4 +372,41 @@ async fn an_application_that_stops_reading_events_still_times_out() {
     });
     let reason = lost.await.expect("a poll timeout");
     assert_eq!(reason, consumer_membership::Reason::PollTimeout);
+}
+
+/// Durations no clock can reach (`Duration::MAX`) as backoff and metadata age are deadlines far
+/// away, not an overflow that kills the member's task: the member joins, owns its partition and
+/// closes as usual.
+#[tokio::test]
+async fn durations_no_clock_reaches_are_far_deadlines() {
+    let t = Arc::new(coordinator(0));
+    let config = config()
+        .with_retry_backoff(Duration::MAX)
+        .with_retry_backoff_max(Duration::MAX)
+        .with_metadata_max_age(Duration::MAX);
+    let mut m = assigned(&t, config).await;
+    assert!(matches!(
+        m.close(CloseOptions::Default).await,
+        CloseOutcome::Left { error: None }
+    ));
+    assert_eq!(drain(&mut m).await.last(), Some(&Event::Closed));
+}
+
+/// A member's task that ends by a panic (here: the transport's) ends the event stream with a
+/// typed `Fatal`, not a bare end; calls then say the member stopped.
+#[tokio::test]
+async fn a_task_that_panics_ends_the_events_with_a_typed_fatal() {
+    let t = Arc::new(MemoryTransport::new(
+        |_: &_, _: RequestBody, _: i16| -> Result<ResponseKind, _> { panic!("transport exploded") },
+    ));
+    let mut m = GroupMember::start(t, config()).expect("valid config");
+    m.subscribe(["t".to_string()]).await.expect("subscribed");
+    let events = drain(&mut m).await;
+    match events.last() {
+        Some(Event::Fatal(consumer_membership::GroupError::TaskEnded { reason })) => {
+            assert!(reason.contains("transport exploded"), "{reason}")
+        }
+        other => panic!("the stream ended with {other:?}"),
+    }
+    assert_eq!(m.poll().await, Err(ApiMisuse::Stopped));
 }

@@ -182,7 +182,15 @@ impl StreamsGroupMember {
         let polling = commands.polling.clone();
         spawn_task(
             runtime,
-            run(member, group, transport, (command_rx, polling), event_tx),
+            run(
+                member,
+                group,
+                transport,
+                (command_rx, polling),
+                event_tx.clone(),
+            ),
+            event_tx,
+            StreamsEvent::Fatal,
         );
         Self {
             handle: StreamsMemberHandle { commands },

@@ -369,7 +369,7 @@ impl CoordinatorLookup {
                 let delay = self.config.backoff.delay(failures, &mut self.rng);
                 tracing::debug!(key, failures, ?delay, %reason, "coordinator lookup failed, retrying");
                 *state = KeyState::Backoff {
-                    until: now + delay,
+                    until: crate::machine::timer::after(now, delay),
                     failures: failures.saturating_add(1),
                 };
                 self.arm_retry_timer();

@@ -188,7 +188,7 @@ pub(crate) trait Skeleton {
             return false;
         }
         let shell = self.shell();
-        let deadline = now + shell.config.max_poll_interval;
+        let deadline = crate::machine::timer::after(now, shell.config.max_poll_interval);
         shell.timers.set(Timer::PollInterval, deadline);
         true
     }

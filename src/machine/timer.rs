@@ -93,6 +93,17 @@ impl TimerTable {
     }
 }
 
+/// `now + d`, saturating: a duration no clock can reach (`Duration::MAX` as a timeout, say)
+/// gives a deadline far in the future instead of overflowing. Every deadline a configured or
+/// caller-given duration sets goes through here.
+pub fn after(now: Instant, d: std::time::Duration) -> Instant {
+    /// About a century: later than any member lives, early enough for every platform's clock.
+    const FAR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR))
+        .unwrap_or(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

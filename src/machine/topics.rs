@@ -142,7 +142,7 @@ impl TopicWatch {
             Ok(m) => m,
             Err(error) => {
                 tracing::debug!(group = %self.group, %error, "topic check failed; retrying");
-                self.due = Some(now + self.retry);
+                self.due = Some(crate::machine::timer::after(now, self.retry));
                 return;
             }
         };
@@ -173,8 +173,8 @@ impl TopicWatch {
                 .push_back(Event::TopicsAppeared { topics: back });
         }
         self.due = Some(match (unasked, missing.is_empty()) {
-            (0, true) => now + self.max_age,
-            (0, false) => now + self.retry,
+            (0, true) => crate::machine::timer::after(now, self.max_age),
+            (0, false) => crate::machine::timer::after(now, self.retry),
             _ => now,
         });
         self.missing = missing;

@@ -164,7 +164,10 @@ impl Connection {
     /// 85% of it, so requests move to a fresh, re-authenticated connection before the broker
     /// would close this one.
     pub(crate) fn set_session_lifetime(&self, lifetime: Duration) {
-        let at = tokio::time::Instant::now() + lifetime.mul_f64(0.85);
+        let at = crate::transport::later(
+            tokio::time::Instant::now(),
+            lifetime.checked_mul(17).map_or(lifetime, |d| d / 20),
+        );
         *self.expires.lock().expect("lock") = Some(at);
     }
 

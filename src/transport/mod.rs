@@ -52,3 +52,10 @@ impl<T: Transport> Transport for std::sync::Arc<T> {
         (**self).send(target, request, timeout)
     }
 }
+
+/// `now + d`, saturating as [`crate::machine::timer::after`] does: a caller's `Duration::MAX`
+/// timeout is a deadline far away, not an overflow.
+#[cfg(feature = "tokio")]
+pub(crate) fn later(now: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    tokio::time::Instant::from_std(crate::machine::timer::after(now.into_std(), d))
+}

@@ -245,7 +245,7 @@ impl TcpTransport {
     /// timeout, an address that failed skipped until its reconnect backoff passed; until one
     /// connects or `timeout` runs out.
     async fn connect_any(&self, timeout: Duration) -> Result<Connection, TransportError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = crate::transport::later(tokio::time::Instant::now(), timeout);
         let mut last = String::from("no address to connect to");
         loop {
             let now = tokio::time::Instant::now();
@@ -376,7 +376,7 @@ impl TcpTransport {
             addr.to_owned(),
             Dialled {
                 failures: failures.saturating_add(1),
-                retry_at: tokio::time::Instant::now() + delay,
+                retry_at: crate::transport::later(tokio::time::Instant::now(), delay),
                 last_error: error.to_string(),
             },
         );

@@ -434,7 +434,7 @@ impl ClassicMember {
         // Also replaces the deadline of that unsubscribe.
         self.shell.timers.set(
             Timer::PollInterval,
-            now + self.shell.config.max_poll_interval,
+            crate::machine::timer::after(now, self.shell.config.max_poll_interval),
         );
         match self.phase {
             Phase::Unsubscribed | Phase::PollExpired => self.request_rejoin(Reason::Subscribed),
@@ -488,7 +488,7 @@ impl ClassicMember {
         if first {
             self.shell.timers.set(
                 Timer::PollInterval,
-                self.shell.now + self.shell.config.max_poll_interval,
+                crate::machine::timer::after(self.shell.now, self.shell.config.max_poll_interval),
             );
         }
         true
@@ -686,7 +686,7 @@ impl ClassicMember {
             self.shell.lookup.rediscover(&self.shell.config.group_id);
             self.shell.timers.set(
                 Timer::Session,
-                self.shell.now + self.shell.config.session_timeout,
+                crate::machine::timer::after(self.shell.now, self.shell.config.session_timeout),
             );
         }
         let poll_expired = self.shell.expired(Timer::PollInterval);
@@ -777,7 +777,7 @@ impl ClassicMember {
         let delay = self.shell.backoff(&mut self.join_failures);
         self.set_phase(
             Phase::Rejoin {
-                not_before: Some(self.shell.now + delay),
+                not_before: Some(crate::machine::timer::after(self.shell.now, delay)),
             },
             reason,
         );
@@ -930,11 +930,12 @@ impl ClassicMember {
             .with_reason(Some(StrBytes::from_string(reason)));
         // The broker may park a JoinGroup for the whole rebalance timeout
         // (AbstractCoordinator: max(request.timeout.ms, rebalanceTimeout + 5 s)).
-        let timeout = self
-            .shell
-            .config
-            .request_timeout
-            .max(self.shell.config.max_poll_interval + Duration::from_secs(5));
+        let timeout = self.shell.config.request_timeout.max(
+            self.shell
+                .config
+                .max_poll_interval
+                .saturating_add(Duration::from_secs(5)),
+        );
         let sent = Sent::Join {
             member_id: self.member_id.clone(),
         };
@@ -965,7 +966,7 @@ impl ClassicMember {
         self.heartbeat_in_flight = true;
         self.shell.timers.set(
             Timer::Heartbeat,
-            self.shell.now + self.shell.config.heartbeat_interval,
+            crate::machine::timer::after(self.shell.now, self.shell.config.heartbeat_interval),
         );
         self.push(
             coordinator,
@@ -1066,12 +1067,14 @@ impl ClassicMember {
                     // not in doubt: quarantining it would stall a restart for the rebalance
                     // timeout while the coordinator fails over.)
                     self.empty_join.in_doubt += 1;
-                    let quarantine = self
-                        .shell
-                        .config
-                        .request_timeout
-                        .max(self.shell.config.max_poll_interval + Duration::from_secs(5));
-                    self.empty_join.quarantine = Some(self.shell.now + quarantine);
+                    let quarantine = self.shell.config.request_timeout.max(
+                        self.shell
+                            .config
+                            .max_poll_interval
+                            .saturating_add(Duration::from_secs(5)),
+                    );
+                    self.empty_join.quarantine =
+                        Some(crate::machine::timer::after(self.shell.now, quarantine));
                 }
                 if waiting {
                     tracing::info!(error = %e, "JoinGroup failed in the transport");
@@ -1238,11 +1241,11 @@ impl ClassicMember {
         self.protocol_name = Some(protocol.clone());
         self.shell.timers.set(
             Timer::Session,
-            self.shell.now + self.shell.config.session_timeout,
+            crate::machine::timer::after(self.shell.now, self.shell.config.session_timeout),
         );
         self.shell.timers.set(
             Timer::Heartbeat,
-            self.shell.now + self.shell.config.heartbeat_interval,
+            crate::machine::timer::after(self.shell.now, self.shell.config.heartbeat_interval),
         );
         let Some(coordinator) = self.coordinator().cloned() else {
             return self.rejoin_after_backoff(Reason::CoordinatorLost);
@@ -1363,9 +1366,10 @@ impl ClassicMember {
         } else {
             self.shell.config.metadata_max_age
         };
-        self.shell
-            .timers
-            .set(Timer::MetadataRefresh, self.shell.now + after);
+        self.shell.timers.set(
+            Timer::MetadataRefresh,
+            crate::machine::timer::after(self.shell.now, after),
+        );
     }
 
     /// Leader: whether `poll_request` sends the metadata re-check once its timer expired. The
@@ -1406,7 +1410,10 @@ impl ClassicMember {
                 tracing::debug!(error = %e, "metadata refresh failed");
                 self.shell.timers.set(
                     Timer::MetadataRefresh,
-                    self.shell.now + self.shell.config.retry_backoff_max,
+                    crate::machine::timer::after(
+                        self.shell.now,
+                        self.shell.config.retry_backoff_max,
+                    ),
                 );
                 return;
             }
@@ -1619,15 +1626,16 @@ impl ClassicMember {
         self.heartbeat_failures = 0;
         self.shell.timers.set(
             Timer::Session,
-            self.shell.now + self.shell.config.session_timeout,
+            crate::machine::timer::after(self.shell.now, self.shell.config.session_timeout),
         );
     }
 
     fn heartbeat_backoff(&mut self) {
         let delay = self.shell.backoff(&mut self.heartbeat_failures);
-        self.shell
-            .timers
-            .set(Timer::Heartbeat, self.shell.now + delay);
+        self.shell.timers.set(
+            Timer::Heartbeat,
+            crate::machine::timer::after(self.shell.now, delay),
+        );
     }
 
     fn on_leave(&mut self, id: RequestId, result: Result<Response, TransportError>) {

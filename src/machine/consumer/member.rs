@@ -382,7 +382,7 @@ impl ConsumerMember {
     fn start(&mut self, now: Instant) {
         self.shell.timers.set(
             Timer::PollInterval,
-            now + self.shell.config.max_poll_interval,
+            crate::machine::timer::after(now, self.shell.config.max_poll_interval),
         );
         match self.phase {
             Phase::Unsubscribed | Phase::Stale => self.join(Reason::Subscribed),
@@ -444,7 +444,7 @@ impl ConsumerMember {
             // Bounded: without the ticket within max.poll.interval.ms the member leaves anyway.
             self.shell.timers.set(
                 Timer::PollInterval,
-                self.shell.now + self.shell.config.max_poll_interval,
+                crate::machine::timer::after(self.shell.now, self.shell.config.max_poll_interval),
             );
             return;
         }
@@ -915,10 +915,14 @@ impl ConsumerMember {
 
     fn backoff_heartbeat(&mut self) {
         let delay = self.shell.backoff(&mut self.heartbeat_failures);
-        self.shell
-            .timers
-            .set(Timer::Heartbeat, self.shell.now + delay);
-        self.shell.timers.set(Timer::Rejoin, self.shell.now + delay);
+        self.shell.timers.set(
+            Timer::Heartbeat,
+            crate::machine::timer::after(self.shell.now, delay),
+        );
+        self.shell.timers.set(
+            Timer::Rejoin,
+            crate::machine::timer::after(self.shell.now, delay),
+        );
     }
 
     fn on_heartbeat(
@@ -1099,9 +1103,10 @@ impl ConsumerMember {
         self.owned_report_unsettled = false;
         // Every error-free answer restarts the interval (HeartbeatRequestState.resetTimer)...
         self.interval = Duration::from_millis(r.heartbeat_interval_ms.max(0) as u64);
-        self.shell
-            .timers
-            .set(Timer::Heartbeat, self.shell.now + self.interval);
+        self.shell.timers.set(
+            Timer::Heartbeat,
+            crate::machine::timer::after(self.shell.now, self.interval),
+        );
         // ...but one with a negative epoch is otherwise ignored (it only completes leaves).
         if r.member_epoch < 0 {
             return;
@@ -1277,7 +1282,7 @@ impl ConsumerMember {
         if unresolved {
             self.shell.timers.set(
                 Timer::MetadataRefresh,
-                self.shell.now + self.shell.config.retry_backoff_max,
+                crate::machine::timer::after(self.shell.now, self.shell.config.retry_backoff_max),
             );
         }
         if matches!(

@@ -356,7 +356,7 @@ impl StreamsMember {
         self.subscribed = true;
         self.shell.timers.set(
             Timer::PollInterval,
-            now + self.shell.config.max_poll_interval,
+            crate::machine::timer::after(now, self.shell.config.max_poll_interval),
         );
         if matches!(self.phase, Phase::Unsubscribed | Phase::Stale) {
             self.join_group(Reason::Subscribed);
@@ -401,7 +401,7 @@ impl StreamsMember {
         }
         self.shell.timers.set(
             Timer::PollInterval,
-            now + self.shell.config.max_poll_interval,
+            crate::machine::timer::after(now, self.shell.config.max_poll_interval),
         );
         if matches!(self.phase, Phase::Stale) {
             self.join_group(Reason::PolledAfterPollTimeout);
@@ -812,9 +812,10 @@ impl StreamsMember {
             } else {
                 self.interval.min(GUARD_RECHECK)
             };
-            self.shell
-                .timers
-                .set(Timer::TaskGuard, self.shell.now + wait);
+            self.shell.timers.set(
+                Timer::TaskGuard,
+                crate::machine::timer::after(self.shell.now, wait),
+            );
         }
         let acked = self.acked_owned.as_ref() == Some(&self.owned);
         if !acked {
@@ -898,7 +899,7 @@ impl StreamsMember {
             self.deferred_leave = Some((options, then, reason));
             self.shell.timers.set(
                 Timer::PollInterval,
-                self.shell.now + self.shell.config.max_poll_interval,
+                crate::machine::timer::after(self.shell.now, self.shell.config.max_poll_interval),
             );
             return;
         }
@@ -1051,9 +1052,9 @@ impl StreamsMember {
         }
         let due = joining
             || list_owned
-            || self
-                .offsets_sent_at
-                .is_none_or(|at| now >= at + self.task_offset_interval)
+            || self.offsets_sent_at.is_none_or(|at| {
+                now >= crate::machine::timer::after(at, self.task_offset_interval)
+            })
             || self.hot_warmup();
         if due {
             if joining || last.offsets.as_ref() != Some(&self.task_offsets) {
@@ -1101,7 +1102,7 @@ impl StreamsMember {
 
     fn backoff_heartbeat(&mut self) {
         let delay = self.shell.backoff(&mut self.heartbeat_failures);
-        let at = self.shell.now + delay;
+        let at = crate::machine::timer::after(self.shell.now, delay);
         self.shell.timers.set(Timer::Heartbeat, at);
         self.shell.timers.set(Timer::Rejoin, at);
     }
@@ -1284,9 +1285,10 @@ impl StreamsMember {
     ) {
         self.owned_report_unsettled = false;
         self.interval = Duration::from_millis(r.heartbeat_interval_ms.max(0) as u64);
-        self.shell
-            .timers
-            .set(Timer::Heartbeat, self.shell.now + self.interval);
+        self.shell.timers.set(
+            Timer::Heartbeat,
+            crate::machine::timer::after(self.shell.now, self.interval),
+        );
         if r.member_epoch < 0 {
             return;
         }
