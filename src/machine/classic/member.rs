@@ -85,7 +85,8 @@ pub(crate) enum Phase {
     /// Leader: Metadata for the members' topics in flight.
     Assigning {
         request: RequestId,
-        members: Vec<MemberMetadata>,
+        /// Shared, not copied, when the metadata answer arrives.
+        members: Arc<[MemberMetadata]>,
         protocol: String,
     },
     /// SyncGroup in flight.
@@ -743,7 +744,7 @@ impl ClassicMember {
             RebalanceProtocol::Cooperative => self
                 .owned
                 .iter()
-                .filter(|tp| !self.topics.contains(&tp.topic))
+                .filter(|tp| !self.topics.contains(tp.topic()))
                 .cloned()
                 .collect(),
         };
@@ -1253,19 +1254,18 @@ impl ClassicMember {
         if !leader || r.skip_assignment {
             return self.build_sync(&coordinator, Vec::new());
         }
-        let members: Vec<MemberMetadata> = r
+        // Metadata any member wrote: one that does not decode, names a topic Kafka cannot have
+        // or a negative partition is ignored (logged): that member counts as subscribing to
+        // nothing and owning nothing, so it gets an empty assignment and the others are assigned
+        // as if it had no subscription. What a valid one decodes to is in proportion to its
+        // bytes (`Subscription::decode`).
+        let members: Arc<[MemberMetadata]> = r
             .members
             .iter()
             .map(|m| {
                 let subscription = Subscription::decode(&m.metadata).unwrap_or_else(|e| {
-                    tracing::warn!(member = %m.member_id, error = %e, "undecodable subscription; the member gets nothing");
-                    Subscription {
-                        topics: Vec::new(),
-                        user_data: None,
-                        owned_partitions: Vec::new(),
-                        generation_id: -1,
-                        rack_id: None,
-                    }
+                    tracing::warn!(member = %m.member_id, error = %e, "invalid subscription ignored; the member gets nothing");
+                    Subscription::default()
                 });
                 MemberMetadata {
                     member_id: m.member_id.to_string(),
@@ -1297,7 +1297,7 @@ impl ClassicMember {
                 request,
                 members,
                 protocol,
-            } if *request == id => (members.clone(), protocol.clone()),
+            } if *request == id => (Arc::clone(members), protocol.clone()),
             _ => return,
         };
         let metadata = match result
@@ -1475,12 +1475,15 @@ impl ClassicMember {
                         code: codes::INCONSISTENT_GROUP_PROTOCOL,
                     });
                 }
+                // The leader wrote these bytes: one that does not decode, names a topic Kafka
+                // cannot have or a negative partition is refused and the member rejoins (after
+                // a backoff, keeping what it owns): a faulty or hostile leader cannot stop it.
                 match Assignment::decode(&r.assignment) {
                     Ok(a) => self.synced(a.partitions),
-                    Err(e) => self.fail(invalid(
-                        ApiKey::SyncGroup,
-                        &format!("undecodable assignment: {e}"),
-                    )),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "invalid assignment from the leader refused; rejoining");
+                        self.rejoin_after_backoff(Reason::InvalidAssignment);
+                    }
                 }
             }
             ErrorAction::ResetMemberId if current => {
