@@ -138,8 +138,8 @@ named! {
         RetriableSyncGroupError => "retriable SyncGroup error",
         /// Classic: another SyncGroup error that calls for a rejoin.
         SyncGroupRejoin => "SyncGroup: rejoin",
-        /// Classic: the leader's assignment does not decode, or names a topic Kafka cannot have
-        /// or a negative partition; it is refused and the member rejoins.
+        /// Classic: the leader's assignment names a topic Kafka cannot have or a negative
+        /// partition; it is refused and the member rejoins.
         InvalidAssignment => "invalid assignment refused",
         /// Classic leader: the topic metadata for the assignment could not be fetched.
         LeaderMetadataFailed => "leader metadata failed",

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::assignor::{Assignor, MemberMetadata, RebalanceProtocol};
-use super::subscription::{Assignment, Subscription};
+use super::subscription::{Assignment, ProtocolError, Subscription};
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::{
     ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
@@ -1475,15 +1475,23 @@ impl ClassicMember {
                         code: codes::INCONSISTENT_GROUP_PROTOCOL,
                     });
                 }
-                // The leader wrote these bytes: one that does not decode, names a topic Kafka
-                // cannot have or a negative partition is refused and the member rejoins (after
-                // a backoff, keeping what it owns): a faulty or hostile leader cannot stop it.
+                // The leader wrote these bytes. An assignment that reads but names a topic
+                // Kafka cannot have or a negative partition is refused and the member rejoins
+                // (after a backoff, keeping what it owns); bytes that do not read at all stop
+                // the member with a typed error, as before.
                 match Assignment::decode(&r.assignment) {
                     Ok(a) => self.synced(a.partitions),
-                    Err(e) => {
+                    Err(
+                        e @ (ProtocolError::InvalidTopic { .. }
+                        | ProtocolError::InvalidPartition { .. }),
+                    ) => {
                         tracing::warn!(error = %e, "invalid assignment from the leader refused; rejoining");
                         self.rejoin_after_backoff(Reason::InvalidAssignment);
                     }
+                    Err(e) => self.fail(invalid(
+                        ApiKey::SyncGroup,
+                        &format!("undecodable assignment: {e}"),
+                    )),
                 }
             }
             ErrorAction::ResetMemberId if current => {
