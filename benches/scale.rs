@@ -339,7 +339,7 @@ fn check_assignment<'a>(
         }
         for tp in tps {
             match usize::try_from(tp.partition) {
-                Ok(i) if tp.topic == topic && i < partitions => {
+                Ok(i) if tp.topic() == topic && i < partitions => {
                     if std::mem::replace(&mut seen[i], true) {
                         dup += 1;
                     }

@@ -292,7 +292,7 @@ async fn start_positions(
     if missing.is_empty() {
         return;
     }
-    let topics: Vec<String> = missing.iter().map(|tp| tp.topic.clone()).collect();
+    let topics: Vec<String> = missing.iter().map(|tp| tp.topic.to_string()).collect();
     let Ok(leaders) = fetch::leaders(transport, &topics, timeout).await else {
         return;
     };
@@ -325,7 +325,7 @@ async fn fetch_once(
     if positions.is_empty() {
         return 0;
     }
-    let topics: Vec<String> = positions.keys().map(|tp| tp.topic.clone()).collect();
+    let topics: Vec<String> = positions.keys().map(|tp| tp.topic.to_string()).collect();
     let Ok(leaders) = fetch::leaders(transport, &topics, config.request_timeout).await else {
         return 0;
     };

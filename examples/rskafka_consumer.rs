@@ -175,7 +175,7 @@ pub async fn run(
                     let starts = handle.committed(added.clone()).await?;
                     let member_id = label.borrow().0.clone();
                     for tp in added {
-                        let (topic, retry) = (tp.topic.clone(), UnknownTopicHandling::Retry);
+                        let (topic, retry) = (tp.topic.to_string(), UnknownTopicHandling::Retry);
                         let pc = records.partition_client(topic, tp.partition, retry).await?;
                         let start = match starts.get(&tp).and_then(|c| c.offset) {
                             Some(offset) => offset,

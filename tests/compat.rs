@@ -410,10 +410,9 @@ async fn consume(
                 Instant::now() < deadline,
                 "{tp}: {got} of {per_partition} records"
             );
-            let leaders =
-                fetch::leaders(&*t, std::slice::from_ref(&tp.topic), config.request_timeout)
-                    .await
-                    .expect("metadata");
+            let leaders = fetch::leaders(&*t, &[tp.topic.to_string()], config.request_timeout)
+                .await
+                .expect("metadata");
             let leader = leaders.leader(tp).expect("leader").clone();
             let answer = fetch::fetch(
                 &*t,
@@ -1281,7 +1280,7 @@ async fn r12_consumer_regex_subscription() {
     }
     let s = m.wait_stable(Some(4), Duration::from_secs(60)).await;
     let took = started.elapsed();
-    let topics: BTreeSet<String> = s.assignment.iter().map(|tp| tp.topic.clone()).collect();
+    let topics: BTreeSet<String> = s.assignment.iter().map(|tp| tp.topic.to_string()).collect();
     assert_eq!(
         topics,
         BTreeSet::from([format!("{prefix}-a"), format!("{prefix}-b")])
@@ -1407,7 +1406,7 @@ impl Mixed {
                 .map(|s| {
                     s.assignment
                         .iter()
-                        .map(|tp| (tp.topic.clone(), tp.partition))
+                        .map(|tp| (tp.topic.to_string(), tp.partition))
                         .collect()
                 })
                 .chain(self.javas.iter().map(JavaConsumer::assignment))

@@ -417,7 +417,7 @@ async fn java_consumer_protocol_member_in_the_same_group() {
         let mine: BTreeSet<(String, i32)> = s
             .assignment
             .iter()
-            .map(|tp| (tp.topic.clone(), tp.partition))
+            .map(|tp| (tp.topic.to_string(), tp.partition))
             .collect();
         let theirs = java.assignment();
         if s.state == MemberState::Stable
@@ -514,7 +514,7 @@ async fn regex_subscription_with_a_server_assignor() {
     let pattern = format!("{}-.*", prefix.replace('-', "\\-"));
     let m = TestMember::start_regex(common::transport(&b).0, c, &pattern).await;
     let s = m.wait_stable(Some(4), Duration::from_secs(60)).await;
-    let topics: BTreeSet<String> = s.assignment.iter().map(|tp| tp.topic.clone()).collect();
+    let topics: BTreeSet<String> = s.assignment.iter().map(|tp| tp.topic.to_string()).collect();
     assert_eq!(
         topics,
         BTreeSet::from([format!("{prefix}-a"), format!("{prefix}-b")]),

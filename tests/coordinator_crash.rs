@@ -1458,7 +1458,7 @@ impl Ours {
             };
             let of = |ps: &[TopicPartition], ch: fn(i32) -> Ch| {
                 ps.iter()
-                    .filter(|tp| tp.topic == t)
+                    .filter(|tp| *tp.topic == *t)
                     .map(|tp| ch(tp.partition))
                     .collect::<Vec<_>>()
             };
@@ -1508,7 +1508,7 @@ impl Ours {
                     let owned: Vec<TopicPartition> = snap
                         .assignment
                         .into_iter()
-                        .filter(|tp| tp.topic == t)
+                        .filter(|tp| *tp.topic == *t)
                         .collect();
                     if owned.is_empty() || s.load(Ordering::Relaxed) {
                         continue;

@@ -3,7 +3,12 @@
 //! given: every response the crate decodes, at every version kafka-protocol knows, and the
 //! classic subscription and assignment bytes, with forged sizes written at every offset. A
 //! counting global allocator (this test binary's own) records the largest single allocation of
-//! the decoding thread.
+//! the decoding thread, and the peak of the bytes it holds live.
+//!
+//! Large but well-formed bytes written by group members (subscriptions in JoinGroup, the
+//! leader's assignments in SyncGroup) and large answers of the coordinator (KIP-848 and KIP-1071
+//! assignments) must not grow the process either: what they decode to, through the state
+//! machines included, stays within a small multiple of their size, and the member keeps running.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -71,10 +76,22 @@ struct Counting;
 
 thread_local! {
     static LARGEST: Cell<usize> = const { Cell::new(0) };
+    /// Bytes this thread allocated and did not free since the last `peak_live` started.
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    /// The most `LIVE` was since then.
+    static PEAK: Cell<isize> = const { Cell::new(0) };
 }
 
 fn note(size: usize) {
     let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+}
+
+fn live(delta: isize) {
+    let _ = LIVE.try_with(|l| {
+        let now = l.get() + delta;
+        l.set(now);
+        let _ = PEAK.try_with(|p| p.set(p.get().max(now)));
+    });
 }
 
 // SAFETY: every call is forwarded to `System` unchanged; `note` only updates a thread-local
@@ -82,20 +99,24 @@ fn note(size: usize) {
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        live(layout.size() as isize);
         // SAFETY: the caller's contract for `alloc` is passed on.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        live(layout.size() as isize);
         // SAFETY: as above.
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note(new_size);
+        live(new_size as isize - layout.size() as isize);
         // SAFETY: as above.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        live(-(layout.size() as isize));
         // SAFETY: as above.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -109,6 +130,15 @@ fn largest_allocation<T>(f: impl FnOnce() -> T) -> (usize, T) {
     LARGEST.with(|l| l.set(0));
     let out = f();
     (LARGEST.with(Cell::get), out)
+}
+
+/// The most bytes `f` held live at once on this thread (beyond what was live when it started),
+/// and what it returned (still live then, so counted).
+fn peak_live<T>(f: impl FnOnce() -> T) -> (usize, T) {
+    LIVE.with(|l| l.set(0));
+    PEAK.with(|p| p.set(0));
+    let out = f();
+    (PEAK.with(Cell::get).max(0) as usize, out)
 }
 
 /// Allowed for decoding `n` bytes: each element of a decoded array takes at least one byte
@@ -879,4 +909,430 @@ fn forged_sizes_in_subscription_and_assignment_bytes_are_bounded() {
             }
         }
     }
+}
+
+// ------------------------------------------------------------ large, well-formed bytes
+
+use consumer_membership::GroupProtocol;
+use consumer_membership::config::GroupConfig;
+use consumer_membership::machine::Machine;
+use consumer_membership::machine::classic::ClassicMember;
+use consumer_membership::machine::consumer::ConsumerMember;
+use consumer_membership::machine::events::{Event, MemberState, Reason};
+use consumer_membership::machine::streams::{
+    StreamsConfig, StreamsEvent, StreamsMember, StreamsProcess, StreamsTopology, Subtopology,
+};
+use consumer_membership::request::{Outbound, Response};
+use kafka_protocol::messages::metadata_response::MetadataResponseTopic as MdTopic;
+use std::time::{Duration, Instant};
+
+/// A legal topic name of `len` (>= 8) characters, distinct for each `seed`.
+fn long_name(len: usize, seed: usize) -> Vec<u8> {
+    let mut n = format!("{seed:08}").into_bytes();
+    n.resize(len, b't');
+    n
+}
+
+/// (name, partitions 0..count) runs as the classic protocol writes them.
+fn put_runs(b: &mut Vec<u8>, runs: &[(Vec<u8>, i32)]) {
+    b.extend_from_slice(&(runs.len() as i32).to_be_bytes());
+    for (name, count) in runs {
+        b.extend_from_slice(&(name.len() as i16).to_be_bytes());
+        b.extend_from_slice(name);
+        b.extend_from_slice(&count.to_be_bytes());
+        for p in 0..*count {
+            b.extend_from_slice(&p.to_be_bytes());
+        }
+    }
+}
+
+/// Version-3 assignment bytes assigning `runs`.
+fn assignment_bytes(runs: &[(Vec<u8>, i32)]) -> Bytes {
+    let mut b = vec![0, 3];
+    put_runs(&mut b, runs);
+    b.extend_from_slice(&(-1i32).to_be_bytes()); // user data: null
+    Bytes::from(b)
+}
+
+/// Version-3 subscription bytes: `topics`, owning `owned`.
+fn subscription_bytes(topics: &[Vec<u8>], owned: &[(Vec<u8>, i32)]) -> Bytes {
+    let mut b = vec![0, 3];
+    b.extend_from_slice(&(topics.len() as i32).to_be_bytes());
+    for t in topics {
+        b.extend_from_slice(&(t.len() as i16).to_be_bytes());
+        b.extend_from_slice(t);
+    }
+    b.extend_from_slice(&(-1i32).to_be_bytes()); // user data: null
+    put_runs(&mut b, owned);
+    b.extend_from_slice(&1i32.to_be_bytes()); // generation id
+    b.extend_from_slice(&0i16.to_be_bytes()); // rack id: ""
+    Bytes::from(b)
+}
+
+/// Allowed live for what `n` bytes decode to: a few words per 4-byte partition id.
+fn live_bound(n: usize) -> usize {
+    64 * 1024 + 10 * n
+}
+
+#[test]
+fn large_member_written_bytes_decode_in_proportion_to_their_size() {
+    let max = vec![b'x'; 32767];
+    let name = long_name(249, 0);
+    let many: Vec<(Vec<u8>, i32)> = (0..1000).map(|i| (long_name(249, i), 100)).collect();
+    let names: Vec<Vec<u8>> = (0..1000).map(|i| long_name(249, i)).collect();
+    let cases: Vec<(&str, Bytes, bool)> = vec![
+        (
+            "assignment: a 32767-byte name, 10k partitions",
+            assignment_bytes(&[(max.clone(), 10_000)]),
+            false,
+        ),
+        (
+            "assignment: a 249-character name, 100k partitions",
+            assignment_bytes(&[(name.clone(), 100_000)]),
+            true,
+        ),
+        (
+            "assignment: 1000 topics of 100 partitions",
+            assignment_bytes(&many),
+            true,
+        ),
+        (
+            "subscription: a 32767-byte name, 10k owned partitions",
+            subscription_bytes(std::slice::from_ref(&max), &[(max.clone(), 10_000)]),
+            false,
+        ),
+        (
+            "subscription: 1000 topics, 100k owned partitions of one",
+            subscription_bytes(&names, &[(name.clone(), 100_000)]),
+            true,
+        ),
+    ];
+    for (what, bytes, valid) in cases {
+        let n = bytes.len();
+        let (peak, ok) = if what.starts_with("assignment") {
+            peak_live(|| Assignment::decode(&bytes).map(|a| a.partitions.len()))
+        } else {
+            peak_live(|| Subscription::decode(&bytes).map(|s| s.owned_partitions.len()))
+        };
+        eprintln!("{what}: {n} bytes, peak live {peak} bytes, {ok:?}");
+        assert!(
+            peak <= live_bound(n),
+            "{what}: {n} bytes held {peak} bytes live"
+        );
+        assert_eq!(ok.is_ok(), valid, "{what}: {ok:?}");
+    }
+    // A name Kafka cannot have is a typed error.
+    assert!(matches!(
+        Assignment::decode(&assignment_bytes(&[(b"a b".to_vec(), 1)])),
+        Err(
+            consumer_membership::machine::classic::subscription::ProtocolError::InvalidTopic { .. }
+        )
+    ));
+}
+
+/// Answers the requests `m` has queued with `answer` (requests it returns `None` for stay
+/// unanswered), until it has none; returns the events.
+fn drive<M: Machine>(
+    m: &mut M,
+    now: Instant,
+    answer: &mut dyn FnMut(&Outbound) -> Option<ResponseBody>,
+) -> Vec<M::Event> {
+    let mut events = Vec::new();
+    for _ in 0..20 {
+        let mut out = Vec::new();
+        while let Some(o) = m.poll_request() {
+            out.push(o);
+        }
+        while let Some(e) = m.poll_event() {
+            events.push(e);
+        }
+        let mut answered = false;
+        for o in &out {
+            if let Some(body) = answer(o) {
+                let version = *o.request.versions().end();
+                m.handle_response(o.id, Ok(Response { version, body }), now);
+                answered = true;
+            }
+        }
+        if !answered {
+            break;
+        }
+    }
+    while let Some(e) = m.poll_event() {
+        events.push(e);
+    }
+    events
+}
+
+fn group_config(protocol: GroupProtocol) -> GroupConfig {
+    let mut c = GroupConfig::new("g");
+    c.protocol = protocol;
+    c.session_timeout = Duration::from_secs(10);
+    c.heartbeat_interval = Duration::from_secs(1);
+    c.seed = Some(1);
+    c
+}
+
+fn coordinator_answer(key: &str) -> ResponseBody {
+    let c = Coordinator::default()
+        .with_key(s(key))
+        .with_node_id(BrokerId(1))
+        .with_host(s("h"))
+        .with_port(9092);
+    ResponseBody::Kafka(ResponseKind::FindCoordinator(
+        FindCoordinatorResponse::default().with_coordinators(vec![c]),
+    ))
+}
+
+fn metadata_answer(topics: &[(&[u8], Uuid, i32)]) -> ResponseBody {
+    let mut answer = Vec::new();
+    for &(name, id, n) in topics {
+        let name = TopicName(s(std::str::from_utf8(name).unwrap()));
+        let partitions =
+            (0..n).map(|p| MetadataResponsePartition::default().with_partition_index(p));
+        answer.push(
+            MdTopic::default()
+                .with_name(Some(name))
+                .with_topic_id(id)
+                .with_partitions(partitions.collect()),
+        );
+    }
+    let topics = answer;
+    ResponseBody::Kafka(ResponseKind::Metadata(
+        MetadataResponse::default().with_topics(topics),
+    ))
+}
+
+fn is(o: &Outbound, key: ApiKey) -> bool {
+    o.request.api_key() == key
+}
+
+fn running(events: &[Event]) -> bool {
+    !events.iter().any(|e| matches!(e, Event::Fatal(_)))
+}
+
+#[test]
+fn a_classic_leader_bounds_what_forged_member_metadata_decodes_to() {
+    let name = long_name(249, 0);
+    let forged = subscription_bytes(&[vec![b'x'; 32767]], &[(vec![b'x'; 32767], 10_000)]);
+    let large = subscription_bytes(std::slice::from_ref(&name), &[(name.clone(), 100_000)]);
+    let own = subscription_bytes(&[b"t".to_vec()], &[]);
+    let input = forged.len() + large.len() + own.len();
+    let member = |id: &str, metadata: &Bytes| {
+        JoinGroupResponseMember::default()
+            .with_member_id(s(id))
+            .with_metadata(metadata.clone())
+    };
+    let join = JoinGroupResponse::default()
+        .with_generation_id(1)
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")))
+        .with_leader(s("m0"))
+        .with_member_id(s("m0"))
+        .with_members(vec![
+            member("m0", &own),
+            member("forged", &forged),
+            member("large", &large),
+        ]);
+    let mut synced = false;
+    let (peak, events, _) = classic_group(&join, &mut |o| {
+        if is(o, ApiKey::Metadata) {
+            Some(metadata_answer(&[
+                (b"t", Uuid::nil(), 3),
+                (&name, Uuid::nil(), 4),
+            ]))
+        } else {
+            synced |= is(o, ApiKey::SyncGroup);
+            None
+        }
+    });
+    eprintln!("classic leader: {input} bytes of member metadata, peak live {peak} bytes");
+    assert!(synced, "the leader assigns: {events:#?}");
+    assert!(running(&events), "{events:#?}");
+    assert!(
+        peak <= live_bound(input) + 1024 * 1024,
+        "the leader held {peak} bytes live for {input} bytes of metadata"
+    );
+}
+
+/// A classic follower fed `assignment` in SyncGroup: its peak live bytes and events.
+fn follower_syncs(assignment: &Bytes) -> (usize, Vec<Event>, ClassicMember) {
+    let join = JoinGroupResponse::default()
+        .with_generation_id(1)
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")))
+        .with_leader(s("leader"))
+        .with_member_id(s("m1"));
+    let sync = SyncGroupResponse::default()
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")))
+        .with_assignment(assignment.clone());
+    let mut syncs = 0;
+    classic_group(&join, &mut |o| {
+        (is(o, ApiKey::SyncGroup) && syncs == 0).then(|| {
+            syncs += 1;
+            ResponseBody::Kafka(ResponseKind::SyncGroup(sync.clone()))
+        })
+    })
+}
+
+/// A classic member subscribed to `t`, driven through `join` with `other` answering the
+/// requests after it: its peak live bytes, events, and the member.
+fn classic_group(
+    join: &JoinGroupResponse,
+    other: &mut dyn FnMut(&Outbound) -> Option<ResponseBody>,
+) -> (usize, Vec<Event>, ClassicMember) {
+    let now = Instant::now();
+    let mut m = ClassicMember::new(group_config(GroupProtocol::Classic), now).unwrap();
+    m.subscribe(["t".to_owned()], now).unwrap();
+    let (peak, events) = peak_live(|| {
+        drive(&mut m, now, &mut |o| {
+            if is(o, ApiKey::FindCoordinator) {
+                Some(coordinator_answer("g"))
+            } else if is(o, ApiKey::JoinGroup) {
+                Some(ResponseBody::Kafka(ResponseKind::JoinGroup(join.clone())))
+            } else {
+                other(o)
+            }
+        })
+    });
+    (peak, events, m)
+}
+
+#[test]
+fn a_classic_follower_bounds_what_a_forged_assignment_decodes_to() {
+    // A name no topic can have: refused, the member rejoins.
+    let forged = assignment_bytes(&[(vec![b'x'; 32767], 10_000)]);
+    let (peak, events, m) = follower_syncs(&forged);
+    eprintln!(
+        "classic follower, forged: {} bytes, peak live {peak} bytes",
+        forged.len()
+    );
+    assert!(running(&events), "{events:#?}");
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::StateChanged {
+                reason: Reason::InvalidAssignment,
+                ..
+            }
+        )),
+        "{events:#?}"
+    );
+    assert_ne!(m.state(), MemberState::Fatal);
+    assert!(peak <= live_bound(forged.len()), "held {peak} bytes live");
+    // Large and valid: assigned, in proportion (the event lists what was added and what is
+    // owned, the member keeps what it owns: a few words per partition each).
+    let large = assignment_bytes(&[(long_name(249, 0), 100_000)]);
+    let (peak, events, m) = follower_syncs(&large);
+    eprintln!(
+        "classic follower, large: {} bytes, peak live {peak} bytes",
+        large.len()
+    );
+    assert!(running(&events), "{events:#?}");
+    assert_eq!(m.state(), MemberState::Stable);
+    assert!(
+        peak <= 40 * large.len(),
+        "held {peak} bytes live for {} bytes",
+        large.len()
+    );
+}
+
+#[test]
+fn a_kip848_member_bounds_what_a_huge_assignment_becomes() {
+    let id = Uuid::from_u128(7);
+    let name = long_name(249, 0);
+    let count = 250_000;
+    let target = cgh::Assignment::default().with_topic_partitions(vec![
+        cgh::TopicPartitions::default()
+            .with_topic_id(id)
+            .with_partitions((0..count).collect()),
+    ]);
+    let input = 4 * count as usize;
+    let now = Instant::now();
+    let mut m = ConsumerMember::new(group_config(GroupProtocol::Consumer), now).unwrap();
+    m.subscribe([String::from_utf8(name.clone()).unwrap()], now)
+        .unwrap();
+    let member_id = m.member_id().to_owned();
+    let mut answered = 0;
+    let (peak, events) = peak_live(|| {
+        drive(&mut m, now, &mut |o| {
+            if is(o, ApiKey::FindCoordinator) {
+                Some(coordinator_answer("g"))
+            } else if is(o, ApiKey::Metadata) {
+                Some(metadata_answer(&[(&name, id, count)]))
+            } else if is(o, ApiKey::ConsumerGroupHeartbeat) && answered == 0 {
+                answered += 1;
+                Some(ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(
+                    ConsumerGroupHeartbeatResponse::default()
+                        .with_member_id(Some(s(&member_id)))
+                        .with_member_epoch(1)
+                        .with_heartbeat_interval_ms(1000)
+                        .with_assignment(Some(target.clone())),
+                )))
+            } else {
+                None
+            }
+        })
+    });
+    eprintln!("KIP-848 member: {input} bytes of partition ids, peak live {peak} bytes");
+    assert!(running(&events), "{events:#?}");
+    assert_eq!(m.assignment().len(), count as usize);
+    assert!(
+        peak <= 64 * input,
+        "held {peak} bytes live for {input} bytes of partition ids"
+    );
+}
+
+#[test]
+fn a_streams_member_checks_subtopology_ids_before_expanding_tasks() {
+    let topology = StreamsTopology::new(1, vec![Subtopology::new("0", ["in"])]);
+    let tasks = |sub: &str, n: i32| {
+        vec![
+            sgh::TaskIds::default()
+                .with_subtopology_id(s(sub))
+                .with_partitions((0..n).collect()),
+        ]
+    };
+    let unknown = "x".repeat(32767);
+    let answer = sgh::StreamsGroupHeartbeatResponse::default()
+        .with_member_epoch(1)
+        .with_heartbeat_interval_ms(1000)
+        .with_active_tasks(Some(tasks(&unknown, 10_000)))
+        .with_standby_tasks(Some(Vec::new()))
+        .with_warmup_tasks(Some(Vec::new()));
+    let input = 32767 + 4 * 10_000;
+    let now = Instant::now();
+    let mut m = StreamsMember::new(
+        group_config(GroupProtocol::Consumer),
+        StreamsConfig::new(topology),
+        StreamsProcess::new("p", None),
+        now,
+    )
+    .unwrap();
+    m.join(now).unwrap();
+    let mut answered = 0;
+    let (peak, events) = peak_live(|| {
+        drive(&mut m, now, &mut |o| {
+            if is(o, ApiKey::FindCoordinator) {
+                Some(coordinator_answer("g"))
+            } else if o.request.api_key() == Api::STREAMS_GROUP_HEARTBEAT && answered == 0 {
+                answered += 1;
+                Some(ResponseBody::StreamsGroupHeartbeat(answer.clone()))
+            } else {
+                None
+            }
+        })
+    });
+    eprintln!("streams member, unknown subtopology: {input} bytes, peak live {peak} bytes");
+    // Tasks of a subtopology the member does not have: a typed error (as before), decided
+    // before a task is made of each partition.
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            StreamsEvent::Fatal(consumer_membership::GroupError::InvalidResponse { .. })
+        )),
+        "{events:#?}"
+    );
+    assert!(peak <= live_bound(input), "held {peak} bytes live");
 }

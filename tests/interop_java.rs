@@ -50,7 +50,7 @@ async fn mixed_group(assignor: &str, java_class: &str, rust_first: bool) {
             .await
             .assignment
             .into_iter()
-            .map(|tp| (tp.topic, tp.partition))
+            .map(|tp| (tp.topic.to_string(), tp.partition))
             .collect();
         let theirs = java.assignment();
         let snap = rust.snapshot().await;

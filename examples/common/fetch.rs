@@ -163,7 +163,7 @@ pub struct Leaders {
 impl Leaders {
     /// The leader of `tp`.
     pub fn leader(&self, tp: &TopicPartition) -> Result<&Broker, DataError> {
-        if let Some(&code) = self.topic_errors.get(&tp.topic) {
+        if let Some(&code) = self.topic_errors.get(tp.topic()) {
             return Err(DataError::Kafka {
                 api: ApiKey::Metadata,
                 partition: Some(tp.clone()),
@@ -183,7 +183,7 @@ impl Leaders {
     pub fn partitions_of(&self, topic: &str) -> Vec<i32> {
         self.partitions
             .keys()
-            .filter(|tp| tp.topic == topic)
+            .filter(|tp| tp.topic() == topic)
             .map(|tp| tp.partition)
             .collect()
     }
@@ -720,7 +720,7 @@ pub async fn produce<T: Transport>(
     let p = r
         .responses
         .iter()
-        .filter(|t| t.name.0.as_str() == tp.topic)
+        .filter(|t| t.name.0.as_str() == tp.topic())
         .flat_map(|t| &t.partition_responses)
         .find(|p| p.index == tp.partition)
         .ok_or_else(|| {

@@ -406,13 +406,16 @@ fn commit_request(
     let partitions = offsets.iter().map(|o| o.partition.clone()).collect();
     let mut by_topic: BTreeMap<String, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
     for o in offsets {
-        by_topic.entry(o.partition.topic).or_default().push(
-            OffsetCommitRequestPartition::default()
-                .with_partition_index(o.partition.partition)
-                .with_committed_offset(o.offset)
-                .with_committed_leader_epoch(-1)
-                .with_committed_metadata(o.metadata.map(StrBytes::from_string)),
-        );
+        by_topic
+            .entry(o.partition.topic.to_string())
+            .or_default()
+            .push(
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(o.partition.partition)
+                    .with_committed_offset(o.offset)
+                    .with_committed_leader_epoch(-1)
+                    .with_committed_metadata(o.metadata.map(StrBytes::from_string)),
+            );
     }
     let body = OffsetCommitRequest::default()
         .with_group_id(GroupId(name(group)))
@@ -464,7 +467,10 @@ fn fetch_request(
 ) -> OffsetFetchRequest {
     let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for tp in partitions {
-        by_topic.entry(tp.topic).or_default().push(tp.partition);
+        by_topic
+            .entry(tp.topic.to_string())
+            .or_default()
+            .push(tp.partition);
     }
     let group = OffsetFetchRequestGroup::default()
         .with_group_id(GroupId(name(group)))

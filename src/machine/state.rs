@@ -138,6 +138,9 @@ named! {
         RetriableSyncGroupError => "retriable SyncGroup error",
         /// Classic: another SyncGroup error that calls for a rejoin.
         SyncGroupRejoin => "SyncGroup: rejoin",
+        /// Classic: the leader's assignment names a topic Kafka cannot have or a negative
+        /// partition; it is refused and the member rejoins.
+        InvalidAssignment => "invalid assignment refused",
         /// Classic leader: the topic metadata for the assignment could not be fetched.
         LeaderMetadataFailed => "leader metadata failed",
         /// Classic: the coordinator answered that it is not (or no longer) the group's

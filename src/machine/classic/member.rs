@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::assignor::{Assignor, MemberMetadata, RebalanceProtocol};
-use super::subscription::{Assignment, Subscription};
+use super::subscription::{Assignment, ProtocolError, Subscription};
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::{
     ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
@@ -85,7 +85,8 @@ pub(crate) enum Phase {
     /// Leader: Metadata for the members' topics in flight.
     Assigning {
         request: RequestId,
-        members: Vec<MemberMetadata>,
+        /// Shared, not copied, when the metadata answer arrives.
+        members: Arc<[MemberMetadata]>,
         protocol: String,
     },
     /// SyncGroup in flight.
@@ -743,7 +744,7 @@ impl ClassicMember {
             RebalanceProtocol::Cooperative => self
                 .owned
                 .iter()
-                .filter(|tp| !self.topics.contains(&tp.topic))
+                .filter(|tp| !self.topics.contains(tp.topic()))
                 .cloned()
                 .collect(),
         };
@@ -1256,19 +1257,18 @@ impl ClassicMember {
         if !leader || r.skip_assignment {
             return self.build_sync(&coordinator, Vec::new());
         }
-        let members: Vec<MemberMetadata> = r
+        // Metadata any member wrote: one that does not decode, names a topic Kafka cannot have
+        // or a negative partition is ignored (logged): that member counts as subscribing to
+        // nothing and owning nothing, so it gets an empty assignment and the others are assigned
+        // as if it had no subscription. What a valid one decodes to is in proportion to its
+        // bytes (`Subscription::decode`).
+        let members: Arc<[MemberMetadata]> = r
             .members
             .iter()
             .map(|m| {
                 let subscription = Subscription::decode(&m.metadata).unwrap_or_else(|e| {
-                    tracing::warn!(member = %m.member_id, error = %e, "undecodable subscription; the member gets nothing");
-                    Subscription {
-                        topics: Vec::new(),
-                        user_data: None,
-                        owned_partitions: Vec::new(),
-                        generation_id: -1,
-                        rack_id: None,
-                    }
+                    tracing::warn!(member = %m.member_id, error = %e, "invalid subscription ignored; the member gets nothing");
+                    Subscription::default()
                 });
                 MemberMetadata {
                     member_id: m.member_id.to_string(),
@@ -1300,7 +1300,7 @@ impl ClassicMember {
                 request,
                 members,
                 protocol,
-            } if *request == id => (members.clone(), protocol.clone()),
+            } if *request == id => (Arc::clone(members), protocol.clone()),
             _ => return,
         };
         let metadata = match result
@@ -1482,8 +1482,19 @@ impl ClassicMember {
                         code: codes::INCONSISTENT_GROUP_PROTOCOL,
                     });
                 }
+                // The leader wrote these bytes. An assignment that reads but names a topic
+                // Kafka cannot have or a negative partition is refused and the member rejoins
+                // (after a backoff, keeping what it owns); bytes that do not read at all stop
+                // the member with a typed error, as before.
                 match Assignment::decode(&r.assignment) {
                     Ok(a) => self.synced(a.partitions),
+                    Err(
+                        e @ (ProtocolError::InvalidTopic { .. }
+                        | ProtocolError::InvalidPartition { .. }),
+                    ) => {
+                        tracing::warn!(error = %e, "invalid assignment from the leader refused; rejoining");
+                        self.rejoin_after_backoff(Reason::InvalidAssignment);
+                    }
                     Err(e) => self.fail(invalid(
                         ApiKey::SyncGroup,
                         &format!("undecodable assignment: {e}"),

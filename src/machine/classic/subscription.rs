@@ -13,6 +13,8 @@
 //! length claiming more than the bytes left is a [`ProtocolError::Malformed`], and nothing is
 //! allocated for it (kafka-protocol 0.18.0 would reserve room for any count it reads).
 
+use std::sync::Arc;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::messages::consumer_protocol_assignment as wire_assignment;
@@ -66,6 +68,32 @@ pub enum ProtocolError {
         read_as: i16,
         /// The decoder's message.
         reason: String,
+    },
+    /// A topic name no Kafka topic can have: empty, `.` or `..`, over 249 characters, or with a
+    /// character outside `[a-zA-Z0-9._-]` (Java's `Topic.validate`). Such a name can only be
+    /// forged, and refusing it keeps what the bytes decode to in proportion to them.
+    #[error("{what} v{version} names an invalid topic {topic:?}: {reason}")]
+    InvalidTopic {
+        /// Which message.
+        what: &'static str,
+        /// The version the bytes announced.
+        version: i16,
+        /// The name (its first 64 characters at most, lossily decoded).
+        topic: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A negative partition id.
+    #[error("{what} v{version} lists partition {partition} of topic {topic:?}")]
+    InvalidPartition {
+        /// Which message.
+        what: &'static str,
+        /// The version the bytes announced.
+        version: i16,
+        /// The topic.
+        topic: String,
+        /// The partition id.
+        partition: i32,
     },
     /// The value cannot be represented on the wire (a string over 32767 bytes, user data over
     /// 2 GiB).
@@ -194,17 +222,19 @@ impl Subscription {
         let wire = ConsumerProtocolSubscription::decode(&mut body, read_as)
             .map_err(|e| malformed(e.to_string()))?;
         Ok(Subscription {
-            topics: wire.topics.iter().map(|t| t.as_str().to_owned()).collect(),
-            user_data: wire.user_data,
-            owned_partitions: wire
-                .owned_partitions
+            topics: wire
+                .topics
                 .iter()
-                .flat_map(|tp| {
-                    tp.partitions
-                        .iter()
-                        .map(|&p| TopicPartition::new(tp.topic.0.as_str(), p))
-                })
-                .collect(),
+                .map(|t| check_topic(SUBSCRIPTION, version, t).map(str::to_owned))
+                .collect::<Result<_, _>>()?,
+            owned_partitions: expand(
+                SUBSCRIPTION,
+                version,
+                wire.owned_partitions
+                    .iter()
+                    .map(|tp| (&tp.topic.0, &tp.partitions[..])),
+            )?,
+            user_data: wire.user_data,
             generation_id: wire.generation_id,
             rack_id: wire
                 .rack_id
@@ -285,15 +315,13 @@ impl Assignment {
         let wire = ConsumerProtocolAssignment::decode(&mut body, read_as)
             .map_err(|e| malformed(e.to_string()))?;
         Ok(Assignment {
-            partitions: wire
-                .assigned_partitions
-                .iter()
-                .flat_map(|tp| {
-                    tp.partitions
-                        .iter()
-                        .map(|&p| TopicPartition::new(tp.topic.0.as_str(), p))
-                })
-                .collect(),
+            partitions: expand(
+                ASSIGNMENT,
+                version,
+                wire.assigned_partitions
+                    .iter()
+                    .map(|tp| (&tp.topic.0, &tp.partitions[..])),
+            )?,
             user_data: wire.user_data,
         })
     }
@@ -326,6 +354,73 @@ fn topic_partitions(c: &mut Cursor) -> Walk {
     c.array(false, |c| c.skip(4))
 }
 
+/// The longest topic name Kafka allows (Java's `Topic.MAX_NAME_LENGTH`).
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Why `name` cannot be a Kafka topic name, if it cannot (Java's `Topic.validate`).
+pub fn topic_name_error(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("empty")
+    } else if name == "." || name == ".." {
+        Some("\".\" and \"..\" are not allowed")
+    } else if name.len() > MAX_TOPIC_NAME_LEN {
+        Some("longer than 249 characters")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        Some("a character outside [a-zA-Z0-9._-]")
+    } else {
+        None
+    }
+}
+
+/// `name`, if Kafka allows it as a topic name.
+fn check_topic<'a>(
+    what: &'static str,
+    version: i16,
+    name: &'a StrBytes,
+) -> Result<&'a str, ProtocolError> {
+    match topic_name_error(name) {
+        None => Ok(name.as_str()),
+        Some(reason) => Err(ProtocolError::InvalidTopic {
+            what,
+            version,
+            topic: name.chars().take(64).collect(),
+            reason,
+        }),
+    }
+}
+
+/// The partitions of (topic, ids) runs, every name checked before anything is allocated for
+/// it, and shared by the partitions of its run: the result takes a few words per partition id
+/// read, however long the names are.
+fn expand<'a>(
+    what: &'static str,
+    version: i16,
+    runs: impl Iterator<Item = (&'a StrBytes, &'a [i32])> + Clone,
+) -> Result<Vec<TopicPartition>, ProtocolError> {
+    let mut total = 0usize;
+    for (topic, ids) in runs.clone() {
+        let name = check_topic(what, version, topic)?;
+        if let Some(&partition) = ids.iter().find(|&&p| p < 0) {
+            return Err(ProtocolError::InvalidPartition {
+                what,
+                version,
+                topic: name.to_owned(),
+                partition,
+            });
+        }
+        total += ids.len();
+    }
+    let mut partitions = Vec::with_capacity(total);
+    for (topic, ids) in runs {
+        let name: Arc<str> = Arc::from(topic.as_str());
+        partitions.extend(ids.iter().map(|&p| TopicPartition::new(&name, p)));
+    }
+    Ok(partitions)
+}
+
 fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
@@ -334,7 +429,7 @@ fn str_bytes(s: &str) -> StrBytes {
 fn group_by_topic(partitions: &[TopicPartition]) -> Vec<(&str, Vec<i32>)> {
     let mut sorted: Vec<(&str, i32)> = partitions
         .iter()
-        .map(|tp| (tp.topic.as_str(), tp.partition))
+        .map(|tp| (tp.topic(), tp.partition))
         .collect();
     sorted.sort_unstable();
     sorted.dedup();

@@ -1,6 +1,7 @@
 //! The consumer member's state machine; its rules are the docs of the parent module.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
@@ -146,9 +147,11 @@ pub struct ConsumerMember {
     regex: Option<String>,
     /// Owned partitions by topic id (what acknowledgements carry).
     owned: BTreeSet<(Uuid, i32)>,
-    /// The latest target assignment from the coordinator, sanitised.
-    target: Option<BTreeSet<(Uuid, i32)>>,
-    names: BTreeMap<Uuid, String>,
+    /// The latest target assignment from the coordinator, sanitised (shared with a
+    /// reconciliation rather than copied).
+    target: Option<Arc<BTreeSet<(Uuid, i32)>>>,
+    /// Topic names by id, each shared by the partitions named with it.
+    names: BTreeMap<Uuid, Arc<str>>,
     /// The regular heartbeat in flight (at most one); only its answer frees the slot, also when
     /// it belongs to a membership the member left since.
     heartbeat_in_flight: Option<RequestId>,
@@ -322,9 +325,7 @@ impl ConsumerMember {
     }
 
     fn named(&self, (id, p): &(Uuid, i32)) -> Option<TopicPartition> {
-        self.names
-            .get(id)
-            .map(|n| TopicPartition::new(n.clone(), *p))
+        self.names.get(id).map(|n| TopicPartition::new(n, *p))
     }
 
     // ------------------------------------------------------------------ commands
@@ -346,7 +347,7 @@ impl ConsumerMember {
             && self
                 .topics
                 .iter()
-                .any(|t| !self.names.values().any(|n| n == t));
+                .any(|t| !self.names.values().any(|n| **n == **t));
         self.start(now);
         Ok(())
     }
@@ -1153,7 +1154,7 @@ impl ConsumerMember {
                         .map(move |p| (t.topic_id, *p))
                 })
                 .collect();
-            self.target = Some(target);
+            self.target = Some(Arc::new(target));
         }
         match self.phase {
             Phase::Joining | Phase::Acknowledging | Phase::Stable | Phase::Reconciling => {
@@ -1268,7 +1269,10 @@ impl ConsumerMember {
             Ok(m) => {
                 for (name, t) in m.topics {
                     if !t.id.is_nil() {
-                        self.names.insert(t.id, name);
+                        // A name already known stays shared with the partitions named with it.
+                        if self.names.get(&t.id).is_none_or(|n| **n != *name) {
+                            self.names.insert(t.id, name.into());
+                        }
                     }
                 }
             }

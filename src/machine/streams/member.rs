@@ -1299,6 +1299,21 @@ impl StreamsMember {
                 self.member_id
             )));
         }
+        // Subtopology ids are checked against the topology on the wire lists, before a task is
+        // made of each partition (each copying its id).
+        let unknown: BTreeSet<&str> = [&r.active_tasks, &r.standby_tasks, &r.warmup_tasks]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|t| t.partitions.iter().any(|p| *p >= 0))
+            .map(|t| t.subtopology_id.as_str())
+            .filter(|s| self.streams.topology.subtopology(s).is_none())
+            .collect();
+        if !unknown.is_empty() {
+            return self.fail(invalid(&format!(
+                "tasks of subtopologies {unknown:?} this member's topology does not have"
+            )));
+        }
         // Tasks: all three lists or none (StreamsMembershipManager.onHeartbeatSuccess).
         let target = match (&r.active_tasks, &r.standby_tasks, &r.warmup_tasks) {
             (Some(a), Some(s), Some(w)) => Some(
@@ -1316,18 +1331,6 @@ impl StreamsMember {
                 ));
             }
         };
-        if let Some(t) = &target {
-            let unknown: BTreeSet<&str> = t
-                .iter()
-                .map(|(t, _)| t.subtopology.as_str())
-                .filter(|s| self.streams.topology.subtopology(s).is_none())
-                .collect();
-            if !unknown.is_empty() {
-                return self.fail(invalid(&format!(
-                    "tasks of subtopologies {unknown:?} this member's topology does not have"
-                )));
-            }
-        }
         self.answered_once = true;
         self.heartbeat_failures = 0;
         self.shell.timers.stop(Timer::Rejoin);

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
@@ -109,11 +110,13 @@ impl StreamsTasks {
     /// One role per task: a task listed as active is not also a standby or warm-up, a standby
     /// not also a warm-up (an answer that lists one task twice names its promotion).
     pub(crate) fn normalized(mut self) -> Self {
-        let active = self.active.clone();
-        self.standby.retain(|t| !active.contains(t));
-        let standby = self.standby.clone();
-        self.warmup
-            .retain(|t| !active.contains(t) && !standby.contains(t));
+        let Self {
+            active,
+            standby,
+            warmup,
+        } = &mut self;
+        standby.retain(|t| !active.contains(t));
+        warmup.retain(|t| !active.contains(t) && !standby.contains(t));
         self
     }
 }
@@ -515,9 +518,11 @@ pub(crate) fn endpoints_from_wire(
     let parts = |tps: &[resp::TopicPartition]| -> Vec<TopicPartition> {
         tps.iter()
             .flat_map(|t| {
+                // One name shared by the partitions of the entry.
+                let name: Arc<str> = Arc::from(t.topic.0.as_str());
                 t.partitions
                     .iter()
-                    .map(move |p| TopicPartition::new(t.topic.0.to_string(), *p))
+                    .map(move |p| TopicPartition::new(&name, *p))
             })
             .collect()
     };

@@ -83,7 +83,7 @@ pub(super) fn check_valid(
                 "{} got {tp} of an unsubscribed topic",
                 m.member_id
             );
-            let n = partitions.get(&tp.topic).copied().unwrap_or(0);
+            let n = partitions.get(tp.topic()).copied().unwrap_or(0);
             assert!(
                 (0..n).contains(&tp.partition),
                 "{} got nonexistent {tp}",
@@ -123,7 +123,7 @@ pub(super) fn check_per_topic_balance(
             .map(|m| {
                 result[&m.member_id]
                     .iter()
-                    .filter(|tp| &tp.topic == topic)
+                    .filter(|tp| tp.topic() == topic.as_str())
                     .count()
             })
             .collect();
