@@ -82,6 +82,15 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// `walk` over the field `name`: its failure names the field (`field A.B: ...` for field B
+    /// inside A).
+    pub(crate) fn field(&mut self, name: &str, walk: impl FnOnce(&mut Self) -> Walk) -> Walk {
+        walk(self).map_err(|e| match e.strip_prefix("field ") {
+            Some(inner) => format!("field {name}.{inner}"),
+            None => format!("field {name}: {e}"),
+        })
+    }
+
     /// A STRING (INT16 length) or COMPACT_STRING, nullable or not.
     pub(crate) fn string(&mut self, flex: bool) -> Walk {
         self.sized(flex, 2, "string")

@@ -211,6 +211,9 @@ pub struct ClientConfig {
     pub client_id: String,
     /// `request.timeout.ms` (default 30 s).
     pub request_timeout: Duration,
+    /// `default.api.timeout.ms` (default 60 s): the bound of a blocking lookup such as
+    /// [`find_coordinator`](crate::driver::find_coordinator), retries included.
+    pub default_api_timeout: Duration,
     /// `reconnect.backoff.ms` (default 50 ms).
     pub reconnect_backoff: Duration,
     /// `reconnect.backoff.max.ms` (default 1 s).
@@ -241,6 +244,7 @@ impl Default for ClientConfig {
             bootstrap_servers: Vec::new(),
             client_id: "consumer-membership".into(),
             request_timeout: Duration::from_secs(30),
+            default_api_timeout: Duration::from_secs(60),
             reconnect_backoff: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(1),
             socket_connection_setup_timeout: Duration::from_secs(10),
@@ -287,6 +291,12 @@ impl ClientConfig {
     setter!(
         /// Sets `request.timeout.ms` (default 30 s).
         with_request_timeout => request_timeout: Duration
+    );
+
+    setter!(
+        /// Sets `default.api.timeout.ms` (default 60 s; see
+        /// [`default_api_timeout`](Self::default_api_timeout)).
+        with_default_api_timeout => default_api_timeout: Duration
     );
 
     setter!(

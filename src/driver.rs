@@ -258,7 +258,9 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// Finds the coordinator of `group`, retrying retriable errors with the KIP-580 backoff until it
-/// succeeds or fails for good.
+/// succeeds, fails for good, or `default.api.timeout.ms` runs out: then
+/// [`GroupError::TimedOut`](crate::error::GroupError::TimedOut) names the broker asked last and
+/// its last failure (a refused connection, an answer that does not decode, TLS, ...).
 pub async fn find_coordinator<T: Transport>(
     transport: &Arc<T>,
     config: &ClientConfig,
@@ -272,6 +274,7 @@ pub async fn find_coordinator<T: Transport>(
             seed: rand::random(),
         },
     );
+    lookup.set_deadline(Instant::now(), config.default_api_timeout);
     run_until(&mut lookup, transport, |l| match l.state(group) {
         Some(KeyState::Known(b)) => Some(Ok(b.clone())),
         Some(KeyState::Failed(e)) => Some(Err(Error::Group(e.clone()))),

@@ -161,6 +161,26 @@ pub enum TransportError {
     /// The transport was shut down.
     #[error("transport closed")]
     Closed,
+    /// The peer's answer is not a Kafka frame: its first bytes read as text (an HTTP server, say)
+    /// or as a TLS record (a TLS listener spoken to in plaintext), and as a size prefix they
+    /// exceed the maximum frame size. Nothing of it was allocated.
+    #[error("the answer is not Kafka's: it starts with {start} ({guess})")]
+    NotKafka {
+        /// The answer's first bytes, escaped.
+        start: String,
+        /// What the peer looks like.
+        guess: &'static str,
+    },
+    /// `error` happened on the connection to the broker at `addr`: what the TCP transport
+    /// returns for failures that do not name their broker themselves (an answer that does not
+    /// decode, TLS, SASL, the ApiVersions exchange). [`root`](Self::root) is `error` itself.
+    #[error("broker {addr}: {error}")]
+    Broker {
+        /// The broker's `host:port`.
+        addr: String,
+        /// What went wrong there.
+        error: Box<TransportError>,
+    },
 }
 
 impl TransportError {
@@ -169,7 +189,7 @@ impl TransportError {
     /// may have been read and acted on before the connection broke or the answer timed out).
     pub fn never_sent(&self) -> bool {
         matches!(
-            self,
+            self.root(),
             TransportError::Connect { .. }
                 | TransportError::UnsupportedApi { .. }
                 | TransportError::Encode { .. }
@@ -177,6 +197,61 @@ impl TransportError {
                 | TransportError::Authentication { .. }
                 | TransportError::Tls { .. }
         )
+    }
+}
+
+impl TransportError {
+    /// The error without the [`Broker`](Self::Broker) naming where it happened.
+    pub fn root(&self) -> &TransportError {
+        match self {
+            TransportError::Broker { error, .. } => error.root(),
+            other => other,
+        }
+    }
+
+    /// The broker (`host:port`, or the addresses tried) the error names, if any.
+    pub fn broker(&self) -> Option<&str> {
+        match self {
+            TransportError::Broker { addr, .. }
+            | TransportError::Connect { addr, .. }
+            | TransportError::Disconnected { addr, .. } => Some(addr),
+            _ => None,
+        }
+    }
+
+    /// Whether the same broker will most likely fail the same way again: its answers are not
+    /// Kafka's or do not decode, TLS or SASL fails, or the ApiVersions exchange is refused.
+    /// Retrying cannot help unless the broker (or this client's settings) change; a refused or
+    /// lost connection and a timeout are not such failures.
+    pub fn is_persistent(&self) -> bool {
+        matches!(
+            self.root(),
+            TransportError::FrameTooLarge { .. }
+                | TransportError::InvalidFrameSize { .. }
+                | TransportError::UnknownCorrelationId { .. }
+                | TransportError::Decode { .. }
+                | TransportError::ApiVersions { .. }
+                | TransportError::Authentication { .. }
+                | TransportError::Tls { .. }
+                | TransportError::NotKafka { .. }
+        )
+    }
+
+    /// The error in a [`Broker`](Self::Broker) naming `addr`, when it is about what the peer
+    /// sent or did and names no broker itself (what the TCP transport returns).
+    pub(crate) fn at_broker(self, addr: &str) -> TransportError {
+        let names_none = self.is_persistent()
+            || matches!(
+                self,
+                TransportError::TruncatedFrame { .. } | TransportError::UnsupportedApi { .. }
+            );
+        if !names_none || matches!(self, TransportError::Broker { .. }) {
+            return self;
+        }
+        TransportError::Broker {
+            addr: addr.to_owned(),
+            error: Box::new(self),
+        }
     }
 }
 
@@ -396,6 +471,23 @@ pub enum GroupError {
     /// The request could not be delivered for good (e.g. the broker does not serve the API).
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// No usable answer within the call's timeout (`default.api.timeout.ms` for a
+    /// FindCoordinator lookup; the Java client's `TimeoutException`): names the API, the broker
+    /// asked last and what was wrong with its last answer.
+    #[error("{api:?} to broker {broker}: no usable answer within {after:?}: {reason}")]
+    TimedOut {
+        /// The API.
+        api: Api,
+        /// The broker asked last (`host:port`, `(bootstrap)` when it was the target's choice).
+        broker: String,
+        /// The timeout that ran out.
+        after: Duration,
+        /// The last attempt's failure, as text (`"none answered yet"` when none failed).
+        reason: String,
+        /// The last attempt's failure, when it was the transport's.
+        #[source]
+        transport: Option<Box<TransportError>>,
+    },
     /// The member's task ended without closing (a panic, or its runtime shut down): the member
     /// is gone; its partitions are no longer heartbeated for.
     #[error("the member's task ended: {reason}")]

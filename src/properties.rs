@@ -209,6 +209,7 @@ pub fn from_properties(
         group.metadata_max_age = d;
     }
     if let Some(d) = p.ms("default.api.timeout.ms")? {
+        client.default_api_timeout = d;
         group.default_api_timeout = d;
     }
 

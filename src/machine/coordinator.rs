@@ -11,6 +11,13 @@
 //! is being created, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, transport failures) are retried
 //! after the KIP-580 backoff; GROUP_AUTHORIZATION_FAILED and other non-retriable codes are terminal.
 //! A requester that gets NOT_COORDINATOR from the coordinator calls [`CoordinatorLookup::rediscover`].
+//!
+//! A lookup with a deadline ([`CoordinatorLookup::set_deadline`], `default.api.timeout.ms` for
+//! the driver's `find_coordinator`) fails every key still unknown when it passes with
+//! [`GroupError::TimedOut`], naming the broker asked last and its last failure. Failures that
+//! retrying the same broker will not fix ([`TransportError::is_persistent`]: answers that are not
+//! Kafka's or do not decode, TLS, SASL) are reported as [`LookupEvent::Trouble`] at once, once per
+//! streak of failures, while the lookup keeps retrying with backoff.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -83,6 +90,18 @@ pub enum LookupEvent {
         /// Why.
         error: GroupError,
     },
+    /// The lookup of `key` failed in a way retrying the same broker will most likely not fix
+    /// ([`TransportError::is_persistent`]); it is retried with backoff all the same. Reported at
+    /// the first such failure, and again only when the broker or the kind of failure changes,
+    /// or after the key was found.
+    Trouble {
+        /// The key.
+        key: String,
+        /// The broker (`host:port`, or `(bootstrap)` when the error does not name it).
+        broker: String,
+        /// The failure.
+        error: TransportError,
+    },
 }
 
 /// The FindCoordinator sub-machine for a set of keys of one type.
@@ -99,6 +118,18 @@ pub struct CoordinatorLookup {
     events: std::collections::VecDeque<LookupEvent>,
     /// The keys each in-flight request asked for.
     in_flight: BTreeMap<RequestId, Vec<String>>,
+    /// Each key's failures since it was last found.
+    streaks: BTreeMap<String, Streak>,
+    /// When keys still unknown fail, and the timeout that set it.
+    deadline: Option<(Instant, Duration)>,
+}
+
+/// A key's latest failure, and the persistent one reported last.
+#[derive(Debug, Clone, Default)]
+struct Streak {
+    reason: String,
+    transport: Option<TransportError>,
+    reported: Option<(String, std::mem::Discriminant<TransportError>)>,
 }
 
 impl CoordinatorLookup {
@@ -118,7 +149,17 @@ impl CoordinatorLookup {
             timers: TimerTable::default(),
             events: Default::default(),
             in_flight: BTreeMap::new(),
+            streaks: BTreeMap::new(),
+            deadline: None,
         }
+    }
+
+    /// Fails every key not found by `now + timeout` with [`GroupError::TimedOut`] (the
+    /// `default.api.timeout.ms` of a blocking lookup). A request still in flight then is left
+    /// to finish; its answer is ignored.
+    pub fn set_deadline(&mut self, now: Instant, timeout: Duration) {
+        self.deadline = Some((now + timeout, timeout));
+        self.arm_retry_timer();
     }
 
     /// Whether `id` is a request of this lookup still waiting for its answer.
@@ -221,10 +262,16 @@ impl CoordinatorLookup {
         self.timers.next()
     }
 
-    /// Moves keys whose backoff has passed back to `Unknown`.
+    /// Moves keys whose backoff has passed back to `Unknown`, and fails those still unknown
+    /// once the deadline passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         if !self.timers.expire(Timer::CoordinatorRetry, now) {
             return;
+        }
+        if let Some((at, after)) = self.deadline
+            && at <= now
+        {
+            self.time_out(after);
         }
         for state in self.keys.values_mut() {
             if let KeyState::Backoff { until, failures } = *state
@@ -263,7 +310,7 @@ impl CoordinatorLookup {
                     reason: "the answer is not a FindCoordinator response".into(),
                 };
                 for key in &keys {
-                    self.apply(key, id, Outcome::Retry(err.to_string()), now);
+                    self.apply(key, id, Outcome::retry(err.to_string()), now);
                 }
             }
             // The broker has no FindCoordinator v4+: stop batching and ask again key by key.
@@ -290,10 +337,58 @@ impl CoordinatorLookup {
             }
             Err(e) => {
                 for key in &keys {
-                    self.apply(key, id, Outcome::Retry(e.to_string()), now);
+                    // The broker goes into the failure's own field; the reason is the rest.
+                    let outcome = Outcome::Retry(e.root().to_string(), Some(e.clone()));
+                    self.apply(key, id, outcome, now);
                 }
             }
         }
+    }
+
+    /// Fails every key not known (nor failed) with [`GroupError::TimedOut`].
+    fn time_out(&mut self, after: Duration) {
+        for (key, state) in &mut self.keys {
+            if matches!(state, KeyState::Known(_) | KeyState::Failed(_)) {
+                continue;
+            }
+            let streak = self.streaks.remove(key).unwrap_or_default();
+            let error = GroupError::TimedOut {
+                api: ApiKey::FindCoordinator.into(),
+                broker: broker_of(streak.transport.as_ref()),
+                after,
+                reason: if streak.reason.is_empty() {
+                    "no answer yet".into()
+                } else {
+                    streak.reason
+                },
+                transport: streak.transport.map(Box::new),
+            };
+            tracing::warn!(key, %error, "coordinator lookup timed out");
+            *state = KeyState::Failed(error.clone());
+            self.events.push_back(LookupEvent::Failed {
+                key: key.clone(),
+                error,
+            });
+        }
+    }
+
+    /// Records `key`'s failure, and reports it as [`LookupEvent::Trouble`] when it is
+    /// persistent and starts a new streak (another broker, another kind of failure).
+    fn failed(&mut self, key: &str, reason: String, transport: Option<TransportError>) {
+        let streak = self.streaks.entry(key.to_owned()).or_default();
+        if let Some(e) = transport.as_ref().filter(|e| e.is_persistent()) {
+            let seen = (broker_of(Some(e)), std::mem::discriminant(e.root()));
+            if streak.reported.as_ref() != Some(&seen) {
+                self.events.push_back(LookupEvent::Trouble {
+                    key: key.to_owned(),
+                    broker: seen.0.clone(),
+                    error: e.clone(),
+                });
+                streak.reported = Some(seen);
+            }
+        }
+        streak.reason = reason;
+        streak.transport = transport;
     }
 
     /// What the response says about each key asked for.
@@ -312,7 +407,7 @@ impl CoordinatorLookup {
                     Some(c) => Self::outcome(key, c.error_code, c.node_id.0, &c.host, c.port),
                     // A key missing from the answer is asked again (it is not an error code).
                     None => {
-                        Outcome::Retry(format!("FindCoordinator answer has no entry for {key:?}"))
+                        Outcome::retry(format!("FindCoordinator answer has no entry for {key:?}"))
                     }
                 };
                 (key.clone(), outcome)
@@ -328,7 +423,7 @@ impl CoordinatorLookup {
                     host: host.to_owned(),
                     port,
                 }),
-                _ => Outcome::Retry(
+                _ => Outcome::retry(
                     GroupError::InvalidResponse {
                         api: ApiKey::FindCoordinator.into(),
                         reason: format!(
@@ -340,7 +435,7 @@ impl CoordinatorLookup {
             },
             ErrorAction::Fatal(e) => Outcome::Fatal(e),
             // Only retriable codes and terminal ones occur for FindCoordinator (see `classify`).
-            _ => Outcome::Retry(format!("error {code} ({})", crate::error::error_name(code))),
+            _ => Outcome::retry(format!("error {code} ({})", crate::error::error_name(code))),
         }
     }
 
@@ -358,6 +453,7 @@ impl CoordinatorLookup {
         match outcome {
             Outcome::Found(broker) => {
                 tracing::debug!(key, %broker, "coordinator found");
+                self.streaks.remove(key);
                 *state = KeyState::Known(broker.clone());
                 self.events.push_back(LookupEvent::Found {
                     key: key.to_owned(),
@@ -365,13 +461,14 @@ impl CoordinatorLookup {
                 });
             }
             Outcome::Immediate => *state = KeyState::Unknown { failures },
-            Outcome::Retry(reason) => {
+            Outcome::Retry(reason, transport) => {
                 let delay = self.config.backoff.delay(failures, &mut self.rng);
                 tracing::debug!(key, failures, ?delay, %reason, "coordinator lookup failed, retrying");
                 *state = KeyState::Backoff {
                     until: crate::machine::timer::after(now, delay),
                     failures: failures.saturating_add(1),
                 };
+                self.failed(key, reason, transport);
                 self.arm_retry_timer();
             }
             Outcome::Fatal(error) => {
@@ -386,6 +483,11 @@ impl CoordinatorLookup {
     }
 
     fn arm_retry_timer(&mut self) {
+        let pending = self
+            .keys
+            .values()
+            .any(|s| !matches!(s, KeyState::Known(_) | KeyState::Failed(_)));
+        let deadline = self.deadline.filter(|_| pending).map(|(at, _)| at);
         let next = self
             .keys
             .values()
@@ -393,6 +495,7 @@ impl CoordinatorLookup {
                 KeyState::Backoff { until, .. } => Some(*until),
                 _ => None,
             })
+            .chain(deadline)
             .min();
         match next {
             Some(at) => self.timers.set(Timer::CoordinatorRetry, at),
@@ -406,8 +509,23 @@ enum Outcome {
     Found(Broker),
     /// Ask again at once (no failure counted).
     Immediate,
-    Retry(String),
+    /// Ask again after the backoff: why, and the transport's error when it failed.
+    Retry(String, Option<TransportError>),
     Fatal(GroupError),
+}
+
+impl Outcome {
+    fn retry(reason: String) -> Self {
+        Outcome::Retry(reason, None)
+    }
+}
+
+/// The broker a lookup's failure names, `(bootstrap)` when it names none.
+fn broker_of(error: Option<&TransportError>) -> String {
+    match error.and_then(TransportError::broker) {
+        Some(addr) => format!("{addr} (bootstrap)"),
+        None => "(bootstrap)".into(),
+    }
 }
 
 #[cfg(test)]
@@ -646,6 +764,92 @@ mod tests {
         assert_eq!(
             l.state("g"),
             Some(&KeyState::Failed(GroupError::Transport(missing)))
+        );
+    }
+
+    #[test]
+    fn persistent_failures_are_reported_once_per_streak_and_the_deadline_names_the_last() {
+        let t0 = crate::testutil::epoch();
+        let mut l = lookup(&["g"]);
+        l.set_deadline(t0, Duration::from_secs(30));
+        let at = |addr: &str, error: TransportError| TransportError::Broker {
+            addr: addr.into(),
+            error: Box::new(error),
+        };
+        let http = TransportError::NotKafka {
+            start: "\"HTTP/1.1 400\"".into(),
+            guess: "an HTTP server, not a Kafka listener",
+        };
+        let tls = TransportError::Tls {
+            reason: "handshake".into(),
+        };
+        let refused = TransportError::Connect {
+            addr: "h:2".into(),
+            reason: "refused".into(),
+        };
+        let mut now = t0;
+        let mut reports = Vec::new();
+        // The same failure thrice, a refused connect (not persistent), the same again, then
+        // another kind of failure: two reports.
+        for e in [
+            at("h:1", http.clone()),
+            at("h:1", http.clone()),
+            refused.clone(),
+            at("h:1", http.clone()),
+            at("h:1", tls.clone()),
+            at("h:1", tls.clone()),
+        ] {
+            let out = l.poll_request().expect("a request after the backoff");
+            l.handle_response(out.id, Err(e), now);
+            while let Some(event) = l.poll_event() {
+                reports.push(event);
+            }
+            now = l.poll_timeout().expect("retry armed").0;
+            assert!(now < t0 + Duration::from_secs(30), "{:?}", now - t0);
+            l.handle_timeout(now);
+        }
+        assert_eq!(
+            reports,
+            vec![
+                LookupEvent::Trouble {
+                    key: "g".into(),
+                    broker: "h:1 (bootstrap)".into(),
+                    error: at("h:1", http),
+                },
+                LookupEvent::Trouble {
+                    key: "g".into(),
+                    broker: "h:1 (bootstrap)".into(),
+                    error: at("h:1", tls.clone()),
+                },
+            ]
+        );
+        // The deadline passes with a request in flight: the key fails, naming the last failure.
+        let out = l.poll_request().expect("a request");
+        let (deadline, _) = l.poll_timeout().expect("the deadline is armed");
+        assert_eq!(deadline, t0 + Duration::from_secs(30));
+        l.handle_timeout(deadline);
+        let want = GroupError::TimedOut {
+            api: ApiKey::FindCoordinator.into(),
+            broker: "h:1 (bootstrap)".into(),
+            after: Duration::from_secs(30),
+            reason: tls.to_string(),
+            transport: Some(Box::new(at("h:1", tls))),
+        };
+        assert_eq!(l.state("g"), Some(&KeyState::Failed(want.clone())));
+        assert_eq!(
+            l.poll_event(),
+            Some(LookupEvent::Failed {
+                key: "g".into(),
+                error: want
+            })
+        );
+        // The late answer changes nothing.
+        l.handle_response(out.id, v4(vec![entry("g", 0, 1, 9092)]), deadline);
+        assert!(matches!(l.state("g"), Some(KeyState::Failed(_))));
+        assert_eq!(
+            l.to_owned().poll_request().map(|o| o.id),
+            None,
+            "nothing more is sent"
         );
     }
 

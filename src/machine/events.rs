@@ -227,4 +227,16 @@ pub enum Event {
         /// The topics, sorted.
         topics: Vec<String>,
     },
+    /// Finding the coordinator failed in a way retrying will most likely not fix: the broker's
+    /// answer is not Kafka's or does not decode, TLS or SASL fails
+    /// ([`TransportError::is_persistent`](crate::error::TransportError::is_persistent)); a
+    /// wrong `bootstrap.servers` or `security.protocol`, say. The member keeps retrying with
+    /// backoff. Reported at the first such failure, and again only when the broker or the kind
+    /// of failure changes, or after the coordinator was found in between.
+    ConnectionTrouble {
+        /// The broker (`host:port (bootstrap)`, or `(bootstrap)` when the error names none).
+        broker: String,
+        /// The failure.
+        error: crate::error::TransportError,
+    },
 }

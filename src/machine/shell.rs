@@ -478,11 +478,18 @@ impl<S> Shell<S> {
     }
 
     /// The lookup's next terminal failure (GROUP_AUTHORIZATION_FAILED, ...), for the member to
-    /// stop on.
+    /// stop on; its reports of persistent trouble go to the application as
+    /// [`Event::ConnectionTrouble`] on the way.
     pub(crate) fn lookup_failure(&mut self) -> Option<GroupError> {
         while let Some(e) = self.lookup.poll_event() {
-            if let LookupEvent::Failed { error, .. } = e {
-                return Some(error);
+            match e {
+                LookupEvent::Failed { error, .. } => return Some(error),
+                LookupEvent::Trouble { broker, error, .. } => {
+                    tracing::warn!(group = %self.config.group_id, %broker, %error, "coordinator lookup keeps failing; retrying with backoff");
+                    self.events
+                        .push_back(Event::ConnectionTrouble { broker, error });
+                }
+                LookupEvent::Found { .. } => {}
             }
         }
         None

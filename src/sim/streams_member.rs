@@ -140,6 +140,9 @@ impl SimStreamsMember {
             },
             StreamsEvent::Fatal(e) => Event::Fatal(e),
             StreamsEvent::Closed => Event::Closed,
+            StreamsEvent::ConnectionTrouble { broker, error } => {
+                Event::ConnectionTrouble { broker, error }
+            }
             StreamsEvent::GuardIntervened(i) => {
                 self.notes.push(format!(
                     "GUARD {:?} {} ({}; {} holds/claims it as {})",

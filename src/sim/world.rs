@@ -1757,6 +1757,9 @@ impl World {
             Event::Closed => "closed".into(),
             Event::TopicsMissing { topics } => format!("topics missing {topics:?}"),
             Event::TopicsAppeared { topics } => format!("topics appeared {topics:?}"),
+            Event::ConnectionTrouble { broker, error } => {
+                format!("connection trouble with {broker}: {error}")
+            }
         };
         self.log(|| format!("{name}: event {text}"));
         if self.config.trace || matches!(e, Event::Fatal(_)) {

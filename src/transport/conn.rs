@@ -178,7 +178,9 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Response, TransportError> {
         let (api, version, body) = wire::build(request, &self.versions)?;
-        self.send_at(body, api, version, timeout).await
+        self.send_at(body, api, version, timeout)
+            .await
+            .map_err(|e| e.at_broker(&self.addr))
     }
 
     async fn send_at(
@@ -318,6 +320,40 @@ async fn read_loop<R: AsyncRead>(
     fail(&shared, error);
 }
 
+/// What a peer whose answer starts with `prefix` (an impossible size prefix) looks like, when
+/// it looks like something other than Kafka.
+fn foreign(prefix: [u8; 4]) -> Option<&'static str> {
+    // A TLS record header: content type (alert 21, handshake 22, ...), then major version 3.
+    if (20..=23).contains(&prefix[0]) && prefix[1] == 3 {
+        return Some("a TLS record: the listener expects TLS; check security.protocol");
+    }
+    if prefix
+        .iter()
+        .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+    {
+        return Some(if prefix.starts_with(b"HTTP") {
+            "an HTTP server, not a Kafka listener"
+        } else {
+            "text, not a Kafka listener"
+        });
+    }
+    None
+}
+
+/// The first line (at most 40 bytes) of an answer that starts with `prefix`, escaped: what
+/// arrived with it, without waiting for more than a moment.
+async fn start_of<R: AsyncRead + Unpin>(rd: &mut R, prefix: [u8; 4]) -> String {
+    let mut start = prefix.to_vec();
+    let mut more = [0u8; 36];
+    if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), rd.read(&mut more)).await {
+        start.extend_from_slice(&more[..n]);
+    }
+    if let Some(end) = start.iter().position(|b| *b == b'\r' || *b == b'\n') {
+        start.truncate(end.max(4));
+    }
+    format!("\"{}\"", start.escape_ascii())
+}
+
 /// Reads one frame body (without the size prefix).
 async fn read_frame<R: AsyncRead + Unpin>(
     rd: &mut R,
@@ -349,7 +385,16 @@ async fn read_frame<R: AsyncRead + Unpin>(
             }
         }
     }
+    let prefix = size;
     let size = i32::from_be_bytes(size);
+    if (size < 4 || size as usize > max)
+        && let Some(guess) = foreign(prefix)
+    {
+        return Err(TransportError::NotKafka {
+            start: start_of(rd, prefix).await,
+            guess,
+        });
+    }
     // At least a correlation id.
     if size < 4 {
         return Err(TransportError::InvalidFrameSize { size });
@@ -705,7 +750,11 @@ mod tests {
         let first = conn.send(&find("g"), T).await.unwrap_err();
         assert!(conn.is_failed());
         let second = conn.send(&find("g"), T).await.unwrap_err();
-        (first, second)
+        // Each names the broker.
+        for e in [&first, &second] {
+            assert_eq!(e.broker(), Some(conn.addr()), "{e:?}");
+        }
+        (first.root().clone(), second.root().clone())
     }
 
     #[tokio::test]
@@ -772,7 +821,7 @@ mod tests {
         let e = conn.send(&find("g"), T).await.unwrap_err();
         broker.await.unwrap();
         assert_eq!(
-            e,
+            *e.root(),
             TransportError::TruncatedFrame {
                 expected: 104,
                 received: 14
@@ -812,8 +861,8 @@ mod tests {
         let want = TransportError::UnknownCorrelationId {
             correlation_id: 0x7f00_0000,
         };
-        assert_eq!(a.unwrap_err(), want);
-        assert_eq!(b.unwrap_err(), want);
+        assert_eq!(a.unwrap_err().root(), &want);
+        assert_eq!(b.unwrap_err().root(), &want);
     }
 
     #[tokio::test]

@@ -154,21 +154,24 @@ pub(super) fn check_sizes(api: ApiKey, version: i16, body: &[u8]) -> Walk {
 fn api_versions(c: &mut Cursor, v: i16) -> Walk {
     let flex = v >= 3;
     c.skip(2)?;
-    c.array(flex, |c| {
-        c.skip(6)?;
-        c.tags(flex)
+    c.field("ApiKeys", |c| {
+        c.array(flex, |c| {
+            c.skip(6)?;
+            c.tags(flex)
+        })
     })?;
     c.skip_if(v >= 1, 4)?;
     if !flex {
         return Ok(());
     }
     let feature = |c: &mut Cursor| {
-        c.string(true)?;
+        c.field("Name", |c| c.string(true))?;
         c.skip(4)?;
         c.tags(true)
     };
     c.tags_with(|c, tag| match tag {
-        0 | 2 => Some(c.array(true, feature)),
+        0 => Some(c.field("SupportedFeatures", |c| c.array(true, feature))),
+        2 => Some(c.field("FinalizedFeatures", |c| c.array(true, feature))),
         1 => Some(c.skip(8)),
         3 => Some(c.skip(1)),
         _ => None,
@@ -182,19 +185,21 @@ fn find_coordinator(c: &mut Cursor, v: i16) -> Walk {
     if v <= 3 {
         c.skip(2)?;
         if v >= 1 {
-            c.string(flex)?;
+            c.field("ErrorMessage", |c| c.string(flex))?;
         }
         c.skip(4)?;
-        c.string(flex)?;
+        c.field("Host", |c| c.string(flex))?;
         c.skip(4)?;
     } else {
-        c.array(true, |c| {
-            c.string(true)?;
-            c.skip(4)?;
-            c.string(true)?;
-            c.skip(6)?;
-            c.string(true)?;
-            c.tags(true)
+        c.field("Coordinators", |c| {
+            c.array(true, |c| {
+                c.field("Key", |c| c.string(true))?;
+                c.skip(4)?;
+                c.field("Host", |c| c.string(true))?;
+                c.skip(6)?;
+                c.field("ErrorMessage", |c| c.string(true))?;
+                c.tags(true)
+            })
         })?;
     }
     c.tags(flex)

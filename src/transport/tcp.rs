@@ -73,6 +73,7 @@ struct Inner {
 struct Dialled {
     failures: u32,
     retry_at: tokio::time::Instant,
+    failed_at: tokio::time::Instant,
     last_error: String,
 }
 
@@ -372,11 +373,13 @@ impl TcpTransport {
         let failures = dialled.get(addr).map_or(0, |d| d.failures);
         let delay = backoff.delay(failures, &mut self.inner.jitter.lock().expect("lock"));
         tracing::debug!(%addr, failures, ?delay, %error, "connect failed; reconnect backoff");
+        let now = tokio::time::Instant::now();
         dialled.insert(
             addr.to_owned(),
             Dialled {
                 failures: failures.saturating_add(1),
-                retry_at: crate::transport::later(tokio::time::Instant::now(), delay),
+                retry_at: crate::transport::later(now, delay),
+                failed_at: now,
                 last_error: error.to_string(),
             },
         );
@@ -557,12 +560,41 @@ impl Transport for TcpTransport {
         timeout: Duration,
     ) -> Result<Response, TransportError> {
         let started = tokio::time::Instant::now();
-        let conn = self.connection(&target, timeout).await?;
+        let conn = self
+            .connection(&target, timeout)
+            .await
+            .map_err(|e| at_broker(e, self.last_dialled(&target)))?;
         let left = timeout.saturating_sub(started.elapsed());
         let response = conn
             .send(&request, left.max(Duration::from_millis(1)))
             .await?;
         self.learn(&response);
         Ok(response)
+    }
+}
+
+/// A failed connection setup's `error` naming `addr`, when it does not name its broker itself.
+fn at_broker(error: TransportError, addr: Option<String>) -> TransportError {
+    match addr {
+        Some(addr) => error.at_broker(&addr),
+        None => error,
+    }
+}
+
+impl TcpTransport {
+    /// The address a connection to `target` was tried at last: the broker's own, or for
+    /// [`Target::Bootstrap`] the address whose connect failed most recently.
+    fn last_dialled(&self, target: &Target) -> Option<String> {
+        match target {
+            Target::Node(b) | Target::Coordinator(b) => Some(format!("{}:{}", b.host, b.port)),
+            Target::Bootstrap => self
+                .inner
+                .dialled
+                .lock()
+                .expect("lock")
+                .iter()
+                .max_by_key(|(_, d)| d.failed_at)
+                .map(|(a, _)| a.clone()),
+        }
     }
 }

@@ -126,10 +126,15 @@ pub(crate) async fn handshake(
 ) -> Result<TlsStream<TcpStream>, TransportError> {
     let name = ServerName::try_from(host.to_owned())
         .map_err(|e| tls_error(format!("server name {host:?}: {e}")))?;
-    connector
-        .connect(name, stream)
-        .await
-        .map_err(|e| tls_error(format!("handshake with {host}: {e}")))
+    connector.connect(name, stream).await.map_err(|e| {
+        // A listener that closes the connection on a ClientHello does not speak TLS.
+        let hint = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            " (the peer closed the connection: a plaintext listener? check security.protocol)"
+        } else {
+            ""
+        };
+        tls_error(format!("handshake with {host}: {e}{hint}"))
+    })
 }
 
 /// Verifies the chain and signatures but accepts any host name

@@ -637,6 +637,9 @@ impl StreamsMember {
                 },
                 Event::Fatal(e) => StreamsEvent::Fatal(e),
                 Event::Closed => StreamsEvent::Closed,
+                Event::ConnectionTrouble { broker, error } => {
+                    StreamsEvent::ConnectionTrouble { broker, error }
+                }
                 other => {
                     tracing::debug!(event = ?other, "streams member: no streams form of this event");
                     continue;

@@ -164,6 +164,15 @@ pub enum StreamsEvent {
     Fatal(GroupError),
     /// The member closed (after its leave heartbeat, if one was due).
     Closed,
+    /// Finding the coordinator fails in a way retrying will most likely not fix (see
+    /// [`Event::ConnectionTrouble`](crate::machine::events::Event::ConnectionTrouble)); the
+    /// member keeps retrying with backoff.
+    ConnectionTrouble {
+        /// The broker (`host:port (bootstrap)`, or `(bootstrap)`).
+        broker: String,
+        /// The failure.
+        error: crate::error::TransportError,
+    },
 }
 
 #[cfg(test)]
