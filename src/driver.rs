@@ -188,6 +188,17 @@ impl Polling {
         self.mark(at);
     }
 
+    /// An event was handed over at `at`: a wait under way ends there (an event the application
+    /// has not asked for yet is no poll).
+    fn delivered(&self, at: Instant) {
+        if self
+            .waiting
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.mark(at);
+        }
+    }
+
     fn mark(&self, at: Instant) {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
     }
@@ -814,7 +825,7 @@ struct Events<E> {
 impl<E> Events<E> {
     fn send(&self, event: E) {
         if self.tx.send(event).is_ok() {
-            self.polling.end(Instant::now());
+            self.polling.delivered(Instant::now());
         }
     }
 }

@@ -3,6 +3,8 @@
 //! `close()`, and errors that convert into `consumer_membership::Error`.
 
 use std::pin::Pin;
+use std::sync::atomic::AtomicI16;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,11 +35,16 @@ fn s(x: &str) -> StrBytes {
 /// A classic coordinator for one member: names it "m-1", makes it a follower, assigns `t-0`, and
 /// answers its LeaveGroup with `leave_error` on the member.
 fn coordinator(leave_error: i16) -> MemoryTransport {
-    coordinator_seen_by(leave_error, Arc::default())
+    coordinator_seen_by(leave_error, Arc::default(), Arc::default())
 }
 
 /// As [`coordinator`], and the name of the thread each request is handled on goes to `threads`.
-fn coordinator_seen_by(leave_error: i16, threads: Arc<Mutex<Vec<String>>>) -> MemoryTransport {
+/// Heartbeats are answered with the code in `heartbeat_error` at the time.
+fn coordinator_seen_by(
+    leave_error: i16,
+    threads: Arc<Mutex<Vec<String>>>,
+    heartbeat_error: Arc<AtomicI16>,
+) -> MemoryTransport {
     MemoryTransport::new(move |_: &_, body: RequestBody, version: i16| {
         let thread = std::thread::current().name().unwrap_or("?").to_owned();
         threads.lock().unwrap().push(thread);
@@ -82,9 +89,9 @@ fn coordinator_seen_by(leave_error: i16, threads: Arc<Mutex<Vec<String>>>) -> Me
                         .with_assignment(assignment.encode()),
                 )
             }
-            RequestBody::Kafka(RequestKind::Heartbeat(_)) => {
-                ResponseKind::Heartbeat(HeartbeatResponse::default())
-            }
+            RequestBody::Kafka(RequestKind::Heartbeat(_)) => ResponseKind::Heartbeat(
+                HeartbeatResponse::default().with_error_code(heartbeat_error.load(SeqCst)),
+            ),
             RequestBody::Kafka(RequestKind::Metadata(r)) => ResponseKind::Metadata(metadata(r)),
             RequestBody::Kafka(RequestKind::LeaveGroup(r)) => {
                 let member = |m: kafka_protocol::messages::leave_group_request::MemberIdentity| {
@@ -169,7 +176,7 @@ fn a_member_started_on_its_own_runtime_runs_there_and_serves_another() {
         .build()
         .unwrap();
     let threads = Arc::new(Mutex::new(Vec::new()));
-    let t = Arc::new(coordinator_seen_by(0, threads.clone()));
+    let t = Arc::new(coordinator_seen_by(0, threads.clone(), Arc::default()));
     let member = GroupMember::start_on(membership.handle(), t, config());
     let mut m = member.expect("valid config");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -409,4 +416,39 @@ async fn a_task_that_panics_ends_the_events_with_a_typed_fatal() {
         other => panic!("the stream ended with {other:?}"),
     }
     assert_eq!(m.poll().await, Err(ApiMisuse::Stopped));
+}
+
+/// `close()` while a `Revoking` event is still unread takes the ticket back and leaves at once:
+/// the leave is answered well within `request.timeout.ms`, not `TimedOut` with no leave sent.
+#[tokio::test]
+async fn close_with_an_unread_revocation_leaves_at_once() {
+    let rebalancing = Arc::new(AtomicI16::new(0));
+    let t = Arc::new(coordinator_seen_by(0, Arc::default(), rebalancing.clone()));
+    let mut m = assigned(&t, config()).await;
+    // REBALANCE_IN_PROGRESS: the eager member revokes its partitions and waits for the ticket.
+    rebalancing.store(27, SeqCst);
+    let revoking = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let s = m.snapshot().await.expect("running");
+            if s.state == consumer_membership::MemberState::AwaitRevoke {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    revoking.await.expect("a revocation under way");
+    let started = std::time::Instant::now();
+    let outcome = m.close(CloseOptions::Default).await;
+    assert_eq!(outcome, CloseOutcome::Left { error: None });
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let events = drain(&mut m).await;
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Revoking { .. })),
+        "the Revoking event was still unread: {events:?}"
+    );
+    assert_eq!(events.last(), Some(&Event::Closed));
 }

@@ -230,10 +230,10 @@ impl CloseKind {
     }
 }
 
-/// What waits for a revocation ticket before leaving.
+/// What waits for a revocation ticket before leaving (a close does not: it takes the ticket
+/// back).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Deferred {
-    Close(CloseKind),
     /// Classic: an `unsubscribe()` (LeaveGroup as `CloseOptions::Default` would, then
     /// Unsubscribed).
     Unsubscribe,
@@ -1694,13 +1694,9 @@ impl Run {
         {
             self.check_unsubscribe_during_revocation(&after, step);
         }
-        // A close or unsubscribe waiting for a revocation ticket leaves once the ticket is back.
+        // An unsubscribe waiting for a revocation ticket leaves once the ticket is back.
         if step.revocation_completed {
             match self.deferred.take() {
-                Some(Deferred::Close(kind)) => {
-                    self.reach("deferred close after the ticket".into());
-                    self.check_close(kind, before, true, step);
-                }
                 Some(Deferred::Unsubscribe) => {
                     self.reach("deferred unsubscribe after the ticket".into());
                     self.check_unsubscribe_after_ticket(before, &after, step);
@@ -1855,9 +1851,8 @@ impl Run {
                 self.deferred = Some(Deferred::Unsubscribe);
                 self.deferred_since = Some(self.now);
             }
-            // A second unsubscribe changes nothing (a close cannot be pending: not closing).
+            // A second unsubscribe changes nothing.
             Some(Deferred::Unsubscribe) => {}
-            Some(d @ Deferred::Close(_)) => self.violation(&format!("{d:?} pending, not closing")),
         }
         self.reach("unsubscribe during a revocation".into());
     }
@@ -1884,20 +1879,11 @@ impl Run {
     fn check_close(&mut self, kind: CloseKind, before: &Snapshot, join_sent: bool, step: &Step) {
         let is_static = self.setup.variant.is_static();
         if before.state == MemberState::AwaitRevoke && !step.revocation_completed {
-            // The leave waits for the ticket (the partitions being revoked must not move
-            // before the application committed them).
-            if !step.leaves.is_empty() {
-                self.violation(&format!(
-                    "close({kind:?}) during a revocation left at once: {:?}",
-                    step.leaves
-                ));
-            }
-            // A close after a deferred unsubscribe takes it over: how, not when.
-            if self.deferred.replace(Deferred::Close(kind)).is_none() {
-                self.deferred_since = Some(self.now);
-            }
+            // A close takes the ticket back and leaves at once (the rebalance must not wait
+            // for a ticket the application may not have read); it ends a deferred unsubscribe.
+            self.deferred = None;
+            self.deferred_since = None;
             self.reach("close during a revocation".into());
-            return;
         }
         if self.setup.variant.classic() {
             // `maybeLeaveGroup` with this crate's rule: dynamic members leave unless told to
@@ -2515,58 +2501,8 @@ mod regressions {
         assert_eq!(h.m.state(), MemberState::Closed);
     }
 
-    /// `consumer_unreleased_outside_a_join`, static member: a close deferred during a
-    /// revocation is dropped.
-    #[test]
-    fn consumer_unreleased_instance_does_not_drop_a_deferred_close() {
-        let mut h = M::new(Variant::ConsumerStatic);
-        h.m.subscribe(["t0".to_string()], h.now).unwrap();
-        h.find_coordinator();
-        let join = h.one(ApiKey::ConsumerGroupHeartbeat);
-        h.answer(&join, consumer_heartbeat_answer(1, &[0]));
-        let metadata = h.metadata_request();
-        h.answer(&metadata, metadata_answer());
-        let ack = h.one(ApiKey::ConsumerGroupHeartbeat);
-        h.answer(&ack, consumer_heartbeat_answer(2, &[]));
-        assert_eq!(h.m.state(), MemberState::AwaitRevoke);
-        h.drain();
-        h.m.close(CloseOptions::Default, h.now);
-        h.advance(1000);
-        let hb = h.one(ApiKey::ConsumerGroupHeartbeat);
-        assert_eq!(epoch_of(&hb), 2);
-        h.answer(
-            &hb,
-            ResponseKind::ConsumerGroupHeartbeat(
-                ConsumerGroupHeartbeatResponse::default()
-                    .with_error_code(111)
-                    .with_member_id(Some(s(CONSUMER_ID))),
-            ),
-        );
-        if let Some(leave) = h.drain().first() {
-            h.answer(
-                leave,
-                ResponseKind::ConsumerGroupHeartbeat(
-                    ConsumerGroupHeartbeatResponse::default()
-                        .with_member_id(Some(s(CONSUMER_ID)))
-                        .with_member_epoch(-2),
-                ),
-            );
-        }
-        assert!(
-            matches!(
-                h.m.state(),
-                MemberState::AwaitRevoke
-                    | MemberState::Leaving
-                    | MemberState::Closed
-                    | MemberState::Fatal
-            ),
-            "a closing member went on to {}",
-            h.m.state()
-        );
-    }
-
-    /// `calls_after_close_cancel_it`, consumer, `unsubscribe()`: the close waits for the
-    /// revocation ticket.
+    /// `calls_after_close_cancel_it`, consumer, `unsubscribe()`: a close during a revocation
+    /// leaves at once and an unsubscribe after it does not cancel it.
     #[test]
     fn consumer_unsubscribe_after_a_deferred_close_does_not_cancel_it() {
         let mut h = M::new(Variant::ConsumerDynamic);
@@ -2589,8 +2525,11 @@ mod regressions {
         h.drain();
         h.m.close(CloseOptions::Default, h.now);
         h.m.unsubscribe(h.now);
-        h.m.complete_revocation(ticket.expect("a ticket"), h.now)
-            .unwrap();
+        // The close took the ticket back and left at once.
+        assert!(
+            h.m.complete_revocation(ticket.expect("a ticket"), h.now)
+                .is_err()
+        );
         let leave = h.one(ApiKey::ConsumerGroupHeartbeat);
         assert_eq!(epoch_of(&leave), -1);
         h.answer(

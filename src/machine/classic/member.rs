@@ -574,13 +574,11 @@ impl ClassicMember {
     /// Closes the member. Owned partitions are released ([`Event::Revoked`]); a LeaveGroup is
     /// sent when `options` ask for it (see [`CloseOptions`]); then [`Event::Closed`].
     ///
-    /// While a revocation ticket is out ([`Event::Revoking`] not yet handed back), the close
-    /// waits for it: a LeaveGroup would let the coordinator hand the partitions being revoked to
-    /// other members before the application committed them. The member stays in its generation
-    /// meanwhile (heartbeats, commits); once the ticket is back, or `max.poll.interval.ms` after
-    /// the close without it (after the unsubscribe, when one was already waiting), the close
-    /// goes on as asked. [`unsubscribe`](Self::unsubscribe) waits the same way; so does the
-    /// consumer member.
+    /// A revocation ticket still out ([`Event::Revoking`] not yet handed back, or not even read)
+    /// is taken back: the close leaves at once, so the group's rebalance does not wait for a
+    /// ticket the application may never see. Commit what was processed before closing.
+    /// ([`unsubscribe`](Self::unsubscribe) waits for the ticket instead, bounded by
+    /// `max.poll.interval.ms`.) The consumer and streams members close the same way.
     pub fn close(&mut self, options: CloseOptions, now: Instant) {
         if !self.begin_close(now) {
             return;
@@ -592,10 +590,14 @@ impl ClassicMember {
             *then_close = true;
             return;
         }
-        self.release_owned();
-        if self.defer_leave(options, true) {
-            return;
+        // A close takes an outstanding revocation ticket back (the application commits what it
+        // processed before it closes): waiting for it would hold the group's rebalance, and the
+        // close, until max.poll.interval.ms whenever the Revoking event is still unread.
+        if let Phase::AwaitRevoke { leave, .. } = &mut self.phase {
+            leave.take();
+            tracing::info!(group = %self.shell.config.group_id, "close takes the revocation ticket back");
         }
+        self.release_owned();
         self.shell.timers.stop(Timer::PollInterval);
         self.leave(options, true, Reason::Closed);
     }

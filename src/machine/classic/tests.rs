@@ -765,46 +765,29 @@ fn a_leader_that_loses_its_generation_drops_its_metadata_deadline() {
     }
 }
 
+/// A close takes an outstanding revocation ticket back and leaves at once: the rebalance does
+/// not wait for a ticket the application may not even have read (the README's loop drains
+/// events only after `close()` returned).
 #[test]
-fn close_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
+fn close_during_a_revocation_takes_the_ticket_back_and_leaves_at_once() {
     let (mut h, ticket) = Harness::revoking(None, "m-1");
     h.m.close(CloseOptions::Default, h.now);
-    assert_eq!(
-        leaves(&h.drain()),
-        0,
-        "LeaveGroup before the ticket is back"
-    );
-    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
-    assert!(!h.take_events().contains(&Event::Closed));
-    // Still in its generation meanwhile: commits and heartbeats go out.
-    h.m.commit(
-        vec![CommitOffset {
-            partition: TopicPartition::new("t", 0),
-            offset: 7,
-            metadata: None,
-        }],
-        h.now,
-    );
-    let commit = h.one();
-    assert!(
-        matches!(body(&commit), RequestKind::OffsetCommit(ref r) if r.generation_id_or_member_epoch == 1 && r.member_id.as_str() == "m-1"),
-        "{commit:?}"
-    );
-    h.advance(Duration::from_secs(2));
-    assert_eq!(leaves(&h.drain()), 0);
-    // Calls after close do not undo it.
-    assert_eq!(
-        h.m.subscribe(["t".to_string()], h.now),
-        Err(crate::error::ApiMisuse::Stopped)
-    );
-    h.m.unsubscribe(h.now);
-    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
-    h.m.complete_revocation(ticket, h.now).unwrap();
     let leave = h.one();
     let RequestKind::LeaveGroup(l) = body(&leave) else {
         panic!("{leave:?}")
     };
     assert_eq!(l.members[0].member_id.as_str(), "m-1");
+    assert_eq!(h.m.state(), MemberState::Leaving);
+    // The ticket handed back late is no longer awaited.
+    assert_eq!(
+        h.m.complete_revocation(ticket, h.now),
+        Err(crate::error::ApiMisuse::UnknownTicket)
+    );
+    // Calls after close do not undo it.
+    assert_eq!(
+        h.m.subscribe(["t".to_string()], h.now),
+        Err(crate::error::ApiMisuse::Stopped)
+    );
     h.answer(
         &leave,
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
@@ -812,45 +795,12 @@ fn close_during_a_revocation_sends_leave_group_only_once_the_ticket_is_back() {
     assert_eq!(h.m.state(), MemberState::Closed);
     assert!(h.take_events().contains(&Event::Closed));
 
-    // A static member owes no LeaveGroup: it closes once the ticket is back, keeping its id.
-    let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
+    // A static member owes no LeaveGroup: it closes at once, keeping its id.
+    let (mut h, _ticket) = Harness::revoking(Some("i1"), "i1-abc");
     h.m.close(CloseOptions::Default, h.now);
-    assert!(h.drain().is_empty());
-    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
-    h.m.complete_revocation(ticket, h.now).unwrap();
     assert_eq!(leaves(&h.drain()), 0);
     assert_eq!(h.m.state(), MemberState::Closed);
     assert_eq!(h.m.member_id(), "i1-abc");
-}
-
-#[test]
-fn close_during_a_revocation_goes_on_without_the_ticket_after_max_poll_interval() {
-    let (mut h, _ticket) = Harness::revoking(None, "m-1");
-    h.m.close(CloseOptions::Default, h.now);
-    let mut sent = Vec::new();
-    for _ in 0..29 {
-        h.advance(Duration::from_secs(1));
-        for out in h.drain() {
-            if matches!(body(&out), RequestKind::Heartbeat(_)) {
-                h.heartbeat_answer(&out, 0);
-            }
-            sent.push(out);
-        }
-    }
-    assert_eq!(leaves(&sent), 0, "LeaveGroup before max.poll.interval.ms");
-    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
-    h.advance(Duration::from_secs(1));
-    let out = h.drain();
-    assert_eq!(leaves(&out), 1, "{out:#?}");
-    assert_eq!(h.m.state(), MemberState::Leaving);
-    // A heartbeat error that voids the revocation closes at once too.
-    let (mut h, _ticket) = Harness::revoking(None, "m-1");
-    h.m.close(CloseOptions::Default, h.now);
-    let hb = h.heartbeat();
-    h.heartbeat_answer(&hb, 25);
-    assert_eq!(leaves(&h.drain()), 0, "no member id left to leave with");
-    assert_eq!(h.m.state(), MemberState::Closed);
-    assert!(h.take_events().contains(&Event::Closed));
 }
 
 #[test]
@@ -1185,25 +1135,24 @@ fn subscribe_before_the_ticket_cancels_a_deferred_unsubscribe() {
 
 #[test]
 fn close_after_a_deferred_unsubscribe_still_closes() {
-    // Dynamic, with the ticket: the close takes the unsubscribe's place.
+    // Dynamic: the unsubscribe waits for the ticket; the close ends the wait and leaves.
     let (mut h, ticket) = Harness::revoking(None, "m-1");
     h.m.unsubscribe(h.now);
     h.heartbeats_for(Duration::from_secs(5));
-    h.m.close(CloseOptions::Default, h.now);
-    assert_eq!(leaves(&h.drain()), 0);
     assert_eq!(h.m.state(), MemberState::AwaitRevoke);
+    h.m.close(CloseOptions::Default, h.now);
+    let leave = h.one();
+    assert!(
+        matches!(body(&leave), RequestKind::LeaveGroup(_)),
+        "{leave:?}"
+    );
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
         Err(crate::error::ApiMisuse::Stopped)
     );
-    h.m.complete_revocation(ticket, h.now).unwrap();
-    let leave = h.one();
-    let RequestKind::LeaveGroup(l) = body(&leave) else {
-        panic!("{leave:?}")
-    };
     assert_eq!(
-        l.members[0].reason.as_deref(),
-        Some("closed after the revocation completed")
+        h.m.complete_revocation(ticket, h.now),
+        Err(crate::error::ApiMisuse::UnknownTicket)
     );
     h.answer(
         &leave,
@@ -1212,33 +1161,10 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
     assert_eq!(h.m.state(), MemberState::Closed);
     assert!(h.take_events().contains(&Event::Closed));
 
-    // Without the ticket: the close goes on at the unsubscribe's deadline, not its own.
-    let (mut h, _ticket) = Harness::revoking(None, "m-1");
-    h.m.unsubscribe(h.now);
-    h.heartbeats_for(Duration::from_secs(10));
-    h.m.close(CloseOptions::Default, h.now);
-    h.heartbeats_for(Duration::from_secs(19));
-    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
-    h.advance(Duration::from_secs(1));
-    let out = h.drain();
-    assert_eq!(leaves(&out), 1, "{out:#?}");
-    let leave = out
-        .into_iter()
-        .find(|o| matches!(body(o), RequestKind::LeaveGroup(_)))
-        .unwrap();
-    h.answer(
-        &leave,
-        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
-    );
-    assert_eq!(h.m.state(), MemberState::Closed);
-    assert!(h.take_events().contains(&Event::Closed));
-
-    // Static: a close(LeaveGroup) after the unsubscribe changes how the member leaves.
-    let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
+    // Static: a close(LeaveGroup) after the unsubscribe leaves with the instance id.
+    let (mut h, _ticket) = Harness::revoking(Some("i1"), "i1-abc");
     h.m.unsubscribe(h.now);
     h.m.close(CloseOptions::LeaveGroup, h.now);
-    assert!(h.drain().is_empty());
-    h.m.complete_revocation(ticket, h.now).unwrap();
     let leave = h.one();
     let RequestKind::LeaveGroup(l) = body(&leave) else {
         panic!("{leave:?}")
@@ -1249,16 +1175,6 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
         ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
     );
     assert_eq!(h.m.state(), MemberState::Closed);
-
-    // Static, default close: closes at the ticket without LeaveGroup, keeping its id.
-    let (mut h, ticket) = Harness::revoking(Some("i1"), "i1-abc");
-    h.m.unsubscribe(h.now);
-    h.m.close(CloseOptions::Default, h.now);
-    h.m.complete_revocation(ticket, h.now).unwrap();
-    assert_eq!(leaves(&h.drain()), 0);
-    assert_eq!(h.m.state(), MemberState::Closed);
-    assert_eq!(h.m.member_id(), "i1-abc");
-    assert!(h.take_events().contains(&Event::Closed));
 }
 
 /// A cooperative member that rejoins after generations went by without it (a static member's

@@ -523,6 +523,14 @@ impl ConsumerMember {
             *then = AfterLeave::Close;
             return;
         }
+        // A close takes an outstanding revocation ticket back (as the classic member's does).
+        if let Phase::AwaitRevoke { revoking, .. } = &self.phase {
+            for tp in revoking.clone() {
+                self.owned.remove(&tp);
+            }
+            self.deferred_leave = None;
+            self.set_phase(Phase::Reconciling, Reason::Closed);
+        }
         self.leave_when_revoked(options, AfterLeave::Close, Reason::Closed);
     }
 

@@ -2315,22 +2315,22 @@ fn unreleased_instance_id_outside_a_static_join_is_fatal() {
 }
 
 #[test]
-fn unreleased_instance_recovery_keeps_a_close_deferred_during_a_revocation() {
+fn a_close_during_a_revocation_takes_the_ticket_back_and_leaves_at_once() {
     let mut h = Harness::joined(Some("i1"));
-    // The broker takes t-0 away and (oddly) answers epoch 0: the next heartbeat is a join.
+    // The broker takes t-0 away and (oddly) answers epoch 0.
     let (hb, _) = h.regular(Duration::from_secs(1));
     h.hb_answer(&hb, ok(0, 1000, Some(&[(T, &[1])])));
     assert_eq!(h.m.state(), MemberState::AwaitRevoke);
     h.nothing("waiting for the ticket");
-    let _ticket = take_revoking(&mut h.events);
+    let (_, ticket) = take_revoking(&mut h.events);
     h.m.close(CloseOptions::Default, h.now);
-    h.nothing("the close waits for the ticket");
-    let (join, b) = h.regular(Duration::from_secs(1));
-    assert_eq!(b.member_epoch, 0);
-    h.hb_answer(&join, err(111));
-    // The recovery's -2 leave is the close's leave: the member closes instead of rejoining.
+    // A static member's close: the -2 leave with its own id, at once.
     let (leave, b) = h.expect_hb();
     assert_eq!((b.member_epoch, b.member_id.as_str()), (-2, ID));
+    assert_eq!(
+        h.m.complete_revocation(ticket, h.now),
+        Err(ApiMisuse::UnknownTicket)
+    );
     h.hb_answer(&leave, ok(-2, 0, None));
     assert_eq!(h.m.state(), MemberState::Closed);
     assert!(h.take_events().contains(&Event::Closed));
@@ -2354,20 +2354,18 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
     h.nothing("nothing after the leave");
     h.hb_answer(&leave, ok(-1, 0, None));
     assert_eq!(h.m.state(), MemberState::Closed);
-    // A close deferred during a revocation keeps its kind: unsubscribe() does not replace it.
+    // A close during a revocation leaves at once; unsubscribe() after it does not replace it.
     let mut h = Harness::joined(None);
     let (hb, _) = h.regular(Duration::from_secs(1));
     h.hb_answer(&hb, ok(2, 1000, Some(&[(T, &[1])])));
     h.nothing("waiting for the ticket");
-    let (_, ticket) = take_revoking(&mut h.events);
+    let (_, _ticket) = take_revoking(&mut h.events);
     h.m.close(CloseOptions::Default, h.now);
     h.m.unsubscribe(h.now);
     assert_eq!(
         h.m.subscribe(["t".to_string()], h.now),
         Err(ApiMisuse::Stopped)
     );
-    assert_eq!(h.m.state(), MemberState::AwaitRevoke);
-    h.m.complete_revocation(ticket, h.now).unwrap();
     let (leave, b) = h.expect_hb();
     assert_eq!(b.member_epoch, -1);
     h.hb_answer(&leave, ok(-1, 0, None));
