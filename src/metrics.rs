@@ -412,6 +412,7 @@ fn commit_error_reason(e: &CommitError) -> &'static str {
         CommitError::FencedInstanceId { .. } => "fenced_instance_id",
         CommitError::Retriable { .. } => "retriable",
         CommitError::Rejected { .. } => "rejected",
+        CommitError::NotOwned { .. } => "not_owned",
         CommitError::Closed | CommitError::Fatal(_) => "stopped",
         CommitError::Transport(_) => "transport",
         CommitError::TimedOut { .. } => "timed_out",

@@ -107,6 +107,15 @@ pub enum CommitError {
         /// The Kafka error code.
         code: i16,
     },
+    /// The member does not own these partitions now (never assigned, revoked or lost): a commit
+    /// for them could overwrite the progress of the member that owns them. Checked at every
+    /// attempt, so a commit retried across a rebalance never goes out under the new generation
+    /// or epoch for partitions that moved.
+    #[error("commit refused: the member does not own {partitions:?}")]
+    NotOwned {
+        /// The partitions of the commit the member does not own.
+        partitions: Vec<TopicPartition>,
+    },
     /// The member is closed (`close()` was called, or its task ended).
     #[error("the member is closed")]
     Closed,

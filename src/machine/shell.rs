@@ -110,6 +110,12 @@ macro_rules! skeleton {
                 let $m = self;
                 $take_owned
             }
+
+            fn owned_partitions(
+                &self,
+            ) -> std::collections::BTreeSet<$crate::machine::TopicPartition> {
+                self.committable()
+            }
         }
     };
 }
@@ -140,6 +146,8 @@ pub(crate) trait Skeleton {
     fn shell_ref(&self) -> &Shell<Self::Sent>;
     /// Gives up every owned partition; returns them.
     fn take_owned(&mut self) -> Vec<TopicPartition>;
+    /// The partitions the member owns now (what it may commit).
+    fn owned_partitions(&self) -> BTreeSet<TopicPartition>;
 
     /// Closed or stopped by a terminal error.
     fn stopped(&self) -> bool {
@@ -232,7 +240,15 @@ pub(crate) trait Skeleton {
         refusal: impl FnOnce(&Self) -> Option<CommitError>,
     ) -> CommitId {
         self.shell().advance(now);
-        let refusal = refusal(self);
+        let refusal = refusal(self).or_else(|| {
+            let owned = self.owned_partitions();
+            let partitions: Vec<TopicPartition> = (offsets.iter())
+                .map(|o| &o.partition)
+                .filter(|tp| !owned.contains(tp))
+                .cloned()
+                .collect();
+            (!partitions.is_empty()).then_some(CommitError::NotOwned { partitions })
+        });
         let shell = self.shell();
         let id = CommitId(shell.next_op());
         shell

@@ -493,8 +493,9 @@ impl World {
     /// What a member owns is what the application holds: its assignment plus the partitions of
     /// revocation tickets the application has not handed back yet (it is still committing and
     /// processing them), until the member declares them lost ([`Event::Lost`], a fatal error)
-    /// or the process dies. An [`Event::Revoked`] (close, unsubscribe) does not end a pending
-    /// revocation: as in the Java client, the leave must wait for the application.
+    /// or the process dies, or it closes the member (a close takes the tickets back: the
+    /// application stopped before it closed). An [`Event::Revoked`] of an unsubscribe does not
+    /// end a pending revocation: that leave waits for the application.
     ///
     /// `recheck`: the processes whose claims may have changed (their member, its state at the
     /// coordinator, or its released partitions); `group`: whether the coordinator has a

@@ -929,6 +929,11 @@ impl World {
     pub fn close(&mut self, h: MemberHandle, options: CloseOptions) {
         let what = format!("close {options:?}");
         self.with(h, &what, |m, now| m.close(options, now));
+        // The close takes every revocation ticket back: the application stopped processing
+        // (and committed) before it closed, so it holds nothing the close released.
+        let p = self.slots[h.0];
+        self.procs[p].tickets.clear();
+        self.procs[p].revoking.clear();
     }
 
     /// Commits offset `offset` for every partition the slot's member owns.

@@ -79,6 +79,9 @@ pub(crate) enum Phase {
     AwaitRevoke {
         ticket: u64,
         leave: Option<DeferredLeave>,
+        /// The partitions being revoked: still the application's to commit until the ticket
+        /// is back.
+        revoking: Vec<TopicPartition>,
     },
     /// JoinGroup in flight.
     Joining { request: RequestId },
@@ -291,6 +294,16 @@ impl ClassicMember {
     /// The partitions the member owns.
     pub fn assignment(&self) -> Vec<TopicPartition> {
         self.owned.iter().cloned().collect()
+    }
+
+    /// What the member may commit: what it owns, and what it is revoking until the ticket is
+    /// back.
+    fn committable(&self) -> std::collections::BTreeSet<TopicPartition> {
+        let revoking = match &self.phase {
+            Phase::AwaitRevoke { revoking, .. } => revoking.as_slice(),
+            _ => &[],
+        };
+        self.owned.iter().chain(revoking).cloned().collect()
     }
 
     /// Where the member stands.
@@ -593,8 +606,14 @@ impl ClassicMember {
         // A close takes an outstanding revocation ticket back (the application commits what it
         // processed before it closes): waiting for it would hold the group's rebalance, and the
         // close, until max.poll.interval.ms whenever the Revoking event is still unread.
-        if let Phase::AwaitRevoke { leave, .. } = &mut self.phase {
+        // The partitions being revoked are released with the rest (Event::Revoked), so an
+        // application that reads the Revoking event late still learns they are gone.
+        if let Phase::AwaitRevoke {
+            leave, revoking, ..
+        } = &mut self.phase
+        {
             leave.take();
+            self.owned.extend(std::mem::take(revoking));
             tracing::info!(group = %self.shell.config.group_id, "close takes the revocation ticket back");
         }
         self.release_owned();
@@ -764,13 +783,14 @@ impl ClassicMember {
         }
         let ticket = self.shell.next_ticket();
         self.shell.events.push_back(Event::Revoking {
-            partitions,
+            partitions: partitions.clone(),
             ticket: RevokeTicket { id: ticket },
         });
         self.set_phase(
             Phase::AwaitRevoke {
                 ticket,
                 leave: None,
+                revoking: partitions,
             },
             reason,
         );

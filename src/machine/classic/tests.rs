@@ -464,6 +464,32 @@ fn commit_during_a_rebalance_and_outside_the_group_are_typed() {
     assert!(events.iter().any(|e| matches!(e, Event::Committed { id: i, result: Err(CommitError::RebalanceInProgress) } if *i == id)), "{events:?}");
 }
 
+/// A commit names only partitions the member owns (or is revoking), checked at every attempt:
+/// one for a partition it does not own, or no longer owns once its revocation completed, is
+/// refused locally and nothing goes out.
+#[test]
+fn commits_of_partitions_the_member_does_not_own_are_refused_at_every_attempt() {
+    let offset = |topic: &str| CommitOffset {
+        partition: TopicPartition::new(topic, 0),
+        offset: 5,
+        metadata: None,
+    };
+    let (mut h, ticket) = Harness::revoking(None, "m-1");
+    let id = h.m.commit(vec![offset("t"), offset("elsewhere")], h.now);
+    assert!(h.drain().is_empty(), "nothing sent");
+    let events = h.take_events();
+    assert!(events.iter().any(|e| matches!(e, Event::Committed { id: i, result: Err(CommitError::NotOwned { partitions }) } if *i == id && partitions == &[TopicPartition::new("elsewhere", 0)])), "{events:?}");
+    // Still the application's while the ticket is out.
+    h.m.commit(vec![offset("t")], h.now);
+    assert!(matches!(body(&h.one()), RequestKind::OffsetCommit(_)));
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    h.drain();
+    // After the ticket: no longer the member's, whatever the phase.
+    let id = h.m.commit(vec![offset("t")], h.now);
+    let events = h.take_events();
+    assert!(events.iter().any(|e| matches!(e, Event::Committed { id: i, result: Err(CommitError::RebalanceInProgress | CommitError::NotOwned { .. }) } if *i == id)), "{events:?}");
+}
+
 #[test]
 fn an_empty_id_join_in_doubt_holds_the_next_one_and_forgives_one_self_fence() {
     let mut h = Harness::new(Some("i1"));

@@ -250,6 +250,12 @@ impl ConsumerMember {
         self.epoch
     }
 
+    /// What the member may commit: what it owns (the partitions being revoked stay owned until
+    /// the ticket is back).
+    fn committable(&self) -> std::collections::BTreeSet<TopicPartition> {
+        self.owned.iter().filter_map(|tp| self.named(tp)).collect()
+    }
+
     /// Owned partitions, by name (partitions of topics not yet resolved are not owned yet).
     pub fn assignment(&self) -> Vec<TopicPartition> {
         let revoking = match &self.phase {
@@ -523,11 +529,9 @@ impl ConsumerMember {
             *then = AfterLeave::Close;
             return;
         }
-        // A close takes an outstanding revocation ticket back (as the classic member's does).
-        if let Phase::AwaitRevoke { revoking, .. } = &self.phase {
-            for tp in revoking.clone() {
-                self.owned.remove(&tp);
-            }
+        // A close takes an outstanding revocation ticket back (as the classic member's does):
+        // the partitions being revoked are released with the rest.
+        if let Phase::AwaitRevoke { .. } = &self.phase {
             self.deferred_leave = None;
             self.set_phase(Phase::Reconciling, Reason::Closed);
         }

@@ -1911,6 +1911,32 @@ fn commit_carries_the_member_id_and_current_epoch_at_v9() {
     );
 }
 
+/// A commit for a partition the member does not own (never assigned, or revoked) is refused
+/// locally at every attempt, typed, and nothing goes out.
+#[test]
+fn a_commit_of_a_partition_the_member_does_not_own_is_refused() {
+    let mut h = Harness::joined(None);
+    let id = h.m.commit(
+        vec![CommitOffset {
+            partition: tp("t", 3),
+            offset: 1,
+            metadata: None,
+        }],
+        h.now,
+    );
+    h.nothing("a refused commit sends nothing");
+    let events = h.take_events();
+    assert!(
+        events.contains(&Event::Committed {
+            id,
+            result: Err(CommitError::NotOwned {
+                partitions: vec![tp("t", 3)]
+            })
+        }),
+        "{events:?}"
+    );
+}
+
 #[test]
 fn commit_outside_the_group_is_not_member_at_once() {
     // Never subscribed.

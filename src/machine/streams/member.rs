@@ -476,12 +476,9 @@ impl StreamsMember {
         if !self.in_group() {
             return self.finish_leave(AfterLeave::Close);
         }
-        // A close takes an outstanding revocation ticket back (as the classic member's does).
-        if let Phase::AwaitRevoke { revoking, .. } = &self.phase {
-            for t in revoking.clone() {
-                self.owned.active.remove(&t);
-                self.process.release(self.member_id.as_str(), &t);
-            }
+        // A close takes an outstanding revocation ticket back (as the classic member's does):
+        // the tasks being revoked are released with the rest.
+        if let Phase::AwaitRevoke { .. } = &self.phase {
             self.deferred_leave = None;
             self.set_phase(Phase::Reconciling, Reason::Closed);
         }

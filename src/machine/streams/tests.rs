@@ -1379,8 +1379,11 @@ fn a_close_during_a_revocation_takes_the_ticket_back_and_leaves_at_once() {
     let ev = h.take_events();
     assert_eq!(
         released_of(&ev),
-        vec![(tasks(&[("0", 1)], &[("1", 1)], &[]), ReleaseReason::Leaving)],
-        "everything the ticket did not cover is released"
+        vec![(
+            tasks(&[("0", 0), ("0", 1)], &[("1", 1)], &[]),
+            ReleaseReason::Leaving
+        )],
+        "the ticket's task is released with the rest"
     );
     assert!(
         h.m.process().holders(&task("0", 0)).is_empty(),
