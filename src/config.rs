@@ -57,6 +57,32 @@ pub enum SecurityProtocol {
     SaslSsl,
 }
 
+impl SecurityProtocol {
+    /// The name Kafka's `security.protocol` uses (`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`,
+    /// `SASL_SSL`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// Whether the protocol authenticates with SASL.
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    /// Whether the protocol encrypts with TLS.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+}
+
 /// `sasl.mechanism`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -185,6 +211,98 @@ impl SecurityConfig {
         /// broker's host name, `false` ("") does not.
         with_ssl_verify_hostname => ssl_verify_hostname: bool
     );
+
+    /// Checks that the settings fit `security.protocol`, as [`ClientConfig::validate`] does:
+    /// the SASL protocols need `sasl.mechanism`, `sasl.username` and `sasl.password` (none of
+    /// them empty); `sasl.*` settings with a protocol that does not use SASL, and `ssl.*.location`
+    /// settings with one that does not use TLS, are errors (a forgotten `security.protocol` would
+    /// otherwise connect without the authentication or encryption they ask for);
+    /// `ssl.certificate.location` and `ssl.key.location` come together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let protocol = self.protocol.name();
+        let sasl = [
+            ("sasl.mechanism", self.sasl_mechanism.is_some()),
+            ("sasl.username", self.sasl_username.is_some()),
+            ("sasl.password", self.sasl_password.is_some()),
+        ];
+        for (key, set) in sasl {
+            if self.protocol.uses_sasl() && !set {
+                return Err(ConfigError {
+                    key,
+                    rule: format!("is required with security.protocol={protocol}"),
+                });
+            }
+            if !self.protocol.uses_sasl() && set {
+                return Err(ConfigError {
+                    key,
+                    rule: format!(
+                        "is set, but security.protocol={protocol} does not use SASL \
+                         (use SASL_PLAINTEXT or SASL_SSL)"
+                    ),
+                });
+            }
+        }
+        if self.sasl_username.as_deref().is_some_and(str::is_empty) {
+            return Err(ConfigError {
+                key: "sasl.username",
+                rule: "must not be empty".into(),
+            });
+        }
+        if self.sasl_password.as_ref().is_some_and(|p| p.0.is_empty()) {
+            return Err(ConfigError {
+                key: "sasl.password",
+                rule: "must not be empty".into(),
+            });
+        }
+        let files = [
+            ("ssl.ca.location", &self.ssl_ca_location),
+            ("ssl.certificate.location", &self.ssl_certificate_location),
+            ("ssl.key.location", &self.ssl_key_location),
+        ];
+        for (key, path) in files {
+            if path.is_some() && !self.protocol.uses_tls() {
+                return Err(ConfigError {
+                    key,
+                    rule: format!(
+                        "is set, but security.protocol={protocol} does not use TLS (use SSL or \
+                         SASL_SSL)"
+                    ),
+                });
+            }
+        }
+        match (&self.ssl_certificate_location, &self.ssl_key_location) {
+            (Some(_), None) => Err(ConfigError {
+                key: "ssl.key.location",
+                rule: "is required when ssl.certificate.location is set".into(),
+            }),
+            (None, Some(_)) => Err(ConfigError {
+                key: "ssl.certificate.location",
+                rule: "is required when ssl.key.location is set".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// What these settings allow that weakens the connection, for a warning: host names not
+    /// verified over TLS, a SASL PLAIN password sent in cleartext.
+    pub(crate) fn weaknesses(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.protocol.uses_tls() && !self.ssl_verify_hostname {
+            out.push(
+                "ssl.endpoint.identification.algorithm is empty: the broker's certificate is \
+                 not checked against its host name",
+            );
+        }
+        if self.protocol == SecurityProtocol::SaslPlaintext
+            && self.sasl_mechanism == Some(SaslMechanism::Plain)
+        {
+            out.push(
+                "sasl.mechanism=PLAIN over security.protocol=SASL_PLAINTEXT: the password \
+                 crosses the network in cleartext",
+            );
+        }
+        out
+    }
 }
 
 /// How to reach the cluster (the transport's settings).
@@ -234,6 +352,10 @@ pub struct ClientConfig {
     pub max_response_size: usize,
     /// `client.rack` (default none).
     pub client_rack: Option<String>,
+    /// `connections.max.idle.ms` (default 9 min): a connection to a broker node (coordinator or
+    /// data path) that carried no request for this long is closed; the next request to that
+    /// node connects again.
+    pub connections_max_idle: Duration,
     /// TLS and SASL: `security.protocol`, `sasl.*`, `ssl.*` (default `PLAINTEXT`).
     pub security: SecurityConfig,
 }
@@ -252,6 +374,7 @@ impl Default for ClientConfig {
             retry_backoff_max: Duration::from_secs(1),
             max_response_size: 100 * 1024 * 1024,
             client_rack: None,
+            connections_max_idle: Duration::from_millis(540_000),
             security: SecurityConfig::default(),
         }
     }
@@ -337,6 +460,12 @@ impl ClientConfig {
     );
 
     setter!(
+        /// Sets `connections.max.idle.ms` (default 9 min; see
+        /// [`connections_max_idle`](Self::connections_max_idle)).
+        with_connections_max_idle => connections_max_idle: Duration
+    );
+
+    setter!(
         /// Sets the TLS and SASL settings (`security.protocol`, `sasl.*`, `ssl.*`; default
         /// `PLAINTEXT`).
         with_security => security: SecurityConfig
@@ -379,7 +508,10 @@ impl ClientConfig {
         if self.max_response_size < 8 {
             return err("max.response.size", "must be at least 8 bytes");
         }
-        Ok(())
+        if self.connections_max_idle.is_zero() {
+            return err("connections.max.idle.ms", "must be positive");
+        }
+        self.security.validate()
     }
 }
 
@@ -416,6 +548,75 @@ mod tests {
         assert_eq!(s.protocol, SecurityProtocol::Ssl);
         assert_eq!(s.ssl_key_location.as_deref(), Some("k.pem".as_ref()));
         assert!(!s.ssl_verify_hostname);
+    }
+
+    #[test]
+    fn builder_security_settings_need_a_protocol_that_uses_them() {
+        let with = |s: SecurityConfig| ClientConfig::new("h:1").unwrap().with_security(s);
+        let sasl = || {
+            SecurityConfig::default().with_sasl(SaslMechanism::Plain, "alice", Secret::new("pw"))
+        };
+        let e = with(sasl()).validate().unwrap_err();
+        assert_eq!(e.key, "sasl.mechanism");
+        assert_eq!(
+            e.to_string(),
+            "invalid value for sasl.mechanism: is set, but security.protocol=PLAINTEXT does not \
+             use SASL (use SASL_PLAINTEXT or SASL_SSL)"
+        );
+        let e = with(sasl().with_protocol(SecurityProtocol::Ssl))
+            .validate()
+            .unwrap_err();
+        assert!(e.rule.contains("security.protocol=SSL"), "{e}");
+        let e = with(SecurityConfig::default().with_protocol(SecurityProtocol::SaslSsl))
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            (e.key, e.rule.as_str()),
+            (
+                "sasl.mechanism",
+                "is required with security.protocol=SASL_SSL"
+            )
+        );
+        let e = with(SecurityConfig::default().with_ssl_ca_location("ca.pem"))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.key, "ssl.ca.location");
+        let e = with(
+            sasl()
+                .with_protocol(SecurityProtocol::SaslPlaintext)
+                .with_ssl_client_certificate("c.pem", "k.pem"),
+        )
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.key, "ssl.certificate.location");
+        assert!(e.rule.contains("does not use TLS"), "{e}");
+        let mut only_key = SecurityConfig::default().with_protocol(SecurityProtocol::Ssl);
+        only_key.ssl_key_location = Some("k.pem".into());
+        assert_eq!(
+            with(only_key).validate().unwrap_err().key,
+            "ssl.certificate.location"
+        );
+        let mut empty = sasl().with_protocol(SecurityProtocol::SaslSsl);
+        empty.sasl_username = Some(String::new());
+        assert_eq!(with(empty).validate().unwrap_err().key, "sasl.username");
+        with(
+            sasl()
+                .with_protocol(SecurityProtocol::SaslSsl)
+                .with_ssl_ca_location("ca.pem")
+                .with_ssl_client_certificate("c.pem", "k.pem"),
+        )
+        .validate()
+        .unwrap();
+        // Host name verification off with a protocol without TLS changes nothing: allowed.
+        with(SecurityConfig::default().with_ssl_verify_hostname(false))
+            .validate()
+            .unwrap();
+        let e = ClientConfig::new("h:1")
+            .unwrap()
+            .with_connections_max_idle(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.key, "connections.max.idle.ms");
     }
 
     #[derive(Debug)]

@@ -366,6 +366,16 @@ pub struct Snapshot {
 /// `None`. [`handle`](GroupMember::handle) gives a clonable [`MemberHandle`] for other tasks
 /// (for example one that commits while this one reads events).
 ///
+/// # Memory
+///
+/// Events are buffered without bound: the member's task never waits for the application to
+/// read them (a heartbeat must not wait on the application). An application that stops reading
+/// events while the member runs makes that buffer grow by one entry per event (state changes,
+/// assignments, revocations, commit outcomes, connection trouble), a few per rebalance in a
+/// stable group, a steady stream in one that keeps rebalancing. Nothing is dropped or coalesced:
+/// read events, or close the member. Commands from the handles are unbounded too, but every
+/// call waits for its answer, so they hold at most one entry per call in flight.
+///
 /// # Runtime
 ///
 /// [`start`](GroupMember::start) spawns the member's task with [`tokio::spawn`]: call it within

@@ -171,6 +171,12 @@ pub enum TransportError {
         /// What the peer looks like.
         guess: &'static str,
     },
+    /// The transport's [`ClientConfig`](crate::ClientConfig) does not pass
+    /// [`validate`](crate::ClientConfig::validate) (a `TcpTransport` built with `new` from such a
+    /// config fails every request with this; `try_new` returns the error itself). Nothing was
+    /// sent.
+    #[error("invalid transport config: {0}")]
+    Config(ConfigError),
     /// `error` happened on the connection to the broker at `addr`: what the TCP transport
     /// returns for failures that do not name their broker themselves (an answer that does not
     /// decode, TLS, SASL, the ApiVersions exchange). [`root`](Self::root) is `error` itself.
@@ -196,6 +202,7 @@ impl TransportError {
                 | TransportError::ApiVersions { .. }
                 | TransportError::Authentication { .. }
                 | TransportError::Tls { .. }
+                | TransportError::Config(_)
         )
     }
 }
@@ -234,6 +241,7 @@ impl TransportError {
                 | TransportError::Authentication { .. }
                 | TransportError::Tls { .. }
                 | TransportError::NotKafka { .. }
+                | TransportError::Config(_)
         )
     }
 

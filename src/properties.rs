@@ -43,7 +43,8 @@
 //! - `retry.backoff.ms` above `retry.backoff.max.ms` is an error (Java warns and uses the max);
 //! - `sasl.*` settings with a protocol that does not use SASL, and `ssl.*.location` settings with
 //!   one that does not use TLS, are errors: a forgotten `security.protocol` would otherwise connect
-//!   without the authentication or encryption the file asks for.
+//!   without the authentication or encryption the file asks for (the same rule as the builder's,
+//!   [`SecurityConfig::validate`](crate::config::SecurityConfig::validate)).
 //!
 //! Last, the configs' own [`ClientConfig::validate`] and [`GroupConfig::validate`] run.
 
@@ -63,6 +64,7 @@ pub const KEYS: &[&str] = &[
     "bootstrap.servers",
     "client.id",
     "client.rack",
+    "connections.max.idle.ms",
     "default.api.timeout.ms",
     "group.id",
     "group.instance.id",
@@ -242,6 +244,9 @@ pub fn from_properties(
     }
     if let Some(d) = p.ms("socket.connection.setup.timeout.ms")? {
         client.socket_connection_setup_timeout = d;
+    }
+    if let Some(d) = p.ms("connections.max.idle.ms")? {
+        client.connections_max_idle = d;
     }
     if let Some(v) = p.get("client.id") {
         client.client_id = v.to_owned();
@@ -571,15 +576,6 @@ impl<'a> Props<'a> {
     }
 }
 
-fn security_name(p: SecurityProtocol) -> &'static str {
-    match p {
-        SecurityProtocol::Plaintext => "PLAINTEXT",
-        SecurityProtocol::Ssl => "SSL",
-        SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
-        _ => "SASL_SSL",
-    }
-}
-
 /// The checks that involve more than one key.
 fn cross_check(
     p: &Props<'_>,
@@ -641,62 +637,9 @@ fn cross_check(
         ));
     }
 
-    let security = &client.security;
-    let protocol = security_name(security.protocol);
-    let sasl = matches!(
-        security.protocol,
-        SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
-    );
-    let tls = matches!(
-        security.protocol,
-        SecurityProtocol::Ssl | SecurityProtocol::SaslSsl
-    );
-    for key in ["sasl.mechanism", "sasl.username", "sasl.password"] {
-        if sasl && !p.is_set(key) {
-            return Err(err(
-                key,
-                format!("is required with security.protocol={protocol}"),
-            ));
-        }
-        if !sasl && p.is_set(key) {
-            return Err(err(
-                key,
-                format!(
-                    "is set, but security.protocol={protocol} does not use SASL \
-                     (use SASL_PLAINTEXT or SASL_SSL)"
-                ),
-            ));
-        }
-    }
-    for key in [
-        "ssl.ca.location",
-        "ssl.certificate.location",
-        "ssl.key.location",
-    ] {
-        if !tls && p.is_set(key) {
-            return Err(err(
-                key,
-                format!(
-                    "is set, but security.protocol={protocol} does not use TLS (use SSL or \
-                     SASL_SSL)"
-                ),
-            ));
-        }
-    }
-    match (
-        p.is_set("ssl.certificate.location"),
-        p.is_set("ssl.key.location"),
-    ) {
-        (true, false) => Err(err(
-            "ssl.key.location",
-            "is required when ssl.certificate.location is set",
-        )),
-        (false, true) => Err(err(
-            "ssl.certificate.location",
-            "is required when ssl.key.location is set",
-        )),
-        _ => Ok(()),
-    }
+    // The same rules as the builder's (`ClientConfig::validate`), before the other checks of
+    // the client config.
+    client.security.validate()
 }
 
 #[cfg(test)]
@@ -750,6 +693,7 @@ mod tests {
             ("request.timeout.ms", "+15000"),
             ("default.api.timeout.ms", "20000"),
             ("socket.connection.setup.timeout.ms", "3000"),
+            ("connections.max.idle.ms", "60000"),
             ("client.id", "my-app"),
             ("client.rack", "eu-west-1a"),
             ("security.protocol", "sasl_ssl"),
@@ -782,6 +726,7 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(15));
         assert_eq!(g.request_timeout, Duration::from_secs(15));
         assert_eq!(c.socket_connection_setup_timeout, Duration::from_secs(3));
+        assert_eq!(c.connections_max_idle, Duration::from_secs(60));
         assert_eq!(g.default_api_timeout, Duration::from_secs(20));
         assert_eq!(c.client_id, "my-app");
         assert_eq!(c.client_rack.as_deref(), Some("eu-west-1a"));
@@ -802,7 +747,7 @@ mod tests {
         );
         assert!(!s.ssl_verify_hostname);
         // The test names each key of KEYS once (bootstrap.servers and group.id overridden).
-        assert_eq!(KEYS.len(), 27);
+        assert_eq!(KEYS.len(), 28);
     }
 
     #[test]
@@ -814,6 +759,7 @@ mod tests {
         assert_eq!(c.security, dc.security);
         assert!(c.security.ssl_verify_hostname);
         assert_eq!(c.reconnect_backoff_max, dc.reconnect_backoff_max);
+        assert_eq!(c.connections_max_idle, dc.connections_max_idle);
         assert_eq!(g.protocol, GroupProtocol::Classic);
         assert_eq!(g.assignor_names(), dg.assignor_names());
         assert_eq!(g.session_timeout, dg.session_timeout);

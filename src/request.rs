@@ -355,7 +355,7 @@ impl Request {
         match self {
             Request::FindCoordinator { .. } => ApiKey::FindCoordinator.into(),
             Request::Metadata { .. } => ApiKey::Metadata.into(),
-            Request::Raw { body, .. } => api_key_of(body).into(),
+            Request::Raw { body, .. } => request_api_of(body),
             Request::StreamsGroupHeartbeat { .. } => Api::STREAMS_GROUP_HEARTBEAT,
             Request::StreamsGroupDescribe { .. } => Api::STREAMS_GROUP_DESCRIBE,
         }
@@ -455,7 +455,7 @@ impl RequestBody {
     /// The API the body belongs to.
     pub fn api(&self) -> Api {
         match self {
-            RequestBody::Kafka(body) => api_key_of(body).into(),
+            RequestBody::Kafka(body) => request_api_of(body),
             RequestBody::StreamsGroupHeartbeat(_) => Api::STREAMS_GROUP_HEARTBEAT,
             RequestBody::StreamsGroupDescribe(_) => Api::STREAMS_GROUP_DESCRIBE,
         }
@@ -536,7 +536,7 @@ impl ResponseBody {
     /// The API the body belongs to.
     pub fn api(&self) -> Api {
         match self {
-            ResponseBody::Kafka(body) => response_api_key_of(body).into(),
+            ResponseBody::Kafka(body) => response_api_of(body),
             ResponseBody::StreamsGroupHeartbeat(_) => Api::STREAMS_GROUP_HEARTBEAT,
             ResponseBody::StreamsGroupDescribe(_) => Api::STREAMS_GROUP_DESCRIBE,
         }
@@ -729,30 +729,43 @@ macro_rules! kafka_apis {
     };
 }
 
-/// The API key of a request body.
-pub fn api_key_of(body: &RequestKind) -> ApiKey {
+/// The [`Api`] of a kafka-protocol body whose variant the list of [`api_key_of`] does not name
+/// (one a later kafka-protocol release adds to the non-exhaustive `RequestKind` and
+/// `ResponseKind`). Its key (-1) is no API's: it has no versions, so a request of it is refused
+/// with [`TransportError::UnsupportedApi`](crate::error::TransportError::UnsupportedApi) before
+/// anything is sent.
+const UNLISTED: Api = Api(-1);
+
+/// The API key of a request body; `None` for a variant this crate does not list (one a later
+/// kafka-protocol release adds).
+pub fn api_key_of(body: &RequestKind) -> Option<ApiKey> {
+    request_api_of(body).kafka()
+}
+
+/// The [`Api`] of a request body ([`UNLISTED`] for a variant this crate does not list).
+fn request_api_of(body: &RequestKind) -> Api {
     macro_rules! keys {
         ($($v:ident),* $(,)?) => {
             match body {
-                $(RequestKind::$v(_) => ApiKey::$v,)*
+                $(RequestKind::$v(_) => ApiKey::$v.into(),)*
                 // Every variant of the pinned kafka-protocol is listed; the enum is
-                // non_exhaustive, and a newer release with more variants needs the list extended.
+                // non_exhaustive, and a newer release may add variants.
                 #[allow(unreachable_patterns)]
-                _ => unreachable!("RequestKind variant without an ApiKey"),
+                _ => UNLISTED,
             }
         };
     }
     kafka_apis!(keys)
 }
 
-/// The API key of a response body.
-fn response_api_key_of(body: &ResponseKind) -> ApiKey {
+/// The [`Api`] of a response body ([`UNLISTED`] for a variant this crate does not list).
+fn response_api_of(body: &ResponseKind) -> Api {
     macro_rules! keys {
         ($($v:ident),* $(,)?) => {
             match body {
-                $(ResponseKind::$v(_) => ApiKey::$v,)*
+                $(ResponseKind::$v(_) => ApiKey::$v.into(),)*
                 #[allow(unreachable_patterns)]
-                _ => unreachable!("ResponseKind variant without an ApiKey"),
+                _ => UNLISTED,
             }
         };
     }
@@ -802,6 +815,24 @@ mod tests {
     }
 
     #[test]
+    fn a_body_variant_this_crate_does_not_list_is_refused_with_a_typed_error() {
+        // What the body of a variant a later kafka-protocol adds maps to: no API this crate
+        // names, no versions, so the request is refused before it is sent.
+        assert_eq!(Api::from_key(UNLISTED.key()), None);
+        assert_eq!(UNLISTED.kafka(), None);
+        assert!(UNLISTED.versions().is_empty());
+        assert_eq!(format!("{UNLISTED:?}"), "ApiKey(-1)");
+        let e = crate::transport::wire::BrokerVersions::all()
+            .negotiate(UNLISTED, 0..=i16::MAX)
+            .unwrap_err();
+        assert!(
+            matches!(e, crate::error::TransportError::UnsupportedApi { api, .. } if api == UNLISTED),
+            "{e:?}"
+        );
+        assert!(e.never_sent());
+    }
+
+    #[test]
     fn api_key_of_raw_bodies() {
         let raw = Request::Raw {
             body: Box::new(RequestKind::CreateTopics(Default::default())),
@@ -809,6 +840,10 @@ mod tests {
             fit: None,
         };
         assert_eq!(raw.api_key(), ApiKey::CreateTopics);
+        assert_eq!(
+            api_key_of(&RequestKind::CreateTopics(Default::default())),
+            Some(ApiKey::CreateTopics)
+        );
         assert_eq!(find(&["g"]).api_key(), ApiKey::FindCoordinator);
         let streams = Request::StreamsGroupHeartbeat {
             body: Box::new(StreamsGroupHeartbeatRequest::default().with_member_epoch(3)),

@@ -1125,7 +1125,8 @@ fn canon_req(body: &RequestBody, ids: &mut Canon) -> String {
                 "partial"
             }
         ),
-        other => format!("{:?}", consumer_membership::request::api_key_of(other)),
+        other => consumer_membership::request::api_key_of(other)
+            .map_or_else(|| "unlisted request".into(), |k| format!("{k:?}")),
     }
 }
 

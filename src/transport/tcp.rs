@@ -11,7 +11,7 @@ use super::Transport;
 use super::conn::Connection;
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::ClientConfig;
-use crate::error::TransportError;
+use crate::error::{ConfigError, TransportError};
 use crate::request::{Request, Response, ResponseBody, Target};
 
 /// Connections are keyed by target kind and node id: the coordinator connection is separate from
@@ -24,6 +24,16 @@ enum Key {
 }
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
+
+/// A slot and when a request last went through it.
+struct Entry {
+    slot: Slot,
+    used: tokio::time::Instant,
+}
+
+/// Node and coordinator connections kept beyond two per known broker (a node and a coordinator
+/// connection each) before the least recently used idle one is closed.
+const SPARE_NODE_CONNECTIONS: usize = 4;
 
 /// How often the broker list behind discovery is read again (the Java client's
 /// `metadata.max.age.ms` default).
@@ -48,6 +58,29 @@ const BROKERS_MAX_AGE: Duration = Duration::from_secs(300);
 ///   requests in flight, then brokers not in reconnect backoff), and the configured bootstrap
 ///   addresses only after them. Losing the broker behind the only bootstrap address is then
 ///   no outage.
+///
+/// What it holds, and when that grows:
+/// - one connection for [`Target::Bootstrap`], and one per node id of a [`Target::Node`] or
+///   [`Target::Coordinator`]. A node connection that carried no request for
+///   `connections.max.idle.ms` (9 min by default) is closed, and beyond two per known broker
+///   (the brokers of the latest Metadata answer, or the bootstrap addresses) plus four, the
+///   least recently used idle one is closed when a new node id comes: a broker that names a
+///   new coordinator node id each time does not pile up connections. Connections with requests
+///   in flight are never closed this way;
+/// - per connection, the requests in flight: each holds its encoded frame (in the connection's
+///   write queue until written, which is not bounded: a sender waits for its answer, not for
+///   room in the queue) and an entry matching its answer, until the answer, the request's
+///   timeout or the connection's failure. That is at most what callers have in flight at once;
+/// - a reconnect backoff per address whose connect failed, until a connect to it succeeds or
+///   it was not dialled for `connections.max.idle.ms`.
+///
+/// The settings are checked when the transport is built: [`try_new`](Self::try_new) returns a
+/// [`ConfigError`] for a config that fails [`ClientConfig::validate`] (say SASL credentials
+/// with `security.protocol=PLAINTEXT`), and a transport from [`new`](Self::new) fails each
+/// request with [`TransportError::Config`] instead of connecting without the security the
+/// config asks for. Settings that are allowed but weaken the connection (no host name
+/// verification, SASL PLAIN over a cleartext connection) log a warning once, when the transport
+/// is built.
 #[derive(Clone)]
 pub struct TcpTransport {
     inner: Arc<Inner>,
@@ -55,7 +88,9 @@ pub struct TcpTransport {
 
 struct Inner {
     config: ClientConfig,
-    slots: Mutex<HashMap<Key, Slot>>,
+    /// Why the config cannot be used, if it cannot (every request fails with it).
+    invalid: Option<ConfigError>,
+    slots: Mutex<HashMap<Key, Entry>>,
     /// Where the next bootstrap connect starts among equally good addresses (rotation).
     next_address: std::sync::atomic::AtomicUsize,
     /// Reconnect backoff per address.
@@ -100,10 +135,49 @@ impl std::fmt::Debug for TcpTransport {
 
 impl TcpTransport {
     /// A transport for the cluster `config` names; connects lazily.
+    ///
+    /// A config that fails [`ClientConfig::validate`] is logged as an error, and every request
+    /// then fails with [`TransportError::Config`]; [`try_new`](Self::try_new) returns the error
+    /// instead.
     pub fn new(config: ClientConfig) -> Self {
+        let invalid = config.validate().err();
+        if let Some(e) = &invalid {
+            tracing::error!(error = %e, "invalid transport config: every request will fail");
+        }
+        Self::build(config, invalid)
+    }
+
+    /// A transport for the cluster `config` names, once `config` passes
+    /// [`ClientConfig::validate`]; connects lazily.
+    ///
+    /// ```
+    /// use consumer_membership::ClientConfig;
+    /// use consumer_membership::config::{SaslMechanism, Secret, SecurityConfig};
+    /// use consumer_membership::transport::TcpTransport;
+    ///
+    /// // SASL credentials, but security.protocol left at PLAINTEXT.
+    /// let config = ClientConfig::new("kafka-1:9092")?.with_security(
+    ///     SecurityConfig::default().with_sasl(SaslMechanism::ScramSha512, "alice", Secret::new("pw")),
+    /// );
+    /// let err = TcpTransport::try_new(config).unwrap_err();
+    /// assert_eq!(err.key, "sasl.mechanism");
+    /// # Ok::<(), consumer_membership::ConfigError>(())
+    /// ```
+    pub fn try_new(config: ClientConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self::build(config, None))
+    }
+
+    fn build(config: ClientConfig, invalid: Option<ConfigError>) -> Self {
+        if invalid.is_none() {
+            for weakness in config.security.weaknesses() {
+                tracing::warn!(bootstrap = ?config.bootstrap_servers, "{weakness}");
+            }
+        }
         Self {
             inner: Arc::new(Inner {
                 config,
+                invalid,
                 slots: Mutex::new(HashMap::new()),
                 next_address: std::sync::atomic::AtomicUsize::new(0),
                 dialled: Mutex::new(HashMap::new()),
@@ -120,6 +194,7 @@ impl TcpTransport {
         &self,
         target: &Target,
     ) -> Result<super::wire::BrokerVersions, TransportError> {
+        self.usable()?;
         let timeout = self.inner.config.request_timeout;
         Ok(self.connection(target, timeout).await?.versions().clone())
     }
@@ -140,27 +215,100 @@ impl TcpTransport {
             .collect()
     }
 
+    /// The error every request fails with when the config is invalid.
+    fn usable(&self) -> Result<(), TransportError> {
+        match &self.inner.invalid {
+            Some(e) => Err(TransportError::Config(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Every slot, taken out of the map's lock.
+    fn all_slots(&self) -> Vec<Slot> {
+        let slots = self.inner.slots.lock().expect("lock");
+        slots.values().map(|e| e.slot.clone()).collect()
+    }
+
+    /// Open connections (bootstrap, node and coordinator), for tests.
+    #[cfg(test)]
+    fn open_connections(&self) -> usize {
+        self.all_slots()
+            .iter()
+            .filter(|s| s.try_lock().map_or(true, |c| c.is_some()))
+            .count()
+    }
+
+    /// The slot of `target`'s connection, marked used now; closes idle node connections first
+    /// (see [`Self::close_idle`]).
+    fn slot(&self, key: &Key) -> Slot {
+        let now = tokio::time::Instant::now();
+        let mut slots = self.inner.slots.lock().expect("lock");
+        self.close_idle(&mut slots, key, now);
+        let entry = slots.entry(key.clone()).or_insert_with(|| Entry {
+            slot: Slot::default(),
+            used: now,
+        });
+        entry.used = now;
+        entry.slot.clone()
+    }
+
+    /// Marks `key`'s connection used now (a request on it ended).
+    fn touch(&self, key: &Key) {
+        if let Some(entry) = self.inner.slots.lock().expect("lock").get_mut(key) {
+            entry.used = tokio::time::Instant::now();
+        }
+    }
+
+    /// Drops the node and coordinator connections (other than `keep`'s) that carried no request
+    /// for `connections.max.idle.ms`, then, while there are more than two per known broker plus
+    /// [`SPARE_NODE_CONNECTIONS`], the least recently used idle one. A connection with requests
+    /// in flight, or being connected, stays; a request that holds one keeps it until it ends.
+    fn close_idle(&self, slots: &mut HashMap<Key, Entry>, keep: &Key, now: tokio::time::Instant) {
+        let max_idle = self.inner.config.connections_max_idle;
+        let idle = |key: &Key, e: &Entry| {
+            key != keep
+                && *key != Key::Bootstrap
+                && e.slot
+                    .try_lock()
+                    .is_ok_and(|c| c.as_ref().is_none_or(|c| c.in_flight() == 0))
+        };
+        slots.retain(|key, e| !(idle(key, e) && now.saturating_duration_since(e.used) >= max_idle));
+        let brokers = self
+            .inner
+            .brokers
+            .lock()
+            .expect("lock")
+            .addrs
+            .len()
+            .max(self.inner.config.bootstrap_servers.len());
+        let most = 2 * brokers + SPARE_NODE_CONNECTIONS;
+        let nodes = |slots: &HashMap<Key, Entry>| {
+            slots.keys().filter(|k| **k != Key::Bootstrap).count()
+                + usize::from(!slots.contains_key(keep))
+        };
+        while nodes(slots) > most {
+            let Some(oldest) = slots
+                .iter()
+                .filter(|(k, e)| idle(k, e))
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            tracing::debug!(?oldest, "closing the least recently used idle connection");
+            slots.remove(&oldest);
+        }
+        let mut dialled = self.inner.dialled.lock().expect("lock");
+        dialled.retain(|_, d| now.saturating_duration_since(d.failed_at) < max_idle);
+    }
+
     async fn connection(
         &self,
         target: &Target,
         timeout: Duration,
     ) -> Result<Arc<Connection>, TransportError> {
-        let (key, addr) = match target {
-            Target::Bootstrap => (Key::Bootstrap, None),
-            Target::Node(b) => (Key::Node(b.node_id), Some(format!("{}:{}", b.host, b.port))),
-            Target::Coordinator(b) => (
-                Key::Coordinator(b.node_id),
-                Some(format!("{}:{}", b.host, b.port)),
-            ),
-        };
-        let slot = self
-            .inner
-            .slots
-            .lock()
-            .expect("lock")
-            .entry(key)
-            .or_default()
-            .clone();
+        let (key, addr) = key_of(target);
+        let slot = self.slot(&key);
         // Holding the slot while connecting makes concurrent senders share one connect (bounded
         // by the connection setup timeout, never by a request's timeout).
         let mut slot = slot.lock().await;
@@ -207,6 +355,7 @@ impl TcpTransport {
             .lock()
             .expect("lock")
             .get(&Key::Bootstrap)?
+            .slot
             .clone();
         let mut slot = slot.try_lock().ok()?;
         let usable = slot
@@ -338,16 +487,8 @@ impl TcpTransport {
 
     /// Requests in flight on each address this transport has a live connection to.
     fn load_by_address(&self) -> HashMap<String, usize> {
-        let slots: Vec<Slot> = self
-            .inner
-            .slots
-            .lock()
-            .expect("lock")
-            .values()
-            .cloned()
-            .collect();
         let mut load = HashMap::new();
-        for slot in slots {
+        for slot in self.all_slots() {
             // A slot being connected is skipped: it has nothing live to count.
             if let Ok(guard) = slot.try_lock()
                 && let Some(c) = guard.as_ref()
@@ -559,6 +700,7 @@ impl Transport for TcpTransport {
         request: Request,
         timeout: Duration,
     ) -> Result<Response, TransportError> {
+        self.usable()?;
         let started = tokio::time::Instant::now();
         let conn = self
             .connection(&target, timeout)
@@ -567,9 +709,23 @@ impl Transport for TcpTransport {
         let left = timeout.saturating_sub(started.elapsed());
         let response = conn
             .send(&request, left.max(Duration::from_millis(1)))
-            .await?;
+            .await;
+        self.touch(&key_of(&target).0);
+        let response = response?;
         self.learn(&response);
         Ok(response)
+    }
+}
+
+/// The slot key of `target`, and the address of its broker (none for [`Target::Bootstrap`]).
+fn key_of(target: &Target) -> (Key, Option<String>) {
+    match target {
+        Target::Bootstrap => (Key::Bootstrap, None),
+        Target::Node(b) => (Key::Node(b.node_id), Some(format!("{}:{}", b.host, b.port))),
+        Target::Coordinator(b) => (
+            Key::Coordinator(b.node_id),
+            Some(format!("{}:{}", b.host, b.port)),
+        ),
     }
 }
 
@@ -596,5 +752,267 @@ impl TcpTransport {
                 .max_by_key(|(_, d)| d.failed_at)
                 .map(|(a, _)| a.clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{
+        ApiKey, ApiVersionsResponse, FindCoordinatorResponse, RequestKind,
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::config::{SaslMechanism, Secret, SecurityConfig, SecurityProtocol};
+    use crate::request::{Api, Broker, CoordinatorKeyType, RequestBody};
+    use crate::transport::wire;
+
+    /// Connections the fake broker has accepted and not yet seen closed, and all it accepted.
+    #[derive(Default)]
+    struct Counts {
+        open: AtomicUsize,
+        accepted: AtomicUsize,
+    }
+
+    /// A broker on a local port answering ApiVersions and FindCoordinator on any connection.
+    async fn fake_broker() -> (u16, Arc<Counts>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let counts = Arc::new(Counts::default());
+        let c = counts.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                c.open.fetch_add(1, Ordering::SeqCst);
+                c.accepted.fetch_add(1, Ordering::SeqCst);
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let _ = serve(socket).await;
+                    c.open.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        (port, counts)
+    }
+
+    async fn serve(mut socket: TcpStream) -> std::io::Result<()> {
+        loop {
+            let mut size = [0u8; 4];
+            socket.read_exact(&mut size).await?;
+            let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+            socket.read_exact(&mut frame).await?;
+            let (h, body) = wire::decode_request(Bytes::from(frame)).expect("a valid request");
+            let answer = match body {
+                RequestBody::Kafka(RequestKind::ApiVersions(_)) => ResponseKind::ApiVersions(
+                    ApiVersionsResponse::default().with_api_keys(
+                        [(ApiKey::ApiVersions, 4), (ApiKey::FindCoordinator, 6)]
+                            .into_iter()
+                            .map(|(k, hi)| {
+                                ApiVersion::default()
+                                    .with_api_key(k as i16)
+                                    .with_max_version(hi)
+                            })
+                            .collect(),
+                    ),
+                ),
+                _ => ResponseKind::FindCoordinator(FindCoordinatorResponse::default()),
+            };
+            let api = Api::from_key(h.request_api_key).unwrap();
+            let frame = wire::encode_response(
+                &ResponseBody::Kafka(answer),
+                api,
+                h.request_api_version,
+                h.correlation_id,
+            )
+            .unwrap();
+            socket.write_all(&frame).await?;
+        }
+    }
+
+    fn find() -> Request {
+        Request::FindCoordinator {
+            key_type: CoordinatorKeyType::Group,
+            keys: vec!["g".into()],
+        }
+    }
+
+    fn coordinator(node_id: i32, port: u16) -> Target {
+        Target::Coordinator(Broker {
+            node_id,
+            host: "127.0.0.1".into(),
+            port,
+        })
+    }
+
+    /// Waits (up to 5 s) until the broker sees at most `most` connections open.
+    async fn open_at_broker_settles(counts: &Counts, most: usize) -> usize {
+        for _ in 0..500 {
+            let open = counts.open.load(Ordering::SeqCst);
+            if open <= most {
+                return open;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        counts.open.load(Ordering::SeqCst)
+    }
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_new_coordinator_node_id_each_time_keeps_the_connections_bounded() {
+        let (port, counts) = fake_broker().await;
+        let t = TcpTransport::try_new(ClientConfig::new(&format!("127.0.0.1:{port}")).unwrap())
+            .unwrap();
+        // One bootstrap address and no broker list: two per broker plus the spare ones.
+        let most = 2 + SPARE_NODE_CONNECTIONS;
+        for node in 0..40 {
+            t.send(coordinator(node, port), find(), T).await.unwrap();
+            assert!(t.open_connections() <= most, "node {node}");
+        }
+        assert_eq!(counts.accepted.load(Ordering::SeqCst), 40);
+        let open = open_at_broker_settles(&counts, most).await;
+        assert!(open <= most, "{open} connections open at the broker");
+        // The most recent node ids still have their connections.
+        t.send(coordinator(39, port), find(), T).await.unwrap();
+        assert_eq!(counts.accepted.load(Ordering::SeqCst), 40);
+    }
+
+    #[tokio::test]
+    async fn a_node_connection_idle_for_connections_max_idle_is_closed() {
+        let (port, counts) = fake_broker().await;
+        let config = ClientConfig::new(&format!("127.0.0.1:{port}"))
+            .unwrap()
+            .with_connections_max_idle(Duration::from_millis(300));
+        let t = TcpTransport::try_new(config).unwrap();
+        t.send(coordinator(1, port), find(), T).await.unwrap();
+        t.send(
+            Target::Node(Broker {
+                node_id: 2,
+                host: "127.0.0.1".into(),
+                port,
+            }),
+            find(),
+            T,
+        )
+        .await
+        .unwrap();
+        assert_eq!(counts.open.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        t.send(coordinator(3, port), find(), T).await.unwrap();
+        assert_eq!(t.open_connections(), 1);
+        assert_eq!(open_at_broker_settles(&counts, 1).await, 1);
+        // Within the idle time a connection is kept.
+        t.send(coordinator(3, port), find(), T).await.unwrap();
+        assert_eq!(counts.accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn security_settings_without_their_protocol_are_a_typed_error_not_a_plain_connection() {
+        let (port, counts) = fake_broker().await;
+        let bootstrap = format!("127.0.0.1:{port}");
+        let cases = [
+            (
+                SecurityConfig::default().with_sasl(
+                    SaslMechanism::ScramSha512,
+                    "alice",
+                    Secret::new("pw"),
+                ),
+                "sasl.mechanism",
+                "SASL_PLAINTEXT or SASL_SSL",
+            ),
+            (
+                SecurityConfig::default().with_ssl_ca_location("/etc/kafka/ca.pem"),
+                "ssl.ca.location",
+                "SSL or SASL_SSL",
+            ),
+            (
+                SecurityConfig::default().with_ssl_client_certificate("c.pem", "k.pem"),
+                "ssl.certificate.location",
+                "SSL or SASL_SSL",
+            ),
+        ];
+        for (security, key, hint) in cases {
+            let config = ClientConfig::new(&bootstrap)
+                .unwrap()
+                .with_security(security);
+            let e = TcpTransport::try_new(config.clone()).unwrap_err();
+            assert_eq!(e.key, key);
+            assert!(e.rule.contains("PLAINTEXT") && e.rule.contains(hint), "{e}");
+            let t = TcpTransport::new(config);
+            let err = t.send(Target::Bootstrap, find(), T).await.unwrap_err();
+            assert!(
+                matches!(&err, TransportError::Config(c) if c.key == key),
+                "{err:?}"
+            );
+            assert!(err.never_sent() && err.is_persistent());
+            let err = t.broker_versions(&Target::Bootstrap).await.unwrap_err();
+            assert!(matches!(err, TransportError::Config(_)), "{err:?}");
+        }
+        assert_eq!(
+            counts.accepted.load(Ordering::SeqCst),
+            0,
+            "connected anyway"
+        );
+    }
+
+    /// Log lines at WARN and above, as text.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn warnings_of_building(security: SecurityConfig) -> String {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let config = ClientConfig::new("127.0.0.1:9092")
+                .unwrap()
+                .with_security(security);
+            let t = TcpTransport::new(config);
+            // Clones share the transport: no second warning.
+            let _ = t.clone();
+        });
+        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn weakened_security_warns_once_at_construction() {
+        let sasl = |protocol| {
+            SecurityConfig::default().with_protocol(protocol).with_sasl(
+                SaslMechanism::Plain,
+                "alice",
+                Secret::new("pw"),
+            )
+        };
+        let log = warnings_of_building(
+            SecurityConfig::default()
+                .with_protocol(SecurityProtocol::Ssl)
+                .with_ssl_verify_hostname(false),
+        );
+        assert_eq!(log.lines().count(), 1, "{log}");
+        assert!(log.contains("WARN") && log.contains("ssl.endpoint.identification.algorithm"));
+        let log = warnings_of_building(sasl(SecurityProtocol::SaslPlaintext));
+        assert_eq!(log.lines().count(), 1, "{log}");
+        assert!(log.contains("cleartext") && !log.contains("pw\""), "{log}");
+        // Neither weakness: no warning.
+        assert_eq!(warnings_of_building(sasl(SecurityProtocol::SaslSsl)), "");
+        assert_eq!(warnings_of_building(SecurityConfig::default()), "");
     }
 }

@@ -226,7 +226,7 @@ pub fn describe_request(body: &RequestBody) -> String {
             r.member_epoch,
             opt(&r.instance_id)
         ),
-        other => format!("{:?}", api_key_of(other)),
+        other => api_key_of(other).map_or_else(|| "unlisted request".into(), |k| format!("{k:?}")),
     }
 }
 
