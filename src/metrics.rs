@@ -409,6 +409,7 @@ fn commit_error_reason(e: &CommitError) -> &'static str {
     match e {
         CommitError::RebalanceInProgress => "rebalance_in_progress",
         CommitError::NotMember { .. } => "not_member",
+        CommitError::LeaseExpired => "lease_expired",
         CommitError::FencedInstanceId { .. } => "fenced_instance_id",
         CommitError::Retriable { .. } => "retriable",
         CommitError::Rejected { .. } => "rejected",

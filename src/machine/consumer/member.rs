@@ -21,7 +21,9 @@ use crate::machine::events::{
 };
 use crate::machine::metadata::ClusterMetadata;
 use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::machine::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
+use crate::machine::shell::{
+    PhaseName, Shell, Skeleton, epoch_lease_bound, millis, phases, skeleton,
+};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
 use crate::request::{
@@ -454,6 +456,8 @@ impl ConsumerMember {
 
     /// Records that the application is alive; after a poll timeout, rejoins.
     pub fn poll(&mut self, now: Instant) {
+        self.shell.advance(now);
+        self.check_lease();
         let subscribed = !self.topics.is_empty() || self.regex.is_some();
         if self.polled(now, subscribed) && matches!(self.phase, Phase::Stale) {
             self.join(Reason::PolledAfterPollTimeout);
@@ -624,6 +628,7 @@ impl ConsumerMember {
     /// Advances the clock and fires due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.shell.tick(now);
+        self.check_lease();
         if self.shell.expired(Timer::MetadataRefresh)
             && matches!(
                 self.phase,
@@ -649,6 +654,9 @@ impl ConsumerMember {
         let Some((sent, result)) = self.shell.route(id, result, now) else {
             return;
         };
+        // A lease that ran out while the answer was on its way is lost first: the answer was
+        // sent before it ran out and cannot vouch for the membership now.
+        self.check_lease();
         match sent {
             Sent::Heartbeat {
                 epoch,
@@ -670,6 +678,7 @@ impl ConsumerMember {
     // ------------------------------------------------------------------ transitions
 
     fn join(&mut self, reason: Reason) {
+        self.shell.end_lease();
         self.epoch = 0;
         self.known = None;
         self.acked_owned = None;
@@ -1118,6 +1127,9 @@ impl ConsumerMember {
         self.heartbeat_failures = 0;
         self.shell.timers.stop(Timer::Rejoin);
         if r.member_epoch > 0 {
+            // The coordinator restarted the member's session when it read this heartbeat.
+            let bound = epoch_lease_bound(&self.shell.config, self.interval);
+            self.shell.confirm_membership(bound);
             self.registration.may_be_registered = true;
             // A successful join ends an UNRELEASED_INSTANCE_ID episode: the bound is per episode.
             self.registration.unreleased_recoveries = 0;
@@ -1156,6 +1168,21 @@ impl ConsumerMember {
             }
             _ => {}
         }
+    }
+
+    /// The lease ran out: the coordinator may have expired the member after the group's session
+    /// timeout and given its partitions to others, so they are lost now, as when fenced. The
+    /// member keeps its member id, looks the coordinator up again and rejoins at epoch 0; answers
+    /// to heartbeats sent before are ignored (they cannot vouch for the membership now).
+    /// Commits are refused until a heartbeat answer confirms a membership again.
+    fn on_lease_expired(&mut self) {
+        if self.epoch <= 0 || !self.in_group() {
+            return;
+        }
+        self.incarnation += 1;
+        self.shell.fail_commits(CommitError::LeaseExpired);
+        self.shell.lookup.rediscover(&self.shell.config.group_id);
+        self.fenced(Reason::LeaseExpired);
     }
 
     /// Revoke first, then assign, then acknowledge (AbstractMembershipManager.maybeReconcile).
