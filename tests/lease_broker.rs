@@ -24,9 +24,13 @@ use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::events::MemberState;
 
 /// The broker's consumer-protocol session (single.properties.in) and the classic session the
-/// members ask for (`common::group_config`).
+/// members ask for (`common::group_config`, heartbeat 500 ms).
 const SESSION: Duration = Duration::from_secs(6);
 const PARTITIONS: i32 = 4;
+
+/// The Java client's classic defaults: `session.timeout.ms` 45 s, `heartbeat.interval.ms` 3 s.
+const JAVA_SESSION: Duration = Duration::from_secs(45);
+const JAVA_HEARTBEAT: Duration = Duration::from_secs(3);
 
 /// Every instant at which a partition was owned by both members, from their ownership logs.
 fn double_ownership(a: &Seen, b: &Seen) -> Vec<String> {
@@ -54,7 +58,10 @@ fn double_ownership(a: &Seen, b: &Seen) -> Vec<String> {
     found
 }
 
-async fn run(protocol: GroupProtocol) {
+/// `classic`: the classic members' (session, heartbeat interval), `None` for
+/// `common::group_config`'s.
+async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>) {
+    let session = classic.map_or(SESSION, |(s, _)| s);
     let Some(bootstrap) = common::bootstrap() else {
         return;
     };
@@ -68,6 +75,11 @@ async fn run(protocol: GroupProtocol) {
         let mut c = group_config(&group, Some(instance));
         c.protocol = protocol;
         c.group_session_timeout = SESSION;
+        if let Some((session, heartbeat)) = classic {
+            c.session_timeout = session;
+            c.heartbeat_interval = heartbeat;
+            c.max_poll_interval = session * 4;
+        }
         c
     };
     let (through_proxy, _) = transport(proxy.bootstrap());
@@ -90,7 +102,7 @@ async fn run(protocol: GroupProtocol) {
         proxy.drop_answers(c.id, true);
     }
     let lost = ours
-        .wait_seen(SESSION * 3, |s| s.lost > 0 && s.owned.is_empty())
+        .wait_seen(session * 3, |s| s.lost > 0 && s.owned.is_empty())
         .await;
     let lost_at = lost
         .ownership_log
@@ -100,7 +112,7 @@ async fn run(protocol: GroupProtocol) {
         .map(|(at, _, _)| *at)
         .unwrap();
     let took = other
-        .wait_seen(SESSION * 5, |s| s.owned.len() == PARTITIONS as usize)
+        .wait_seen(session * 5, |s| s.owned.len() == PARTITIONS as usize)
         .await;
     let took_at = took
         .ownership_log
@@ -142,7 +154,16 @@ async fn run(protocol: GroupProtocol) {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_member_loses_its_partitions_before_the_broker_reassigns_them() {
-    run(GroupProtocol::Classic).await;
+    run(GroupProtocol::Classic, None).await;
+}
+
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_member_with_the_java_default_timeouts_loses_its_partitions_first() {
+    run(GroupProtocol::Classic, Some((JAVA_SESSION, JAVA_HEARTBEAT))).await;
 }
 
 #[cfg_attr(
@@ -151,5 +172,5 @@ async fn classic_member_loses_its_partitions_before_the_broker_reassigns_them() 
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_member_loses_its_partitions_before_the_broker_reassigns_them() {
-    run(GroupProtocol::Consumer).await;
+    run(GroupProtocol::Consumer, None).await;
 }
