@@ -615,6 +615,15 @@ pub struct GroupConfig {
     /// [`crate::machine`], "The membership lease"): a value above the group's lets a member
     /// believe it owns partitions the coordinator already gave away.
     pub group_session_timeout: Duration,
+    /// Read [`group_session_timeout`](Self::group_session_timeout) from the cluster (default
+    /// off): a consumer or streams member then sends, once, a DescribeConfigs for the group's
+    /// `consumer.session.timeout.ms` / `streams.session.timeout.ms` (resource type GROUP), else
+    /// for the coordinator's `group.consumer.session.timeout.ms` /
+    /// `group.streams.session.timeout.ms`, and uses the value found instead of the configured
+    /// one. Off by default: it needs the DESCRIBE_CONFIGS permission on the group (and on the
+    /// cluster for the broker's value), which a consumer's principal often lacks; a refusal
+    /// leaves the configured value.
+    pub read_group_session_timeout: bool,
     /// `max.poll.interval.ms` (default 300 s): the rebalance timeout sent in JoinGroup, and the
     /// longest the application may go without [`poll`](crate::machine::classic::ClassicMember::poll).
     pub max_poll_interval: Duration,
@@ -680,6 +689,7 @@ impl GroupConfig {
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
             group_session_timeout: Duration::from_secs(45),
+            read_group_session_timeout: false,
             max_poll_interval: Duration::from_secs(300),
             assignors: vec![Arc::new(Range), Arc::new(CooperativeSticky)],
             rack_id: None,
@@ -729,6 +739,12 @@ impl GroupConfig {
         /// Sets the consumer and streams protocols' [`group_session_timeout`](Self::group_session_timeout)
         /// (default 45 s).
         with_group_session_timeout => group_session_timeout: Duration
+    );
+
+    setter!(
+        /// Reads the group's session timeout from the cluster (default off; see
+        /// [`read_group_session_timeout`](Self::read_group_session_timeout)).
+        with_read_group_session_timeout => read_group_session_timeout: bool
     );
 
     setter!(

@@ -59,8 +59,9 @@ fn double_ownership(a: &Seen, b: &Seen) -> Vec<String> {
 }
 
 /// `classic`: the classic members' (session, heartbeat interval), `None` for
-/// `common::group_config`'s.
-async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>) {
+/// `common::group_config`'s. `read`: the consumer members assume Kafka's default 45 s and read
+/// the group's session timeout from the broker (DescribeConfigs) instead of being told 6 s.
+async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>, read: bool) {
     let session = classic.map_or(SESSION, |(s, _)| s);
     let Some(bootstrap) = common::bootstrap() else {
         return;
@@ -74,7 +75,8 @@ async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>) {
     let config = |instance: &str| {
         let mut c = group_config(&group, Some(instance));
         c.protocol = protocol;
-        c.group_session_timeout = SESSION;
+        c.group_session_timeout = if read { JAVA_SESSION } else { SESSION };
+        c.read_group_session_timeout = read;
         if let Some((session, heartbeat)) = classic {
             c.session_timeout = session;
             c.heartbeat_interval = heartbeat;
@@ -122,7 +124,7 @@ async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>) {
         .min()
         .unwrap();
     println!(
-        "{protocol}: lease Lost {:?} after the fault, the other member took our partitions {:?} after it",
+        "{protocol} (session read: {read}): lease Lost {:?} after the fault, the other member took our partitions {:?} after it",
         lost_at - fault,
         took_at - fault
     );
@@ -154,7 +156,7 @@ async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>) {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_member_loses_its_partitions_before_the_broker_reassigns_them() {
-    run(GroupProtocol::Classic, None).await;
+    run(GroupProtocol::Classic, None, false).await;
 }
 
 #[cfg_attr(
@@ -163,7 +165,12 @@ async fn classic_member_loses_its_partitions_before_the_broker_reassigns_them() 
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_member_with_the_java_default_timeouts_loses_its_partitions_first() {
-    run(GroupProtocol::Classic, Some((JAVA_SESSION, JAVA_HEARTBEAT))).await;
+    run(
+        GroupProtocol::Classic,
+        Some((JAVA_SESSION, JAVA_HEARTBEAT)),
+        false,
+    )
+    .await;
 }
 
 #[cfg_attr(
@@ -172,5 +179,14 @@ async fn classic_member_with_the_java_default_timeouts_loses_its_partitions_firs
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_member_loses_its_partitions_before_the_broker_reassigns_them() {
-    run(GroupProtocol::Consumer, None).await;
+    run(GroupProtocol::Consumer, None, false).await;
+}
+
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_member_reads_the_group_session_timeout_from_the_broker() {
+    run(GroupProtocol::Consumer, None, true).await;
 }

@@ -55,6 +55,7 @@ pub mod events;
 pub mod member;
 pub mod metadata;
 pub mod offsets;
+pub(crate) mod session;
 mod shell;
 mod state;
 pub mod streams;

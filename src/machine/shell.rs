@@ -626,6 +626,20 @@ impl<S> Shell<S> {
         self.timers.set(Timer::Lease, confirmed + bound);
     }
 
+    /// The group's session timeout became `session` (read from the cluster): a lease running now
+    /// ends `bound` after its confirmation instead.
+    pub(crate) fn set_group_session(
+        &mut self,
+        session: Duration,
+        bound: impl Fn(&GroupConfig) -> Duration,
+    ) {
+        self.config.group_session_timeout = session;
+        if let Some(c) = self.lease.confirmed {
+            let at = c + bound(&self.config);
+            self.timers.set(Timer::Lease, at);
+        }
+    }
+
     /// The membership ended without the lease running out (left, fenced, rejoining): nothing is
     /// left to expire.
     pub(crate) fn end_lease(&mut self) {

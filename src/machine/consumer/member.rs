@@ -21,6 +21,7 @@ use crate::machine::events::{
 };
 use crate::machine::metadata::ClusterMetadata;
 use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
+use crate::machine::session;
 use crate::machine::shell::{
     PhaseName, Shell, Skeleton, epoch_lease_bound, millis, phases, skeleton,
 };
@@ -117,6 +118,8 @@ pub(crate) enum Sent {
     Leave,
     Metadata,
     Offsets(SentOffsets),
+    /// A DescribeConfigs reading the group's session timeout.
+    SessionRead(session::Step),
 }
 
 /// What the broker may know of a member: its registration state, which decides whether a leave
@@ -178,6 +181,8 @@ pub struct ConsumerMember {
     answered_once: bool,
     /// A close or unsubscribe that waits for the outstanding revocation ticket.
     deferred_leave: Option<(CloseOptions, AfterLeave, Reason)>,
+    /// The read of the group's session timeout, when configured.
+    session_read: session::SessionRead,
 }
 
 impl ConsumerMember {
@@ -233,6 +238,7 @@ impl ConsumerMember {
             registration: Registration::default(),
             answered_once: false,
             deferred_leave: None,
+            session_read: session::SessionRead::default(),
             shell: Shell::new(config, now, seed),
         })
     }
@@ -586,6 +592,17 @@ impl ConsumerMember {
         if let Some(out) = self.build_offsets(&coordinator) {
             return Some(out);
         }
+        if self.in_group()
+            && let Some(out) = session::poll(
+                &mut self.shell,
+                &mut self.session_read,
+                &coordinator,
+                session::CONSUMER,
+                Sent::SessionRead,
+            )
+        {
+            return Some(out);
+        }
         if self.in_group() && self.heartbeat_in_flight.is_none() {
             let urgent = matches!(self.phase, Phase::Joining | Phase::Acknowledging);
             let due = self
@@ -672,6 +689,14 @@ impl ConsumerMember {
             Sent::Leave => self.on_leave(id, result),
             Sent::Metadata => self.on_metadata(result),
             Sent::Offsets(sent) => self.on_offsets(sent, result),
+            Sent::SessionRead(step) => session::apply(
+                &mut self.shell,
+                &mut self.session_read,
+                step,
+                &result,
+                session::CONSUMER,
+                self.interval,
+            ),
         }
     }
 

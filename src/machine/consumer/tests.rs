@@ -2520,3 +2520,111 @@ fn a_healthy_member_never_loses_its_lease() {
     assert!(lost_of(&events).is_empty(), "{events:?}");
     assert_eq!(h.m.state(), MemberState::Stable);
 }
+
+/// A DescribeConfigs answer naming `key` = `value` for the one resource asked (or `error`).
+fn describe_answer(key: &str, value: Option<&str>, error: i16) -> ResponseKind {
+    use kafka_protocol::messages::DescribeConfigsResponse;
+    use kafka_protocol::messages::describe_configs_response::{
+        DescribeConfigsResourceResult, DescribeConfigsResult,
+    };
+    let configs = value
+        .map(|v| {
+            vec![
+                DescribeConfigsResourceResult::default()
+                    .with_name(s(key))
+                    .with_value(Some(s(v))),
+            ]
+        })
+        .unwrap_or_default();
+    let result = DescribeConfigsResult::default()
+        .with_error_code(error)
+        .with_configs(configs);
+    ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(vec![result]))
+}
+
+/// The resource (type, name, keys) a DescribeConfigs asks for.
+fn described(out: &Outbound) -> Option<(i8, String, Vec<String>)> {
+    match body(out) {
+        RequestKind::DescribeConfigs(r) => r.resources.first().map(|r| {
+            let keys = r.configuration_keys.clone().unwrap_or_default();
+            (
+                r.resource_type,
+                r.resource_name.to_string(),
+                keys.iter().map(|k| k.to_string()).collect(),
+            )
+        }),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_group_session_timeout_is_read_from_the_group_config_else_the_broker() {
+    let mut h = Harness::with_config(config(None).with_read_group_session_timeout(true));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let out = h.drain();
+    let describe = out.iter().find(|o| described(o).is_some()).expect("asked");
+    assert_eq!(
+        described(describe),
+        Some((32, "g".into(), vec!["consumer.session.timeout.ms".into()]))
+    );
+    let join = out
+        .iter()
+        .find(|o| is_heartbeat(o))
+        .expect("the join goes out too");
+    // No group config readable (an older broker, or no DESCRIBE_CONFIGS on the group): the
+    // coordinator's broker default is asked next.
+    h.answer(describe, describe_answer("", None, codes::INVALID_REQUEST));
+    h.hb_answer(join, ok(1, 1000, None));
+    let joined_at = h.now;
+    let broker = h.drain();
+    let describe = broker
+        .iter()
+        .find(|o| described(o).is_some())
+        .expect("asked");
+    assert_eq!(
+        described(describe),
+        Some((
+            4,
+            "1".into(),
+            vec!["group.consumer.session.timeout.ms".into()]
+        ))
+    );
+    h.answer(
+        describe,
+        describe_answer("group.consumer.session.timeout.ms", Some("6000"), 0),
+    );
+    assert_eq!(h.m.config().group_session_timeout, Duration::from_secs(6));
+    // The running lease ends by the value read: 6 s less the 1 s interval after the join went
+    // out (not 44 s).
+    h.now = joined_at + Duration::from_secs(5);
+    h.m.handle_timeout(h.now);
+    assert!(
+        h.take_events().iter().any(|e| matches!(
+            e,
+            Event::StateChanged {
+                reason: Reason::LeaseExpired,
+                ..
+            }
+        )),
+        "the lease ran out at the bound the value read gives"
+    );
+    // Asked once, also across the rejoin.
+    h.advance(Duration::from_secs(1));
+    assert!(h.drain().iter().all(|o| described(o).is_none()));
+}
+
+#[test]
+fn a_group_config_found_is_used_and_the_broker_is_not_asked() {
+    let mut h = Harness::with_config(config(None).with_read_group_session_timeout(true));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let out = h.drain();
+    let describe = out.iter().find(|o| described(o).is_some()).expect("asked");
+    h.answer(
+        describe,
+        describe_answer("consumer.session.timeout.ms", Some("12000"), 0),
+    );
+    assert_eq!(h.m.config().group_session_timeout, Duration::from_secs(12));
+    assert!(h.drain().iter().all(|o| described(o).is_none()));
+}

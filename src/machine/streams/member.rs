@@ -8,6 +8,7 @@ use crate::error::{
     ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
 };
 use crate::machine::events::{CloseOptions, Event, MemberState, Reason, RevokeTicket};
+use crate::machine::session;
 use crate::machine::shell::{PhaseName, Shell, epoch_lease_bound, millis, phases};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
@@ -127,6 +128,8 @@ pub(crate) enum Sent {
         owned: Option<StreamsTasks>,
     },
     Leave,
+    /// A DescribeConfigs reading the group's session timeout.
+    SessionRead(session::Step),
 }
 
 /// What the broker may know of a member (as the consumer member).
@@ -168,6 +171,8 @@ pub struct StreamsMember {
     registration: Registration,
     answered_once: bool,
     deferred_leave: Option<(CloseOptions, AfterLeave, Reason)>,
+    /// The read of the group's session timeout, when configured.
+    session_read: session::SessionRead,
     task_offsets: BTreeMap<TaskId, i64>,
     task_end_offsets: BTreeMap<TaskId, i64>,
     task_offset_interval: Duration,
@@ -240,6 +245,7 @@ impl StreamsMember {
             registration: Registration::default(),
             answered_once: false,
             deferred_leave: None,
+            session_read: session::SessionRead::default(),
             task_offsets: BTreeMap::new(),
             task_end_offsets: BTreeMap::new(),
             task_offset_interval: Duration::ZERO,
@@ -524,6 +530,17 @@ impl StreamsMember {
         if matches!(self.phase, Phase::Leaving { .. }) {
             return None;
         }
+        if self.in_group()
+            && let Some(out) = session::poll(
+                &mut self.shell,
+                &mut self.session_read,
+                &coordinator,
+                session::STREAMS,
+                Sent::SessionRead,
+            )
+        {
+            return Some(out);
+        }
         if self.in_group() && self.heartbeat_in_flight.is_none() {
             let now = self.shell.now;
             let urgent = matches!(self.phase, Phase::Joining | Phase::Acknowledging);
@@ -611,6 +628,14 @@ impl StreamsMember {
                 self.on_heartbeat(id, epoch, incarnation, owned, result);
             }
             Sent::Leave => self.on_leave(id, result),
+            Sent::SessionRead(step) => session::apply(
+                &mut self.shell,
+                &mut self.session_read,
+                step,
+                &result,
+                session::STREAMS,
+                self.interval,
+            ),
         }
         self.guard_step();
     }
