@@ -10,7 +10,9 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::{DescribeConfigsRequest, RequestKind, ResponseKind};
+use kafka_protocol::messages::{
+    DescribeConfigsRequest, DescribeConfigsResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::shell::{Shell, epoch_lease_bound};
@@ -78,6 +80,18 @@ pub(crate) const STREAMS: Keys = Keys {
     broker: "group.streams.session.timeout.ms",
 };
 
+/// The DescribeConfigs answer in `result`, or why there is none.
+fn describe_answer(result: &Reply) -> Result<&DescribeConfigsResponse, String> {
+    match result {
+        Ok(Response {
+            body: ResponseBody::Kafka(ResponseKind::DescribeConfigs(r)),
+            ..
+        }) => Ok(r),
+        Ok(_) => Err("not a DescribeConfigs answer".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Which DescribeConfigs a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -141,33 +155,23 @@ impl SessionRead {
             Step::Group => keys.group,
             Step::Broker => keys.broker,
         };
-        let found = match result {
-            Ok(Response {
-                body: ResponseBody::Kafka(ResponseKind::DescribeConfigs(r)),
-                ..
-            }) => r
-                .results
-                .iter()
-                .filter(|r| r.error_code == codes::NONE)
-                .flat_map(|r| &r.configs)
-                .find(|c| c.name.as_str() == key)
-                .and_then(|c| c.value.as_deref())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|ms| *ms > 0)
-                .map(Duration::from_millis),
-            _ => None,
-        };
-        let error = match result {
-            Ok(Response {
-                body: ResponseBody::Kafka(ResponseKind::DescribeConfigs(r)),
-                ..
-            }) => r
-                .results
-                .iter()
-                .find(|r| r.error_code != codes::NONE)
-                .map(|r| format!("error {} {:?}", r.error_code, r.error_message)),
-            Ok(_) => Some("not a DescribeConfigs answer".into()),
-            Err(e) => Some(e.to_string()),
+        let (found, error) = match describe_answer(result) {
+            Ok(r) => (
+                r.results
+                    .iter()
+                    .filter(|r| r.error_code == codes::NONE)
+                    .flat_map(|r| &r.configs)
+                    .find(|c| c.name.as_str() == key)
+                    .and_then(|c| c.value.as_deref())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .filter(|ms| *ms > 0)
+                    .map(Duration::from_millis),
+                r.results
+                    .iter()
+                    .find(|r| r.error_code != codes::NONE)
+                    .map(|r| format!("error {} {:?}", r.error_code, r.error_message)),
+            ),
+            Err(e) => (None, Some(e)),
         };
         tracing::debug!(?step, key, ?found, ?error, "group session timeout read");
         self.state = match (found, step) {
