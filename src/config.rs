@@ -817,6 +817,24 @@ pub struct GroupConfig {
     pub session_timeout: Duration,
     /// `heartbeat.interval.ms` (default 3 s; classic protocol); must be below the session timeout.
     pub heartbeat_interval: Duration,
+    /// The session timeout the coordinator applies to members of the consumer (KIP-848) and
+    /// streams (KIP-1071) protocols (default 45 s, Kafka's): the group config
+    /// `consumer.session.timeout.ms` / `streams.session.timeout.ms`, else the broker's
+    /// `group.consumer.session.timeout.ms` / `group.streams.session.timeout.ms`. No client
+    /// property: the broker decides it and the heartbeat does not carry it, so set it to the
+    /// group's value. The membership lease of those members runs on it (see
+    /// [`crate::machine`], "The membership lease"): a value above the group's lets a member
+    /// believe it owns partitions the coordinator already gave away.
+    pub group_session_timeout: Duration,
+    /// Read [`group_session_timeout`](Self::group_session_timeout) from the cluster (default
+    /// off): a consumer or streams member then sends, once, a DescribeConfigs for the group's
+    /// `consumer.session.timeout.ms` / `streams.session.timeout.ms` (resource type GROUP), else
+    /// for the coordinator's `group.consumer.session.timeout.ms` /
+    /// `group.streams.session.timeout.ms`, and uses the value found instead of the configured
+    /// one. Off by default: it needs the DESCRIBE_CONFIGS permission on the group (and on the
+    /// cluster for the broker's value), which a consumer's principal often lacks; a refusal
+    /// leaves the configured value.
+    pub read_group_session_timeout: bool,
     /// `max.poll.interval.ms` (default 300 s): the rebalance timeout sent in JoinGroup, and the
     /// longest the application may go without [`poll`](crate::machine::classic::ClassicMember::poll).
     pub max_poll_interval: Duration,
@@ -881,6 +899,8 @@ impl GroupConfig {
             remote_assignor: None,
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
+            group_session_timeout: Duration::from_secs(45),
+            read_group_session_timeout: false,
             max_poll_interval: Duration::from_secs(300),
             assignors: vec![Arc::new(Range), Arc::new(CooperativeSticky)],
             rack_id: None,
@@ -924,6 +944,18 @@ impl GroupConfig {
     setter!(
         /// Sets `heartbeat.interval.ms` (default 3 s; classic protocol), below the session timeout.
         with_heartbeat_interval => heartbeat_interval: Duration
+    );
+
+    setter!(
+        /// Sets the consumer and streams protocols' [`group_session_timeout`](Self::group_session_timeout)
+        /// (default 45 s).
+        with_group_session_timeout => group_session_timeout: Duration
+    );
+
+    setter!(
+        /// Reads the group's session timeout from the cluster (default off; see
+        /// [`read_group_session_timeout`](Self::read_group_session_timeout)).
+        with_read_group_session_timeout => read_group_session_timeout: bool
     );
 
     setter!(
@@ -1047,6 +1079,10 @@ impl GroupConfig {
         for (key, d) in [
             ("session.timeout.ms", self.session_timeout),
             ("heartbeat.interval.ms", self.heartbeat_interval),
+            (
+                "group.consumer.session.timeout.ms",
+                self.group_session_timeout,
+            ),
             ("max.poll.interval.ms", self.max_poll_interval),
             ("request.timeout.ms", self.request_timeout),
             ("default.api.timeout.ms", self.default_api_timeout),

@@ -215,6 +215,21 @@ pub(crate) mod testutil {
     pub(crate) fn epoch() -> std::time::Instant {
         std::time::Instant::now()
     }
+
+    /// Asserts that the first of `events` is an [`Event::Lost`](crate::Event::Lost) for the
+    /// membership lease: a member driven again after a stall reports it before anything else.
+    pub(crate) fn assert_lease_lost_first(events: &[crate::Event]) {
+        assert!(
+            matches!(
+                events.first(),
+                Some(crate::Event::Lost {
+                    reason: crate::Reason::LeaseExpired,
+                    ..
+                })
+            ),
+            "the lease's Lost comes first: {events:?}"
+        );
+    }
 }
 
 /// The README's Rust examples, compiled and run as doctests.

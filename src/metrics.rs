@@ -23,6 +23,7 @@
 //! | `consumer_coordinator.fenced_total` | counter | `reason` | none (Java logs the fencing) |
 //! | `consumer_coordinator.assigned_partitions` | gauge | | `assigned-partitions` |
 //! | `consumer_coordinator.task_guard_interventions_total` | counter | `kind` | none (this crate's; streams members only, `protocol` is `streams`) |
+//! | `consumer_coordinator.lease_expired_total` | counter | | none (this crate's; every protocol, `protocol` `streams` for streams members) |
 //!
 //! What each one measures:
 //! - A rebalance starts when the member enters a rebalancing state (anything but `Stable`,
@@ -44,7 +45,7 @@
 //!   got no answer (a transport error) is not timed.
 //! - `commit_failed_total`: every `Event::Committed` with an error, including attempts the
 //!   handle retries, with `reason` one of `rebalance_in_progress`, `not_member`,
-//!   `fenced_instance_id`, `retriable`, `rejected`, `stopped`, `transport`.
+//!   `fenced_instance_id`, `retriable`, `rejected`, `stopped`, `transport`, `lease_expired`.
 //! - `fenced_total`: a state change whose reason is `UNKNOWN_MEMBER_ID`, `ILLEGAL_GENERATION`,
 //!   `FENCED_MEMBER_EPOCH` or `self-fenced` (the member rejoins), and a fatal `FENCED_INSTANCE_ID`
 //!   (another process holds the static member's `group.instance.id`); `reason` names which.
@@ -54,6 +55,12 @@
 //!   `kind` `withheld` (assigned a task another member of the process holds) or `given_up` (a
 //!   standby or warm-up given up for another local member's active assignment): the coordinator
 //!   assigned one task twice within a process (KAFKA-21401). The member also logs a `warn`.
+//!
+//! - `lease_expired_total`: every time a member's membership lease ran out while it owned
+//!   partitions or tasks: no heartbeat sent within the session timeout less one heartbeat
+//!   interval was answered, so the member reported them lost (the `Event::Lost` /
+//!   `StreamsEvent::TasksLost` with reason `LeaseExpired`; see [`crate::machine`], "The
+//!   membership lease"). Java has no lease: it keeps the partitions until an answer fences it.
 //!
 //! Not mapped: Java's `last-rebalance-seconds-ago` and `last-heartbeat-seconds-ago` (a recorder
 //! keeps when it last saw a sample) and `partition-{assigned,revoked,lost}-latency` (the
@@ -101,6 +108,20 @@ pub const ASSIGNED_PARTITIONS: &str = "consumer_coordinator.assigned_partitions"
 /// Times a streams member's per-process task guard stepped in, by `kind` (counter).
 pub const TASK_GUARD_INTERVENTIONS_TOTAL: &str =
     "consumer_coordinator.task_guard_interventions_total";
+
+/// Times the membership lease ran out while the member owned partitions or tasks (counter).
+pub const LEASE_EXPIRED_TOTAL: &str = "consumer_coordinator.lease_expired_total";
+
+/// Counts one lease expiry of a streams member of `group` (the other protocols' are counted by
+/// [`MemberMetrics`]).
+pub(crate) fn streams_lease_expired(group: &str) {
+    counter!(
+        LEASE_EXPIRED_TOTAL,
+        "group" => group.to_owned(),
+        "protocol" => "streams"
+    )
+    .increment(1);
+}
 
 /// Counts one intervention of the task guard for a streams member of `group` (`kind`:
 /// `withheld` or `given_up`).
@@ -172,6 +193,11 @@ pub fn describe() {
         Unit::Count,
         "Times a streams member's task guard stepped in, by kind"
     );
+    describe_counter!(
+        LEASE_EXPIRED_TOTAL,
+        Unit::Count,
+        "Times the membership lease ran out while the member owned partitions or tasks"
+    );
 }
 
 /// Records one member's metrics (see the module docs). The driver owns it and feeds it; it keeps
@@ -242,8 +268,11 @@ impl MemberMetrics {
             Event::Revoking { partitions, .. } | Event::Revoked { partitions } => {
                 self.set_owned(self.owned.saturating_sub(partitions.len()));
             }
-            Event::Lost { partitions, .. } => {
+            Event::Lost { partitions, reason } => {
                 self.set_owned(self.owned.saturating_sub(partitions.len()));
+                if *reason == Reason::LeaseExpired {
+                    counter!(LEASE_EXPIRED_TOTAL, self.labels.iter()).increment(1);
+                }
                 if self.rebalance.is_some() && !self.failure_counted {
                     self.failure_counted = true;
                     counter!(FAILED_REBALANCE_TOTAL, self.labels.iter()).increment(1);
@@ -409,6 +438,7 @@ fn commit_error_reason(e: &CommitError) -> &'static str {
     match e {
         CommitError::RebalanceInProgress => "rebalance_in_progress",
         CommitError::NotMember { .. } => "not_member",
+        CommitError::LeaseExpired => "lease_expired",
         CommitError::FencedInstanceId { .. } => "fenced_instance_id",
         CommitError::Retriable { .. } => "retriable",
         CommitError::Rejected { .. } => "rejected",
@@ -599,6 +629,44 @@ mod tests {
         };
         assert_eq!(consumer(REBALANCE_TOTAL), "Counter(2)");
         assert_eq!(consumer(REBALANCE_LATENCY_MS), "Histogram([30.0, 10.0])");
+    }
+
+    #[test]
+    fn lease_expiries_are_counted_once_each() {
+        let t0 = Instant::now();
+        let values = run(|| {
+            let mut m = MemberMetrics::new("g", GroupProtocol::Consumer, t0);
+            for _ in 0..2 {
+                m.on_event(
+                    &Event::Lost {
+                        partitions: tps(2),
+                        reason: Reason::LeaseExpired,
+                    },
+                    t0,
+                );
+                m.on_event(&state(S::Stable, S::Joining, R::LeaseExpired), t0);
+            }
+            // Other losses are not lease expiries.
+            m.on_event(
+                &Event::Lost {
+                    partitions: tps(1),
+                    reason: Reason::FencedMemberEpoch,
+                },
+                t0,
+            );
+            streams_lease_expired("app");
+        });
+        let lease = |group: &str, protocol: &str| {
+            values.get(&(
+                LEASE_EXPIRED_TOTAL.to_owned(),
+                vec![
+                    ("group".into(), group.into()),
+                    ("protocol".into(), protocol.into()),
+                ],
+            ))
+        };
+        assert_eq!(format!("{:?}", lease("g", "consumer")), "Some(Counter(2))");
+        assert_eq!(format!("{:?}", lease("app", "streams")), "Some(Counter(1))");
     }
 
     #[test]

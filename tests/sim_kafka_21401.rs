@@ -47,6 +47,9 @@ fn config(member: &str, instance: Option<&str>) -> GroupConfig {
     let mut c = GroupConfig::new("app");
     c.member_id = Some(id(member));
     c.instance_id = instance.map(str::to_owned);
+    // The group's session timeout, as the coordinator below applies it (the membership lease
+    // runs on it).
+    c.group_session_timeout = Duration::from_secs(300);
     c
 }
 

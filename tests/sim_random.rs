@@ -215,6 +215,8 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
         let mut config = member_config(&mut rng, &name, static_member, cooperative);
         if consumer_protocol {
             config.protocol = GroupProtocol::Consumer;
+            // The group's session timeout, as the coordinator applies it: the lease runs on it.
+            config.group_session_timeout = w.coordinator().config().consumer_session_timeout;
             config = config.with_assignor(consumer_membership::machine::classic::assignor::Range);
             // group.remote.assignor: some members ask for one (the most asked for is used).
             if broker_rng.random_bool(0.5) {

@@ -99,6 +99,8 @@ fn start(
     c.instance_id = slot.instance.clone();
     c.request_timeout = shape.request_timeout;
     c.max_poll_interval = shape.max_poll;
+    // The group's session timeout, as the coordinator applies it: the lease runs on it.
+    c.group_session_timeout = w.coordinator().config().streams.session_timeout;
     c.seed = Some(id_seed ^ 0x5eed);
     let h = match h {
         Some(h) => {

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, TransportError};
-use crate::machine::events::{CloseOptions, MemberState, RevokeTicket};
+use crate::machine::events::{CloseOptions, MemberState, Reason, RevokeTicket};
 use crate::machine::streams::{
     InterventionKind, StreamsConfig, StreamsEvent, StreamsMember, StreamsProcess, StreamsTasks,
     TaskId, TaskRole,
@@ -313,6 +313,10 @@ impl Loop<StreamsMember> for StreamsLoop {
                 };
                 crate::metrics::task_guard_intervened(&self.group, kind);
             }
+            StreamsEvent::TasksLost {
+                reason: Reason::LeaseExpired,
+                ..
+            } => crate::metrics::streams_lease_expired(&self.group),
             StreamsEvent::Closed | StreamsEvent::Fatal(_) => self.leave.closed = true,
             _ => {}
         }

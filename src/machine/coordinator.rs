@@ -158,7 +158,7 @@ impl CoordinatorLookup {
     /// `default.api.timeout.ms` of a blocking lookup). A request still in flight then is left
     /// to finish; its answer is ignored.
     pub fn set_deadline(&mut self, now: Instant, timeout: Duration) {
-        self.deadline = Some((now + timeout, timeout));
+        self.deadline = Some((super::timer::after(now, timeout), timeout));
         self.arm_retry_timer();
     }
 

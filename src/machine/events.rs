@@ -87,6 +87,13 @@ pub enum CommitError {
         /// What happened.
         reason: String,
     },
+    /// The member's membership lease ran out ([`Reason::LeaseExpired`]): no heartbeat was
+    /// answered within the session timeout less one heartbeat interval, so the coordinator may
+    /// have given the partitions to another member. Refused locally, without asking the
+    /// coordinator, until the member is confirmed in the group again; the partitions were
+    /// reported [`Event::Lost`] and must not be committed.
+    #[error("commit refused: the membership lease expired; the partitions were reported lost")]
+    LeaseExpired,
     /// Another process holds the static member's instance id.
     #[error("commit rejected: another member holds group.instance.id {instance_id:?}")]
     FencedInstanceId {

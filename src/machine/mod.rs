@@ -6,6 +6,47 @@
 //! - inputs: `handle_response(id, result, now)`, `handle_timeout(now)`, commands;
 //! - outputs, drained after every input until empty: `poll_request()`, `poll_event()`,
 //!   `poll_timeout()`.
+//!
+//! # The membership lease
+//!
+//! A member never goes on believing it owns partitions (tasks) the coordinator may have given
+//! away. Every member keeps a lease: the send time `t` of the last request whose answer
+//! confirmed its membership (classic: a JoinGroup, a SyncGroup, or a Heartbeat answered without
+//! error or with REBALANCE_IN_PROGRESS; consumer and streams: a heartbeat answered with a member
+//! epoch). The coordinator restarted the member's session no earlier than it read that request,
+//! hence no earlier than `t`, so it cannot have expired the member before `t + session`. The send
+//! time, not the answer's arrival, is the conservative bound (the answer may have taken long).
+//!
+//! When `now - t` reaches `session - heartbeat interval` (the margin is the heartbeat that would
+//! have renewed the lease), the member reports everything it owns lost ([`Event::Lost`] /
+//! `TasksLost` with [`Reason::LeaseExpired`]): the application must stop processing it and
+//! must not commit it, and the member refuses commits locally
+//! ([`CommitError::LeaseExpired`]) until a membership is confirmed again. It keeps its member
+//! id (and instance id), looks the coordinator up again and rejoins once the coordinator
+//! answers: the classic member with a JoinGroup (a JoinGroup already in flight goes on), the
+//! consumer and streams members with an epoch-0 heartbeat; answers to requests sent before the
+//! expiry cannot restore anything. Every input (answer, timer, poll, commit) checks the lease
+//! before anything else, so a member driven again after its process was starved reports the
+//! loss first.
+//!
+//! The session timeout per protocol: classic, the member's own `session.timeout.ms`
+//! ([`GroupConfig::session_timeout`](crate::config::GroupConfig::session_timeout), sent in
+//! JoinGroup) with `heartbeat.interval.ms` as the margin; consumer and streams, the group's
+//! session timeout, which the heartbeat does not carry, from
+//! [`GroupConfig::group_session_timeout`](crate::config::GroupConfig::group_session_timeout)
+//! (default 45 s, Kafka's; set it to the group's `consumer.session.timeout.ms` /
+//! `streams.session.timeout.ms`, or the broker's `group.consumer.session.timeout.ms` /
+//! `group.streams.session.timeout.ms`), with the heartbeat interval of the last answer as the
+//! margin (5 s, the broker default, before any). When the margin is not below the session the
+//! lease holds half the session.
+//!
+//! A healthy member never loses its lease: its heartbeats are answered every interval, far
+//! inside the bound. A classic JoinGroup parked by the coordinator longer than the bound (a
+//! rebalance waiting for slow members) does cost a cooperative member the partitions it kept:
+//! the member cannot tell a parked JoinGroup from one the coordinator never read. A
+//! configured group session timeout above the group's real one weakens the guarantee (the
+//! coordinator may expire the member first); one far below it makes the lease fire between
+//! heartbeats.
 
 pub mod classic;
 pub mod consumer;
@@ -14,6 +55,7 @@ pub mod events;
 pub mod member;
 pub mod metadata;
 pub mod offsets;
+pub(crate) mod session;
 mod shell;
 mod state;
 pub mod streams;
@@ -23,6 +65,9 @@ pub mod topics;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
+
+#[cfg(doc)]
+use events::{CommitError, Event, Reason};
 
 use crate::error::TransportError;
 use crate::request::{Outbound, RequestId, Response};

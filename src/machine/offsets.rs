@@ -156,6 +156,20 @@ impl OffsetQueue {
         }
     }
 
+    /// Fails the queued commits with `error`; fetches stay queued.
+    pub(crate) fn fail_commits(&mut self, events: &mut VecDeque<Event>, error: CommitError) {
+        let queued = std::mem::take(&mut self.0);
+        for q in queued {
+            match q {
+                Queued::Commit { id, .. } => events.push_back(Event::Committed {
+                    id,
+                    result: Err(error.clone()),
+                }),
+                fetch => self.0.push_back(fetch),
+            }
+        }
+    }
+
     /// The next request, fenced by `fence`. A commit `refusal` (the member left its generation
     /// while the commit waited for the coordinator) fails instead of going out with whatever
     /// identity the member has now.

@@ -75,7 +75,8 @@ macro_rules! phases {
 pub(crate) use phases;
 
 /// Implements [`Skeleton`] for a member with fields `shell`, `phase`, `member_id` and the named
-/// generation (or epoch) field, whose partitions `take_owned` gives up.
+/// generation (or epoch) field, whose partitions `take_owned` gives up, and whose inherent
+/// `on_lease_expired` reacts to the lease running out.
 macro_rules! skeleton {
     ($ty:ty, $generation:ident, |$m:ident| $take_owned:expr) => {
         impl $crate::machine::shell::Skeleton for $ty {
@@ -115,6 +116,10 @@ macro_rules! skeleton {
                 &self,
             ) -> std::collections::BTreeSet<$crate::machine::TopicPartition> {
                 self.committable()
+            }
+
+            fn lease_expired(&mut self) {
+                <$ty>::on_lease_expired(self)
             }
         }
     };
@@ -220,6 +225,19 @@ pub(crate) trait Skeleton {
         self.shell().events.push_back(Event::Fatal(error));
     }
 
+    /// The member's reaction to its lease running out: lose what it owns (reason
+    /// [`Reason::LeaseExpired`]), keep its member id, and rejoin once the coordinator answers.
+    fn lease_expired(&mut self);
+
+    /// Runs [`lease_expired`](Self::lease_expired) when the lease ran out by the current time.
+    /// Every input checks this before anything else, so a member driven again after a stall
+    /// reports its partitions lost before it acts on anything.
+    fn check_lease(&mut self) {
+        if self.shell().lease_ran_out() {
+            self.lease_expired();
+        }
+    }
+
     /// Queues a fetch of the committed offsets of `partitions` (refused once stopped).
     fn queue_fetch(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
         self.shell().advance(now);
@@ -240,7 +258,14 @@ pub(crate) trait Skeleton {
         refusal: impl FnOnce(&Self) -> Option<CommitError>,
     ) -> CommitId {
         self.shell().advance(now);
-        let refusal = refusal(self).or_else(|| {
+        self.check_lease();
+        let refusal = match self.phase().stop_error() {
+            Some(e) => Some(e),
+            // The partitions were reported lost: no commit until the membership is confirmed.
+            None if self.shell_ref().lease.expired => Some(CommitError::LeaseExpired),
+            None => refusal(self),
+        }
+        .or_else(|| {
             let owned = self.owned_partitions();
             let partitions: Vec<TopicPartition> = (offsets.iter())
                 .map(|o| &o.partition)
@@ -292,6 +317,48 @@ pub(crate) trait Skeleton {
 struct InFlight<S> {
     sent: S,
     node: Option<i32>,
+    /// The member's clock when the request was queued: no later than its transmission, so no
+    /// later than when the coordinator read it.
+    at: Instant,
+}
+
+/// The membership lease (see [`crate::machine`], "The membership lease"): when the request whose
+/// answer last confirmed the membership went out. The coordinator restarted the member's session
+/// no earlier than it read that request, so the session cannot have expired before
+/// `confirmed + session timeout`.
+/// The broker's default `group.consumer.heartbeat.interval.ms` (and
+/// `group.streams.heartbeat.interval.ms`).
+const DEFAULT_BROKER_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The lease bound of a consumer-protocol or streams member: the group's session timeout
+/// ([`GroupConfig::group_session_timeout`]) less the heartbeat interval the coordinator last
+/// gave (`interval`; the broker default, 5 s, before any).
+pub(crate) fn epoch_lease_bound(config: &GroupConfig, interval: Duration) -> Duration {
+    let interval = if interval.is_zero() {
+        DEFAULT_BROKER_HEARTBEAT_INTERVAL
+    } else {
+        interval
+    };
+    lease_bound(config.group_session_timeout, interval)
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Lease {
+    /// Send time of the last request whose answer confirmed the membership (`None`: no
+    /// membership to lose).
+    confirmed: Option<Instant>,
+    /// The lease ran out and no answer has confirmed a membership since: commits are refused.
+    pub(crate) expired: bool,
+}
+
+/// How long a confirmation holds: the session timeout less one heartbeat interval (the margin
+/// for the heartbeat that would have renewed it), or half the session when the interval is not
+/// below it.
+pub(crate) fn lease_bound(session: Duration, heartbeat_interval: Duration) -> Duration {
+    match session.checked_sub(heartbeat_interval) {
+        Some(d) if !d.is_zero() => d,
+        _ => session / 2,
+    }
 }
 
 /// The parts of a member that do not depend on its protocol; `S` is the member's record of what
@@ -306,6 +373,10 @@ pub(crate) struct Shell<S> {
     in_flight: HashMap<RequestId, InFlight<S>>,
     /// The coordinator that answered the response being handled (set for one input).
     pub(crate) answered_by: Option<i32>,
+    /// When the request being answered was queued (set for one input).
+    pub(crate) answered_sent_at: Instant,
+    /// The membership lease.
+    pub(crate) lease: Lease,
     pub(crate) timers: TimerTable,
     pub(crate) backoff: ExponentialBackoff,
     pub(crate) rng: JitterRng,
@@ -339,6 +410,8 @@ impl<S> Shell<S> {
             ids: RequestIds::default(),
             in_flight: HashMap::new(),
             answered_by: None,
+            answered_sent_at: now,
+            lease: Lease::default(),
             timers: TimerTable::default(),
             backoff,
             rng: JitterRng::from_seed(seed),
@@ -424,7 +497,8 @@ impl<S> Shell<S> {
             Target::Coordinator(b) => Some(b.node_id),
             _ => None,
         };
-        self.in_flight.insert(id, InFlight { sent, node });
+        let at = self.now;
+        self.in_flight.insert(id, InFlight { sent, node, at });
         self.outbound.push_back(Outbound {
             id,
             target,
@@ -480,11 +554,12 @@ impl<S> Shell<S> {
             self.lookup.handle_response(id, result, self.now);
             return None;
         }
-        let Some(InFlight { sent, node }) = self.in_flight.remove(&id) else {
+        let Some(InFlight { sent, node, at }) = self.in_flight.remove(&id) else {
             tracing::debug!(%id, "ignoring an answer to no request in flight");
             return None;
         };
         self.answered_by = node;
+        self.answered_sent_at = at;
         Some((sent, result))
     }
 
@@ -545,6 +620,11 @@ impl<S> Shell<S> {
         }
     }
 
+    /// Fails every queued commit (not the fetches) with `e`.
+    pub(crate) fn fail_commits(&mut self, e: CommitError) {
+        self.offsets.fail_commits(&mut self.events, e);
+    }
+
     /// Fails every queued commit and fetch with `e`.
     pub(crate) fn fail_offsets(&mut self, e: CommitError) {
         self.offsets.fail_all(&mut self.events, e);
@@ -556,6 +636,51 @@ impl<S> Shell<S> {
     pub(crate) fn coordinator_failed(&mut self) {
         self.lookup
             .coordinator_failed(&self.config.group_id, self.answered_by);
+    }
+
+    /// The answer being handled confirmed the membership: the lease now runs `bound` from when
+    /// its request went out (never backwards), and commits are accepted again.
+    pub(crate) fn confirm_membership(&mut self, bound: Duration) {
+        let at = self.answered_sent_at;
+        let confirmed = self.lease.confirmed.map_or(at, |c| c.max(at));
+        self.lease = Lease {
+            confirmed: Some(confirmed),
+            expired: false,
+        };
+        self.timers
+            .set(Timer::Lease, super::timer::after(confirmed, bound));
+    }
+
+    /// The group's session timeout became `session` (read from the cluster): a lease running now
+    /// ends `bound` after its confirmation instead.
+    pub(crate) fn set_group_session(
+        &mut self,
+        session: Duration,
+        bound: impl Fn(&GroupConfig) -> Duration,
+    ) {
+        self.config.group_session_timeout = session;
+        if let Some(c) = self.lease.confirmed {
+            let at = super::timer::after(c, bound(&self.config));
+            self.timers.set(Timer::Lease, at);
+        }
+    }
+
+    /// The membership ended without the lease running out (left, fenced, rejoining): nothing is
+    /// left to expire.
+    pub(crate) fn end_lease(&mut self) {
+        self.lease.confirmed = None;
+        self.timers.stop(Timer::Lease);
+    }
+
+    /// Whether the lease ran out by the current time; it is then ended and marked expired.
+    pub(crate) fn lease_ran_out(&mut self) -> bool {
+        if !self.timers.expire(Timer::Lease, self.now) || self.lease.confirmed.is_none() {
+            return false;
+        }
+        let since = self.lease.confirmed.take();
+        self.lease.expired = true;
+        tracing::warn!(group = %self.config.group_id, last_confirmed_ago = ?since.map(|c| self.now - c), "membership lease expired: no heartbeat answered within the session timeout less one heartbeat interval; the partitions are lost");
+        true
     }
 
     /// The KIP-580 delay after `failures` failures in a row, and one failure more counted.

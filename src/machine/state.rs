@@ -196,6 +196,11 @@ named! {
         AssignmentReconciled => "assignment reconciled",
         /// Streams: another member of this process still holds an assigned task.
         TaskWithheld => "waiting for another member of this process to release a task",
+        /// No heartbeat sent within the session timeout less one heartbeat interval was
+        /// answered: the coordinator may have expired the member and given its partitions away
+        /// (the membership lease, see [`crate::machine`]). The member keeps its member id and
+        /// rejoins once the coordinator answers again.
+        LeaseExpired => "membership lease expired",
         /// The member stopped on a terminal error (see `Event::Fatal`).
         FatalError => "fatal error",
         /// `group.protocol=auto`: the broker refused the consumer protocol; classic takes over.

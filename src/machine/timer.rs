@@ -25,10 +25,14 @@ pub enum Timer {
     /// A streams member asks its process's task guard again for the tasks it withholds, or
     /// gives up a task another member of its process was assigned as active.
     TaskGuard,
+    /// The membership lease runs out: no heartbeat sent within the session timeout less one
+    /// heartbeat interval was answered, so the coordinator may have expired the member and given
+    /// its partitions away (see [`crate::machine`], "The membership lease").
+    Lease,
 }
 
 impl Timer {
-    const ALL: [Timer; 8] = [
+    const ALL: [Timer; 9] = [
         Timer::CoordinatorRetry,
         Timer::Heartbeat,
         Timer::Session,
@@ -37,6 +41,7 @@ impl Timer {
         Timer::MetadataRefresh,
         Timer::TopicCheck,
         Timer::TaskGuard,
+        Timer::Lease,
     ];
 
     fn index(self) -> usize {

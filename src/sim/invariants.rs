@@ -448,8 +448,10 @@ impl World {
     /// What process `i` is registered as owning in the KIP-848 ownership index: its assignment
     /// and the partitions of the revocation tickets its application holds, less those the
     /// coordinator released on a stale heartbeat; nothing for a zombie (a member the
-    /// coordinator removed that still believes it is in the group, until its next heartbeat
-    /// answers UNKNOWN_MEMBER_ID), a dead process or a classic member.
+    /// coordinator removed, by a rebalance timeout or a static replacement, that still believes
+    /// it is in the group, until its next heartbeat answers UNKNOWN_MEMBER_ID), a dead process
+    /// or a classic member. A member removed by a session expiry is no zombie: its membership
+    /// lease ran out, and it reported its partitions lost, before the session did.
     fn consumer_claims(&self, i: usize) -> Vec<TopicPartition> {
         let p = &self.procs[i];
         let Some(m) = p.snapshot.as_ref() else {
@@ -470,7 +472,12 @@ impl World {
                 | MemberState::Acknowledging
                 | MemberState::Stable
         );
-        if !held && in_group {
+        // A member whose session expired gets no excuse: its lease (on the group's session
+        // timeout) ran out, and it reported its partitions lost, before the coordinator could
+        // expire it. Unless its process is starved of CPU ([`World::starve`]): it does nothing
+        // until it runs again, and then reports the loss first.
+        let expired = self.coordinator.consumer_expired_by_session(&m.member_id);
+        if !held && in_group && (!expired || p.frozen_until.is_some()) {
             return Vec::new();
         }
         let owned: BTreeSet<&TopicPartition> = m
@@ -579,7 +586,8 @@ impl World {
     /// - (b) no active task is held by two live members at once, except by a zombie: a member
     ///   whose member id the coordinator no longer holds (fenced by a session or rebalance
     ///   timeout, `streamsGroupFenceMember`, or its instance id taken over by a new member id,
-    ///   `replaceStreamsMember`) while the member itself is still in the group (joining,
+    ///   `replaceStreamsMember`; not a session expiry: the member's membership lease ran out
+    ///   before it) while the member itself is still in the group (joining,
     ///   reconciling, revoking, acknowledging or stable): it holds its tasks until its next
     ///   answer (UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH) makes it lose them, as a KIP-848
     ///   zombie does. A member the coordinator holds gets no excuse, in any epoch.
@@ -615,7 +623,11 @@ impl World {
                     | MemberState::Acknowledging
                     | MemberState::Stable
             );
-            let zombie = in_group && !streams.has_member(&group, &m.member_id);
+            // No excuse after a session expiry: the member's lease ran out first.
+            // (A starved process, [`World::starve`], reports it first when it runs again.)
+            let zombie = in_group
+                && !streams.has_member(&group, &m.member_id)
+                && (!streams.expired_by_session(&group, &m.member_id) || p.frozen_until.is_some());
             if !zombie {
                 for t in &st.tasks.active {
                     active.entry(t).or_default().push(i);

@@ -278,6 +278,13 @@ pub(super) struct Process {
     events: Vec<(Duration, String)>,
     polling: bool,
     timer_floor: Option<Instant>,
+    /// Answers to the process are dropped until then (one-way loss: its requests still reach
+    /// the broker), see [`World::drop_answers`].
+    deaf_until: Option<Instant>,
+    /// The process is not driven until then (starved of CPU), see [`World::starve`]: its
+    /// timers wait, and its answers are held in `held`.
+    pub(super) frozen_until: Option<Instant>,
+    held: Vec<Delivery>,
     /// Highest generation seen per member id (invariant: never goes backwards).
     pub(super) generations: BTreeMap<String, i32>,
     /// Member ids the process held when the coordinator moved: their generations may go back
@@ -824,6 +831,9 @@ impl World {
             events: Vec::new(),
             polling: self.config.app_polls,
             timer_floor: None,
+            deaf_until: None,
+            frozen_until: None,
+            held: Vec::new(),
             generations: BTreeMap::new(),
             moved_ids: BTreeSet::new(),
             max_epoch: 0,
@@ -1001,6 +1011,69 @@ impl World {
 
     // ------------------------------------------------------------------ faults and scripts
 
+    /// For `d`, every answer to the slot's process is lost on its way (the broker read and
+    /// processed the requests; the connections stay up): its requests in flight time out.
+    pub fn drop_answers(&mut self, h: MemberHandle, d: Duration) {
+        let p = self.slots[h.0];
+        self.procs[p].deaf_until = Some(self.now + d);
+        let name = self.procs[p].name.clone();
+        self.log(|| format!("network: drops every answer to {name} for {d:?}"));
+    }
+
+    /// The slot's process is not driven for `d` (starved of CPU): no timer fires and no answer
+    /// is handed to it meanwhile. Then its timers catch up first (`handle_timeout`), and the
+    /// answers that arrived meanwhile follow, in order.
+    pub fn starve(&mut self, h: MemberHandle, d: Duration) {
+        let p = self.slots[h.0];
+        let until = self.now + d;
+        self.procs[p].frozen_until = Some(until);
+        self.touch(p);
+        let name = self.procs[p].name.clone();
+        self.log(|| format!("{name}: process starved of CPU for {d:?}"));
+        let at = until - self.start;
+        self.schedule(at, move |w| w.thaw(p));
+    }
+
+    /// The end of a [`starve`](Self::starve): timers first, then the held answers.
+    fn thaw(&mut self, p: usize) {
+        if self.procs[p].frozen_until.take().is_none() {
+            return;
+        }
+        let now = self.now;
+        let name = self.procs[p].name.clone();
+        self.log(|| format!("{name}: process runs again"));
+        if let Some(m) = self.procs[p].member.as_deref_mut() {
+            m.handle_timeout(now);
+        }
+        self.drain(p);
+        for d in std::mem::take(&mut self.procs[p].held) {
+            self.deliver(d);
+        }
+        self.touch(p);
+    }
+
+    /// An answer on its way to a process that drops ([`drop_answers`](Self::drop_answers)) or
+    /// holds ([`starve`](Self::starve)) it: `None` then.
+    fn intercept(&mut self, d: Delivery) -> Option<Delivery> {
+        let p = self.proc_of_conn(d.conn)?;
+        let now = self.now;
+        if self.procs[p].deaf_until.is_some_and(|t| t > now) {
+            let name = self.procs[p].name.clone();
+            self.log(|| {
+                format!(
+                    "network: drops the answer {}#{} to {name}",
+                    d.conn, d.correlation
+                )
+            });
+            return None;
+        }
+        if self.procs[p].frozen_until.is_some_and(|t| t > now) {
+            self.procs[p].held.push(d);
+            return None;
+        }
+        Some(d)
+    }
+
     /// The coordinator processes nothing for `d` (requests are still read and queued).
     pub fn stall(&mut self, d: Duration) {
         let until = self.now + d;
@@ -1135,6 +1208,9 @@ impl World {
         } else {
             [None; 3]
         };
+        // A starved process does nothing before it runs again.
+        let floor = p.frozen_until;
+        let next = next.map(|e| e.map(|(at, orig)| (floor.map_or(at, |f| at.max(f)), orig)));
         let actions = [
             Action::RequestTimeout(i),
             Action::Ticket(i),
@@ -1271,7 +1347,11 @@ impl World {
                 }
             }
             Action::Down => match self.network.deliver_down(now) {
-                Some(Arrival::Answer(d)) => self.deliver(d),
+                Some(Arrival::Answer(d)) => {
+                    if let Some(d) = self.intercept(d) {
+                        self.deliver(d);
+                    }
+                }
                 Some(Arrival::Closed { conn, cause, .. }) => {
                     // The connection failed under the client: every request in flight on it
                     // fails (NetworkClient.processDisconnection).

@@ -33,6 +33,7 @@
 //! | CreateTopics | 2-7 | 5+ |
 //! | DescribeGroups | 0-6 | 5+ |
 //! | ConsumerGroupDescribe | 0-1 | 0+ |
+//! | DescribeConfigs | 1-4 | 4+ |
 //!
 //! The records of a Fetch answer stay bytes: kafka-protocol does not decode them as part of the
 //! response, so no record count is read here.
@@ -62,6 +63,7 @@ pub(super) fn known_versions(api: ApiKey) -> Option<(i16, i16)> {
         ApiKey::CreateTopics => (2, 7),
         ApiKey::DescribeGroups => (0, 6),
         ApiKey::ConsumerGroupDescribe => (0, 1),
+        ApiKey::DescribeConfigs => (1, 4),
         _ => return None,
     })
 }
@@ -144,8 +146,42 @@ pub(super) fn check_sizes(api: ApiKey, version: i16, body: &[u8]) -> Walk {
         ApiKey::CreateTopics => create_topics(c, v),
         ApiKey::DescribeGroups => describe_groups(c, v),
         ApiKey::ConsumerGroupDescribe => consumer_group_describe(c, v),
+        ApiKey::DescribeConfigs => describe_configs(c, v),
         _ => Err(format!("no size layout for {api:?} responses")),
     }
+}
+
+/// DescribeConfigsResponse.json (v1+, what the members send to read the group's session
+/// timeout): ThrottleTimeMs, Results [ErrorCode, ErrorMessage, ResourceType, ResourceName,
+/// Configs [Name, Value, ReadOnly, ConfigSource, IsSensitive, Synonyms [Name, Value, Source],
+/// ConfigType (v3+), Documentation (v3+)]].
+fn describe_configs(c: &mut Cursor, v: i16) -> Walk {
+    let flex = v >= 4;
+    c.skip(4)?;
+    c.array(flex, |c| {
+        c.skip(2)?;
+        c.string(flex)?;
+        c.skip(1)?;
+        c.string(flex)?;
+        c.array(flex, |c| {
+            c.string(flex)?;
+            c.string(flex)?;
+            c.skip(3)?;
+            c.array(flex, |c| {
+                c.string(flex)?;
+                c.string(flex)?;
+                c.skip(1)?;
+                c.tags(flex)
+            })?;
+            if v >= 3 {
+                c.skip(1)?;
+                c.string(flex)?;
+            }
+            c.tags(flex)
+        })?;
+        c.tags(flex)
+    })?;
+    c.tags(flex)
 }
 
 /// ApiVersionsResponse.json: ErrorCode, ApiKeys, ThrottleTimeMs (v1+), and in v3+ the tagged

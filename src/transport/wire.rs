@@ -119,7 +119,8 @@ pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
 /// (ApiVersions, SaslHandshake, SaslAuthenticate, FindCoordinator, Metadata, JoinGroup,
 /// SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ConsumerGroupHeartbeat) and the
 /// ones a [`Request::Raw`] plausibly asks for (Fetch, ListOffsets, Produce, CreateTopics,
-/// DescribeGroups, ConsumerGroupDescribe), at every version kafka-protocol 0.18.0 decodes. An
+/// DescribeGroups, ConsumerGroupDescribe), at every version kafka-protocol 0.18.0 decodes, and
+/// DescribeConfigs v1-4 (the read of the group's session timeout). An
 /// answer of any other kafka-protocol API is a [`TransportError::Decode`] naming it, never
 /// decoded unchecked ([`build`] refuses to send such a request in the first place).
 ///

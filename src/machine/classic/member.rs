@@ -27,7 +27,7 @@ use crate::machine::events::{
 };
 use crate::machine::metadata::ClusterMetadata;
 use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::machine::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
+use crate::machine::shell::{PhaseName, Shell, Skeleton, lease_bound, millis, phases, skeleton};
 use crate::machine::timer::Timer;
 use crate::request::{Broker, Fit, Outbound, Reply, RequestId, Response, ResponseBody};
 
@@ -520,6 +520,8 @@ impl ClassicMember {
     /// makes the member leave as the Java client does on poll timeout (a static member keeps its id
     /// and sends nothing); the next poll rejoins.
     pub fn poll(&mut self, now: Instant) {
+        self.shell.advance(now);
+        self.check_lease();
         if self.polled(now, !self.topics.is_empty()) && matches!(self.phase, Phase::PollExpired) {
             self.request_rejoin(Reason::PolledAfterPollTimeout);
         }
@@ -700,6 +702,7 @@ impl ClassicMember {
     /// Advances the clock to `now` and fires due timers. Early or repeated calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.shell.tick(now);
+        self.check_lease();
         if self.shell.expired(Timer::Session) && self.heartbeating() {
             // No heartbeat answered within the session timeout: the coordinator is treated as
             // unknown (Heartbeat.sessionTimeoutExpired -> markCoordinatorUnknown); the member
@@ -737,6 +740,9 @@ impl ClassicMember {
         let Some((sent, result)) = self.shell.route(id, result, now) else {
             return;
         };
+        // A lease that ran out while the answer was on its way is lost first: the answer was
+        // sent before it ran out and cannot vouch for the membership now.
+        self.check_lease();
         match sent {
             Sent::Join { member_id } => self.on_join(id, member_id, result),
             Sent::Metadata => self.on_metadata(id, result),
@@ -808,6 +814,7 @@ impl ClassicMember {
 
     /// Forgets the generation; keeps the member id.
     fn reset_generation(&mut self) {
+        self.shell.end_lease();
         self.generation = -1;
         self.protocol_name = None;
         self.leader = false;
@@ -1262,6 +1269,7 @@ impl ClassicMember {
         self.member_id = r.member_id.to_string();
         self.generation = r.generation_id;
         self.protocol_name = Some(protocol.clone());
+        self.confirm_membership();
         self.shell.timers.set(
             Timer::Session,
             crate::machine::timer::after(self.shell.now, self.shell.config.session_timeout),
@@ -1549,6 +1557,7 @@ impl ClassicMember {
     }
 
     fn synced(&mut self, partitions: Vec<TopicPartition>) {
+        self.confirm_membership();
         let target: BTreeSet<TopicPartition> = partitions.into_iter().collect();
         let revoked: Vec<TopicPartition> = self.owned.difference(&target).cloned().collect();
         let added: Vec<TopicPartition> = target.difference(&self.owned).cloned().collect();
@@ -1656,11 +1665,39 @@ impl ClassicMember {
     }
 
     fn heartbeat_ok(&mut self) {
+        self.confirm_membership();
         self.heartbeat_failures = 0;
         self.shell.timers.set(
             Timer::Session,
             crate::machine::timer::after(self.shell.now, self.shell.config.session_timeout),
         );
+    }
+
+    /// The answer being handled confirmed the membership (a JoinGroup, a SyncGroup, or a
+    /// heartbeat answered without error or with REBALANCE_IN_PROGRESS: each restarts the
+    /// member's session at the coordinator, `completeAndScheduleNextHeartbeatExpiration`).
+    fn confirm_membership(&mut self) {
+        let config = &self.shell.config;
+        let bound = lease_bound(config.session_timeout, config.heartbeat_interval);
+        self.shell.confirm_membership(bound);
+    }
+
+    /// The lease ran out: the coordinator may have expired the member after `session.timeout.ms`
+    /// and given its partitions to others, so they are lost now. The member keeps its member id
+    /// (and instance id), looks the coordinator up again and rejoins; a JoinGroup in flight goes
+    /// on (its answer decides). Commits are refused until a membership is confirmed again.
+    fn on_lease_expired(&mut self) {
+        if self.stopped() || matches!(self.phase, Phase::Leaving { .. }) {
+            return;
+        }
+        self.lose_owned(Reason::LeaseExpired);
+        self.shell.fail_commits(CommitError::LeaseExpired);
+        self.shell.lookup.rediscover(&self.shell.config.group_id);
+        if matches!(self.phase, Phase::Joining { .. }) {
+            return;
+        }
+        self.reset_generation();
+        self.interrupt_for_rejoin(Reason::LeaseExpired);
     }
 
     fn heartbeat_backoff(&mut self) {

@@ -163,6 +163,21 @@ impl Harness {
         self.drain();
         std::mem::take(&mut self.events)
     }
+
+    /// Commits t-`partition` and expects the lease's local refusal; returns the events.
+    fn commit_refused_by_the_lease(&mut self, partition: i32) -> Vec<Event> {
+        let partition = TopicPartition::new("t", partition);
+        let c = self
+            .m
+            .commit(vec![CommitOffset::new(partition, 7)], self.now);
+        let events = self.take_events();
+        assert_eq!(
+            commit_result(&events, c),
+            Some(&CommitError::LeaseExpired),
+            "{events:?}"
+        );
+        events
+    }
 }
 
 #[test]
@@ -397,11 +412,150 @@ fn session_expiry_and_coordinator_loss_keep_the_member_id() {
         "{out:?}"
     );
     assert_eq!(h.m.member_id(), "i1-abc");
-    assert_eq!(
-        h.m.generation(),
-        1,
-        "session expiry alone does not reset the generation"
+    // The lease ran out before the session: partitions lost, generation gone, id kept.
+    assert_eq!(h.m.generation(), -1);
+    assert!(h.m.assignment().is_empty());
+}
+
+/// Lost events with the lease reason.
+fn lease_losses(events: &[Event]) -> Vec<Vec<TopicPartition>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lost {
+                partitions,
+                reason: Reason::LeaseExpired,
+            } => Some(partitions.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn commit_result(events: &[Event], id: crate::machine::events::CommitId) -> Option<&CommitError> {
+    events.iter().find_map(|e| match e {
+        Event::Committed { id: i, result } if *i == id => result.as_ref().err(),
+        _ => None,
+    })
+}
+
+#[test]
+fn lease_expires_at_the_bound_from_the_last_confirmed_send_not_before() {
+    // session 10 s, heartbeat 1 s: the lease holds 9 s from the send of the last heartbeat
+    // answered.
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    let hb = h.heartbeat();
+    let confirmed = h.now;
+    // Answered late, 5 s after it went out: the lease runs from the send, not the answer.
+    h.advance(Duration::from_millis(500));
+    h.drain();
+    h.now += Duration::from_millis(4500);
+    h.heartbeat_answer(&hb, 0);
+    // The next heartbeats go out and are never answered.
+    let out = h.drain();
+    assert!(
+        matches!(out.as_slice(), [o] if matches!(body(o), RequestKind::Heartbeat(_))),
+        "{out:?} {:?}",
+        h.events
     );
+    h.m.handle_timeout(confirmed + Duration::from_secs(9) - Duration::from_millis(1));
+    h.now = confirmed + Duration::from_secs(9) - Duration::from_millis(1);
+    let events = h.take_events();
+    assert!(lease_losses(&events).is_empty(), "{events:?}");
+    assert_eq!(h.m.state(), MemberState::Stable);
+    assert_eq!(
+        h.m.poll_timeout()
+            .map(|(at, _)| at <= confirmed + Duration::from_secs(9)),
+        Some(true)
+    );
+    h.now = confirmed + Duration::from_secs(9);
+    h.m.handle_timeout(h.now);
+    let out = h.drain();
+    let events = h.take_events();
+    assert_eq!(
+        lease_losses(&events),
+        vec![vec![
+            TopicPartition::new("t", 0),
+            TopicPartition::new("t", 1)
+        ]],
+        "{events:?}"
+    );
+    assert_eq!(h.m.member_id(), "i1-abc", "the member id is kept");
+    assert_eq!(h.m.generation(), -1);
+    assert!(h.m.assignment().is_empty());
+    let lookup = out
+        .iter()
+        .find(|o| matches!(o.request, Request::FindCoordinator { .. }))
+        .expect("the coordinator is looked up again");
+    // Commits are refused locally, typed.
+    h.commit_refused_by_the_lease(0);
+    // The coordinator answers again: the member rejoins with its member id and instance id.
+    h.answer_find_coordinator(lookup, 1);
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "i1-abc");
+    let RequestKind::JoinGroup(j) = body(&join) else {
+        unreachable!()
+    };
+    assert_eq!(j.group_instance_id.as_deref(), Some("i1"));
+    h.join_ok(&join, "i1-abc", 2, "leader-other");
+    h.sync_ok(&[("t", 0)]);
+    assert_eq!(h.m.state(), MemberState::Stable);
+    let c = h.m.commit(
+        vec![CommitOffset::new(TopicPartition::new("t", 0), 7)],
+        h.now,
+    );
+    let out = h.drain();
+    assert!(
+        out.iter()
+            .any(|o| matches!(body(o), RequestKind::OffsetCommit(_))),
+        "{out:?}"
+    );
+    assert_eq!(commit_result(&h.take_events(), c), None);
+}
+
+#[test]
+fn a_starved_member_reports_the_lease_lost_before_acting_on_a_late_answer() {
+    let mut h = Harness::stable(None, "m-1");
+    let hb = h.heartbeat();
+    h.take_events();
+    // The process is not driven for 30 s; then the heartbeat's (successful) answer is the
+    // first input. It went out 30 s ago and cannot vouch for the membership now.
+    h.now += Duration::from_secs(30);
+    h.heartbeat_answer(&hb, 0);
+    let events = h.take_events();
+    crate::testutil::assert_lease_lost_first(&events);
+    assert_eq!(h.m.generation(), -1);
+    assert_eq!(h.m.member_id(), "m-1");
+    // A timer catch-up after starvation does the same.
+    let mut h = Harness::stable(None, "m-1");
+    h.take_events();
+    h.now += Duration::from_secs(30);
+    h.m.handle_timeout(h.now);
+    let events = h.take_events();
+    crate::testutil::assert_lease_lost_first(&events);
+    // And a commit as the first call after starvation is refused.
+    let mut h = Harness::stable(None, "m-1");
+    h.take_events();
+    h.now += Duration::from_secs(30);
+    let events = h.commit_refused_by_the_lease(1);
+    assert_eq!(lease_losses(&events).len(), 1, "{events:?}");
+}
+
+#[test]
+fn a_healthy_member_never_loses_its_lease() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    for _ in 0..500 {
+        h.m.poll(h.now);
+        let hb = h.heartbeat();
+        h.now += Duration::from_millis(300);
+        h.heartbeat_answer(&hb, 0);
+    }
+    let events = h.take_events();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Lost { .. })),
+        "{events:?}"
+    );
+    assert_eq!(h.m.state(), MemberState::Stable);
+    assert_eq!(h.m.generation(), 1);
 }
 
 #[test]
@@ -1292,6 +1446,11 @@ impl Harness {
     /// Answers the next FindCoordinator with `node`.
     fn find_coordinator_at(&mut self, node: i32) {
         let out = self.one();
+        self.answer_find_coordinator(&out, node);
+    }
+
+    /// Answers the FindCoordinator `out` with `node`.
+    fn answer_find_coordinator(&mut self, out: &Outbound, node: i32) {
         assert!(
             matches!(out.request, Request::FindCoordinator { .. }),
             "{out:?}"
@@ -1302,7 +1461,7 @@ impl Harness {
             .with_host(s("h"))
             .with_port(9092);
         self.answer(
-            &out,
+            out,
             ResponseKind::FindCoordinator(
                 FindCoordinatorResponse::default().with_coordinators(vec![c]),
             ),

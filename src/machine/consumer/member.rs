@@ -22,7 +22,10 @@ use crate::machine::events::{
 };
 use crate::machine::metadata::ClusterMetadata;
 use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
-use crate::machine::shell::{PhaseName, Shell, Skeleton, millis, phases, skeleton};
+use crate::machine::session;
+use crate::machine::shell::{
+    PhaseName, Shell, Skeleton, epoch_lease_bound, millis, phases, skeleton,
+};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
 use crate::request::{
@@ -116,6 +119,8 @@ pub(crate) enum Sent {
     Leave,
     Metadata,
     Offsets(SentOffsets),
+    /// A DescribeConfigs reading the group's session timeout.
+    SessionRead(session::Step),
 }
 
 /// What the broker may know of a member: its registration state, which decides whether a leave
@@ -179,6 +184,8 @@ pub struct ConsumerMember {
     answered_once: bool,
     /// A close or unsubscribe that waits for the outstanding revocation ticket.
     deferred_leave: Option<(CloseOptions, AfterLeave, Reason)>,
+    /// The read of the group's session timeout, when configured.
+    session_read: session::SessionRead,
 }
 
 impl ConsumerMember {
@@ -234,6 +241,7 @@ impl ConsumerMember {
             registration: Registration::default(),
             answered_once: false,
             deferred_leave: None,
+            session_read: session::SessionRead::default(),
             shell: Shell::new(config, now, seed),
         })
     }
@@ -461,6 +469,8 @@ impl ConsumerMember {
 
     /// Records that the application is alive; after a poll timeout, rejoins.
     pub fn poll(&mut self, now: Instant) {
+        self.shell.advance(now);
+        self.check_lease();
         let subscribed = !self.topics.is_empty() || self.regex.is_some();
         if self.polled(now, subscribed) && matches!(self.phase, Phase::Stale) {
             self.join(Reason::PolledAfterPollTimeout);
@@ -595,6 +605,17 @@ impl ConsumerMember {
         if let Some(out) = self.build_offsets(&coordinator) {
             return Some(out);
         }
+        if self.in_group()
+            && let Some(out) = session::poll(
+                &mut self.shell,
+                &mut self.session_read,
+                &coordinator,
+                session::CONSUMER,
+                Sent::SessionRead,
+            )
+        {
+            return Some(out);
+        }
         if self.in_group() && self.heartbeat_in_flight.is_none() {
             let urgent = matches!(self.phase, Phase::Joining | Phase::Acknowledging);
             let due = self
@@ -637,6 +658,7 @@ impl ConsumerMember {
     /// Advances the clock and fires due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.shell.tick(now);
+        self.check_lease();
         if self.shell.expired(Timer::MetadataRefresh)
             && matches!(
                 self.phase,
@@ -662,6 +684,9 @@ impl ConsumerMember {
         let Some((sent, result)) = self.shell.route(id, result, now) else {
             return;
         };
+        // A lease that ran out while the answer was on its way is lost first: the answer was
+        // sent before it ran out and cannot vouch for the membership now.
+        self.check_lease();
         match sent {
             Sent::Heartbeat {
                 epoch,
@@ -677,12 +702,21 @@ impl ConsumerMember {
             Sent::Leave => self.on_leave(id, result),
             Sent::Metadata => self.on_metadata(result),
             Sent::Offsets(sent) => self.on_offsets(sent, result),
+            Sent::SessionRead(step) => session::apply(
+                &mut self.shell,
+                &mut self.session_read,
+                step,
+                &result,
+                session::CONSUMER,
+                self.interval,
+            ),
         }
     }
 
     // ------------------------------------------------------------------ transitions
 
     fn join(&mut self, reason: Reason) {
+        self.shell.end_lease();
         self.epoch = 0;
         self.known = None;
         self.acked_owned = None;
@@ -1136,6 +1170,9 @@ impl ConsumerMember {
         self.heartbeat_failures = 0;
         self.shell.timers.stop(Timer::Rejoin);
         if r.member_epoch > 0 {
+            // The coordinator restarted the member's session when it read this heartbeat.
+            let bound = epoch_lease_bound(&self.shell.config, self.interval);
+            self.shell.confirm_membership(bound);
             self.registration.may_be_registered = true;
             // A successful join ends an UNRELEASED_INSTANCE_ID episode: the bound is per episode.
             self.registration.unreleased_recoveries = 0;
@@ -1174,6 +1211,21 @@ impl ConsumerMember {
             }
             _ => {}
         }
+    }
+
+    /// The lease ran out: the coordinator may have expired the member after the group's session
+    /// timeout and given its partitions to others, so they are lost now, as when fenced. The
+    /// member keeps its member id, looks the coordinator up again and rejoins at epoch 0; answers
+    /// to heartbeats sent before are ignored (they cannot vouch for the membership now).
+    /// Commits are refused until a heartbeat answer confirms a membership again.
+    fn on_lease_expired(&mut self) {
+        if self.epoch <= 0 || !self.in_group() {
+            return;
+        }
+        self.incarnation += 1;
+        self.shell.fail_commits(CommitError::LeaseExpired);
+        self.shell.lookup.rediscover(&self.shell.config.group_id);
+        self.fenced(Reason::LeaseExpired);
     }
 
     /// Revoke first, then assign, then acknowledge (AbstractMembershipManager.maybeReconcile).

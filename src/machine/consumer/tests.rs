@@ -2442,3 +2442,213 @@ fn a_fenced_rejoin_backs_off_instead_of_spinning() {
     let (_, b) = h.expect_hb();
     assert_eq!(b.member_epoch, 0);
 }
+
+// ---------------------------------------------------------------- the membership lease
+
+/// A member whose group's session timeout is 10 s (heartbeat interval 1 s: the lease holds 9 s).
+fn lease_config() -> GroupConfig {
+    config(Some("i1")).with_group_session_timeout(Duration::from_secs(10))
+}
+
+fn commit_refusal(events: &[Event], id: crate::machine::events::CommitId) -> Option<CommitError> {
+    events.iter().find_map(|e| match e {
+        Event::Committed { id: i, result } if *i == id => result.clone().err(),
+        _ => None,
+    })
+}
+
+#[test]
+fn the_lease_expires_at_the_bound_from_the_last_answered_send_not_before() {
+    let mut h = Harness::joined_with(lease_config());
+    // Answered 4 s after it went out: the lease runs from the send.
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    let confirmed = h.now;
+    h.now += Duration::from_secs(4);
+    h.hb_answer(&hb, ok(1, 1000, None));
+    // From now on the heartbeats go unanswered (the coordinator stalls).
+    let (unanswered, _) = h.regular(Duration::from_secs(1));
+    let bound = confirmed + Duration::from_secs(9);
+    h.now = bound - Duration::from_millis(1);
+    h.m.handle_timeout(h.now);
+    assert!(lost_of(&h.take_events()).is_empty());
+    assert_eq!(h.m.state(), MemberState::Stable);
+    h.now = bound;
+    h.m.handle_timeout(h.now);
+    let out = h.drain();
+    let events = h.take_events();
+    assert_eq!(
+        lost_of(&events),
+        vec![(vec![tp("t", 0), tp("t", 1)], Reason::LeaseExpired)],
+        "{events:?}"
+    );
+    assert_eq!(h.m.member_id(), ID, "the member id is kept");
+    assert_eq!(h.m.epoch(), 0);
+    assert_eq!(h.m.state(), MemberState::Joining);
+    assert!(h.m.assignment().is_empty());
+    assert!(out.iter().any(is_find_coordinator), "{out:?}");
+    // Commits are refused locally, typed.
+    let c = h.m.commit(vec![CommitOffset::new(tp("t", 0), 5)], h.now);
+    assert_eq!(
+        commit_refusal(&h.take_events(), c),
+        Some(CommitError::LeaseExpired)
+    );
+    // The coordinator answers again: the epoch-0 join carries the same member id and instance
+    // id, and nothing owned.
+    let fc = out.into_iter().find(is_find_coordinator).unwrap();
+    h.answer(&fc, find_coordinator_answer());
+    // The heartbeat in flight times out first (its answer would be ignored as well).
+    h.nothing("one heartbeat in flight at a time");
+    h.fail(&unanswered);
+    let (join, b) = h.expect_hb();
+    assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));
+    assert_eq!(b.instance_id.as_deref(), Some("i1"));
+    assert_eq!(owned_of(&b), Some(vec![]));
+    h.hb_answer(&join, ok(3, 1000, Some(&[(T, &[0])])));
+    let _ack = h.drain();
+    assert_eq!(h.m.assignment(), vec![tp("t", 0)]);
+    let c = h.m.commit(vec![CommitOffset::new(tp("t", 0), 5)], h.now);
+    assert_eq!(commit_refusal(&h.take_events(), c), None);
+}
+
+#[test]
+fn an_answer_sent_before_the_lease_ran_out_does_not_restore_the_partitions() {
+    let mut h = Harness::joined_with(lease_config());
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    // Not driven for 20 s (CPU starvation); the heartbeat's answer is the first input.
+    h.now += Duration::from_secs(20);
+    h.hb_answer(&hb, ok(1, 1000, Some(&[(T, &[0, 1])])));
+    let events = h.take_events();
+    crate::testutil::assert_lease_lost_first(&events);
+    assert!(assigned_of(&events).is_empty(), "{events:?}");
+    assert!(h.m.assignment().is_empty());
+    assert_eq!(h.m.epoch(), 0);
+    // A timer catch-up after starvation reports it first, too.
+    let mut h = Harness::joined_with(lease_config());
+    h.now += Duration::from_secs(20);
+    h.m.handle_timeout(h.now);
+    let events = h.take_events();
+    crate::testutil::assert_lease_lost_first(&events);
+}
+
+#[test]
+fn a_healthy_member_never_loses_its_lease() {
+    // The default group session timeout (45 s) and the broker's interval.
+    let mut h = Harness::joined_with(config(None));
+    for _ in 0..500 {
+        h.m.poll(h.now);
+        let (hb, _) = h.regular(Duration::from_secs(1));
+        h.now += Duration::from_millis(300);
+        h.hb_answer(&hb, ok(1, 1000, None));
+    }
+    let events = h.take_events();
+    assert!(lost_of(&events).is_empty(), "{events:?}");
+    assert_eq!(h.m.state(), MemberState::Stable);
+}
+
+/// A DescribeConfigs answer naming `key` = `value` for the one resource asked (or `error`).
+fn describe_answer(key: &str, value: Option<&str>, error: i16) -> ResponseKind {
+    use kafka_protocol::messages::DescribeConfigsResponse;
+    use kafka_protocol::messages::describe_configs_response::{
+        DescribeConfigsResourceResult, DescribeConfigsResult,
+    };
+    let configs = value
+        .map(|v| {
+            vec![
+                DescribeConfigsResourceResult::default()
+                    .with_name(s(key))
+                    .with_value(Some(s(v))),
+            ]
+        })
+        .unwrap_or_default();
+    let result = DescribeConfigsResult::default()
+        .with_error_code(error)
+        .with_configs(configs);
+    ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(vec![result]))
+}
+
+/// The resource (type, name, keys) a DescribeConfigs asks for.
+fn described(out: &Outbound) -> Option<(i8, String, Vec<String>)> {
+    match body(out) {
+        RequestKind::DescribeConfigs(r) => r.resources.first().map(|r| {
+            let keys = r.configuration_keys.clone().unwrap_or_default();
+            (
+                r.resource_type,
+                r.resource_name.to_string(),
+                keys.iter().map(|k| k.to_string()).collect(),
+            )
+        }),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_group_session_timeout_is_read_from_the_group_config_else_the_broker() {
+    let mut h = Harness::with_config(config(None).with_read_group_session_timeout(true));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let out = h.drain();
+    let describe = out.iter().find(|o| described(o).is_some()).expect("asked");
+    assert_eq!(
+        described(describe),
+        Some((32, "g".into(), vec!["consumer.session.timeout.ms".into()]))
+    );
+    let join = out
+        .iter()
+        .find(|o| is_heartbeat(o))
+        .expect("the join goes out too");
+    // No group config readable (an older broker, or no DESCRIBE_CONFIGS on the group): the
+    // coordinator's broker default is asked next.
+    h.answer(describe, describe_answer("", None, codes::INVALID_REQUEST));
+    h.hb_answer(join, ok(1, 1000, None));
+    let joined_at = h.now;
+    let broker = h.drain();
+    let describe = broker
+        .iter()
+        .find(|o| described(o).is_some())
+        .expect("asked");
+    assert_eq!(
+        described(describe),
+        Some((
+            4,
+            "1".into(),
+            vec!["group.consumer.session.timeout.ms".into()]
+        ))
+    );
+    h.answer(
+        describe,
+        describe_answer("group.consumer.session.timeout.ms", Some("6000"), 0),
+    );
+    assert_eq!(h.m.config().group_session_timeout, Duration::from_secs(6));
+    // The running lease ends by the value read: 6 s less the 1 s interval after the join went
+    // out (not 44 s).
+    h.now = joined_at + Duration::from_secs(5);
+    h.m.handle_timeout(h.now);
+    assert!(
+        h.take_events().iter().any(|e| matches!(
+            e,
+            Event::StateChanged {
+                reason: Reason::LeaseExpired,
+                ..
+            }
+        )),
+        "the lease ran out at the bound the value read gives"
+    );
+    // Asked once, also across the rejoin.
+    h.advance(Duration::from_secs(1));
+    assert!(h.drain().iter().all(|o| described(o).is_none()));
+}
+
+#[test]
+fn a_group_config_found_is_used_and_the_broker_is_not_asked() {
+    let mut h = Harness::with_config(config(None).with_read_group_session_timeout(true));
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let out = h.drain();
+    let describe = out.iter().find(|o| described(o).is_some()).expect("asked");
+    h.answer(
+        describe,
+        describe_answer("consumer.session.timeout.ms", Some("12000"), 0),
+    );
+    assert_eq!(h.m.config().group_session_timeout, Duration::from_secs(12));
+    assert!(h.drain().iter().all(|o| described(o).is_none()));
+}

@@ -8,7 +8,8 @@ use crate::error::{
     ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
 };
 use crate::machine::events::{CloseOptions, Event, MemberState, Reason, RevokeTicket};
-use crate::machine::shell::{PhaseName, Shell, millis, phases};
+use crate::machine::session;
+use crate::machine::shell::{PhaseName, Shell, epoch_lease_bound, millis, phases};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
 use crate::messages::streams_group_heartbeat_request as req;
@@ -127,6 +128,8 @@ pub(crate) enum Sent {
         owned: Option<StreamsTasks>,
     },
     Leave,
+    /// A DescribeConfigs reading the group's session timeout.
+    SessionRead(session::Step),
 }
 
 /// What the broker may know of a member (as the consumer member).
@@ -168,6 +171,8 @@ pub struct StreamsMember {
     registration: Registration,
     answered_once: bool,
     deferred_leave: Option<(CloseOptions, AfterLeave, Reason)>,
+    /// The read of the group's session timeout, when configured.
+    session_read: session::SessionRead,
     task_offsets: BTreeMap<TaskId, i64>,
     task_end_offsets: BTreeMap<TaskId, i64>,
     task_offset_interval: Duration,
@@ -240,6 +245,7 @@ impl StreamsMember {
             registration: Registration::default(),
             answered_once: false,
             deferred_leave: None,
+            session_read: session::SessionRead::default(),
             task_offsets: BTreeMap::new(),
             task_end_offsets: BTreeMap::new(),
             task_offset_interval: Duration::ZERO,
@@ -530,6 +536,17 @@ impl StreamsMember {
         if matches!(self.phase, Phase::Leaving { .. }) {
             return None;
         }
+        if self.in_group()
+            && let Some(out) = session::poll(
+                &mut self.shell,
+                &mut self.session_read,
+                &coordinator,
+                session::STREAMS,
+                Sent::SessionRead,
+            )
+        {
+            return Some(out);
+        }
         if self.in_group() && self.heartbeat_in_flight.is_none() {
             let now = self.shell.now;
             let urgent = matches!(self.phase, Phase::Joining | Phase::Acknowledging);
@@ -579,6 +596,7 @@ impl StreamsMember {
     /// Advances the clock and fires due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.shell.tick(now);
+        self.check_lease();
         self.guard_step();
         if self.shell.expired(Timer::TaskGuard) {
             self.reconcile();
@@ -597,9 +615,13 @@ impl StreamsMember {
     /// Feeds the outcome of a request this member emitted.
     pub fn handle_response(&mut self, id: RequestId, result: Reply, now: Instant) {
         let Some((sent, result)) = self.shell.route(id, result, now) else {
+            self.check_lease();
             self.guard_step();
             return;
         };
+        // A lease that ran out while the answer was on its way is lost first: the answer was
+        // sent before it ran out and cannot vouch for the membership now.
+        self.check_lease();
         match sent {
             Sent::Heartbeat {
                 epoch,
@@ -612,6 +634,14 @@ impl StreamsMember {
                 self.on_heartbeat(id, epoch, incarnation, owned, result);
             }
             Sent::Leave => self.on_leave(id, result),
+            Sent::SessionRead(step) => session::apply(
+                &mut self.shell,
+                &mut self.session_read,
+                step,
+                &result,
+                session::STREAMS,
+                self.interval,
+            ),
         }
         self.guard_step();
     }
@@ -619,6 +649,7 @@ impl StreamsMember {
     /// Every input: the clock, and the guard's demands.
     fn input(&mut self, now: Instant) {
         self.shell.advance(now);
+        self.check_lease();
         self.guard_step();
     }
 
@@ -875,6 +906,7 @@ impl StreamsMember {
     // ------------------------------------------------------------------ transitions
 
     fn join_group(&mut self, reason: Reason) {
+        self.shell.end_lease();
         self.epoch = 0;
         self.last_sent = None;
         self.acked_owned = None;
@@ -914,6 +946,27 @@ impl StreamsMember {
         }
         self.release_all(ReleaseReason::Leaving);
         self.leave(options, then, reason);
+    }
+
+    /// Runs [`on_lease_expired`](Self::on_lease_expired) when the lease ran out by now; every
+    /// input checks this first.
+    fn check_lease(&mut self) {
+        if self.shell.lease_ran_out() {
+            self.on_lease_expired();
+        }
+    }
+
+    /// The lease ran out: the coordinator may have expired the member after the group's session
+    /// timeout (`streams.session.timeout.ms`) and given its tasks to others, so they are lost
+    /// now, as when fenced. The member keeps its member id, looks the coordinator up again and
+    /// rejoins at epoch 0; answers to heartbeats sent before are ignored.
+    fn on_lease_expired(&mut self) {
+        if self.epoch <= 0 || !self.in_group() {
+            return;
+        }
+        self.incarnation += 1;
+        self.shell.lookup.rediscover(&self.shell.config.group_id);
+        self.fenced(Reason::LeaseExpired);
     }
 
     /// Fenced (FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID): tasks lost, rejoin at epoch 0 with the
@@ -1344,6 +1397,9 @@ impl StreamsMember {
         self.heartbeat_failures = 0;
         self.shell.timers.stop(Timer::Rejoin);
         if r.member_epoch > 0 {
+            // The coordinator restarted the member's session when it read this heartbeat.
+            let bound = epoch_lease_bound(&self.shell.config, self.interval);
+            self.shell.confirm_membership(bound);
             self.registration.may_be_registered = true;
             self.registration.unreleased_recoveries = 0;
         }

@@ -1458,3 +1458,100 @@ fn two_local_members_never_hold_one_task_at_once_in_any_roles() {
         }
     }
 }
+
+// ---------------------------------------------------------------- the membership lease
+
+#[test]
+fn the_lease_expires_at_the_bound_from_the_last_answered_send_not_before() {
+    // The default group session timeout, 45 s, less the broker's 1 s interval: 44 s.
+    let held = tasks(&[("0", 0), ("0", 1)], &[("1", 0)], &[]);
+    let mut h = Harness::joined(Some("i1"), &held);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    let confirmed = h.now;
+    h.now += Duration::from_secs(3);
+    h.hb_answer(&hb, ok(1, None));
+    // From now on nothing is answered.
+    h.advance(Duration::from_secs(1));
+    let (unanswered, _) = h.expect_hb();
+    let bound = confirmed + Duration::from_secs(44);
+    // The application keeps polling (max.poll.interval.ms is 30 s here).
+    while h.now + Duration::from_secs(10) < bound {
+        h.now += Duration::from_secs(10);
+        h.m.poll(h.now);
+        h.m.handle_timeout(h.now);
+    }
+    h.now = bound - Duration::from_millis(1);
+    h.m.poll(h.now);
+    h.m.handle_timeout(h.now);
+    let before = h.take_events();
+    assert!(
+        lost_of(&before).is_empty(),
+        "not before the bound: {before:?}"
+    );
+    assert_eq!(h.m.state(), MemberState::Stable);
+    h.advance(bound - h.now);
+    let out = h.drain();
+    let events = h.take_events();
+    assert_eq!(
+        lost_of(&events),
+        vec![(held.clone(), Reason::LeaseExpired)],
+        "{events:?}"
+    );
+    assert_eq!(h.m.member_id(), ID, "the member id is kept");
+    assert_eq!((h.m.epoch(), h.m.state()), (0, MemberState::Joining));
+    assert!(h.m.tasks().is_empty());
+    // The coordinator answers again: the epoch-0 join carries the same member id.
+    let fc = out
+        .iter()
+        .find(|o| matches!(o.request, Request::FindCoordinator { .. }))
+        .expect("the coordinator is looked up again");
+    h.answer(fc, ResponseBody::Kafka(find_coordinator_answer()));
+    h.fail(&unanswered);
+    let (join, b) = h.expect_hb();
+    assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));
+    assert_eq!(b.instance_id.as_deref(), Some("i1"));
+    h.hb_answer(&join, ok(2, Some(&held)));
+    h.drain();
+    assert_eq!(h.m.tasks(), &held);
+}
+
+#[test]
+fn a_starved_member_loses_its_tasks_before_acting_on_a_late_answer() {
+    let held = tasks(&[("0", 0)], &[], &[]);
+    let mut h = Harness::joined(None, &held);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.now += Duration::from_secs(60);
+    h.hb_answer(&hb, ok(1, Some(&held)));
+    let events = h.take_events();
+    assert!(
+        matches!(
+            events.first(),
+            Some(StreamsEvent::TasksLost {
+                reason: Reason::LeaseExpired,
+                ..
+            })
+        ),
+        "{events:?}"
+    );
+    assert!(assigned_of(&events).is_empty(), "{events:?}");
+    assert!(h.m.tasks().is_empty());
+}
+
+#[test]
+fn a_healthy_member_never_loses_its_lease() {
+    let held = tasks(&[("0", 0)], &[("1", 1)], &[]);
+    let mut h = Harness::joined(None, &held);
+    for _ in 0..300 {
+        h.m.poll(h.now);
+        h.advance(Duration::from_secs(1));
+        let out = h.drain();
+        h.now += Duration::from_millis(300);
+        for o in &out {
+            h.hb_answer(o, ok(1, None));
+        }
+    }
+    assert!(lost_of(&h.take_events()).is_empty());
+    assert_eq!(h.m.tasks(), &held);
+}

@@ -751,6 +751,7 @@ impl SimCoordinator {
     /// `consumerGroupFenceMember`: removes the member (its partitions become free) and bumps
     /// the group epoch; the target is recomputed by the next heartbeat.
     fn consumer_group_fence_member(&mut self, member_id: &str) -> bool {
+        self.consumer_session_expired.remove(member_id);
         let c = self.consumer.as_mut().expect("consumer group");
         if c.remove_member(member_id).is_none() {
             return false;
@@ -877,8 +878,14 @@ impl SimCoordinator {
     /// `scheduleConsumerGroupSessionTimeout`'s callback (`consumerGroupFenceMemberOperation`).
     pub(super) fn consumer_session_expired(&mut self, member_id: &str) {
         if self.consumer.is_some() && self.consumer_group_fence_member(member_id) {
+            self.consumer_session_expired.insert(member_id.to_owned());
             self.note(|| format!("consumer member {member_id} session expired"));
         }
+    }
+
+    /// Whether the KIP-848 group's last removal of `member_id` was a session expiry.
+    pub fn consumer_expired_by_session(&self, member_id: &str) -> bool {
+        self.consumer_session_expired.contains(member_id)
     }
 }
 

@@ -308,6 +308,9 @@ pub struct SimCoordinator {
     streams: streams::StreamsGroups,
     heartbeats: Timers<()>,
     consumer_sessions: Timers<()>,
+    /// KIP-848 member ids the last removal of which was a session expiry (the invariants give
+    /// those no zombie excuse: the member's lease ran out first).
+    consumer_session_expired: std::collections::BTreeSet<String>,
     /// `consumerGroupRebalanceTimeoutKey`: deadline and the epoch the member must leave.
     consumer_rebalance_timeouts: Timers<i32>,
     join_timer: Option<(Instant, JoinTimer)>,
@@ -358,6 +361,7 @@ impl SimCoordinator {
             consumer: None,
             heartbeats: Timers::new(),
             consumer_sessions: Timers::new(),
+            consumer_session_expired: std::collections::BTreeSet::new(),
             consumer_rebalance_timeouts: Timers::new(),
             join_timer: None,
             sync_timer: None,

@@ -191,6 +191,9 @@ pub struct StreamsGroups {
     internal_topics: BTreeMap<String, i32>,
     /// Session deadlines by (group, member).
     sessions: BTreeMap<(String, String), Instant>,
+    /// (group, member) whose last removal was a session expiry (the invariants give those no
+    /// zombie excuse: the member's lease ran out first).
+    session_expired: std::collections::BTreeSet<(String, String)>,
     /// Rebalance deadlines by (group, member), with the epoch the member must have left.
     rebalances: BTreeMap<(String, String), (Instant, i32)>,
 }
@@ -203,6 +206,7 @@ impl StreamsGroups {
             groups: BTreeMap::new(),
             internal_topics: BTreeMap::new(),
             sessions: BTreeMap::new(),
+            session_expired: std::collections::BTreeSet::new(),
             rebalances: BTreeMap::new(),
         }
     }
@@ -271,6 +275,13 @@ impl StreamsGroups {
     }
 
     /// Whether a group holds `member_id` (in any epoch).
+    /// Whether the last removal of `member_id` from `group_id` was a session expiry.
+    pub fn expired_by_session(&self, group_id: &str, member_id: &str) -> bool {
+        self.session_expired
+            .contains(&(group_id.to_owned(), member_id.to_owned()))
+    }
+
+    /// Whether `group_id` has `member_id`.
     pub fn has_member(&self, group_id: &str, member_id: &str) -> bool {
         self.groups
             .get(group_id)
@@ -305,7 +316,10 @@ impl StreamsGroups {
             .collect();
         for key in due {
             self.sessions.remove(&key);
-            self.fence(&key.0, &key.1);
+            if self.has_member(&key.0, &key.1) {
+                self.fence(&key.0, &key.1);
+                self.session_expired.insert(key);
+            }
         }
         let due: Vec<((String, String), i32)> = self
             .rebalances
@@ -329,6 +343,8 @@ impl StreamsGroups {
     /// `streamsGroupFenceMember`: the member leaves, the group epoch is bumped, and the
     /// assignment epoch follows it when the group becomes empty.
     fn fence(&mut self, group_id: &str, member_id: &str) {
+        self.session_expired
+            .remove(&(group_id.to_owned(), member_id.to_owned()));
         let Some(g) = self.groups.get_mut(group_id) else {
             return;
         };
