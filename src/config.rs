@@ -285,6 +285,7 @@ impl SecurityConfig {
 
     /// What these settings allow that weakens the connection, for a warning: host names not
     /// verified over TLS, a SASL PLAIN password sent in cleartext.
+    #[cfg(feature = "tokio")]
     pub(crate) fn weaknesses(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
         if self.protocol.uses_tls() && !self.ssl_verify_hostname {

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::assignor::{Assignor, MemberMetadata, RebalanceProtocol};
-use super::subscription::{Assignment, ProtocolError, Subscription};
+use super::subscription::{Assignment, Subscription};
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::{
     ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
@@ -1259,7 +1259,7 @@ impl ClassicMember {
         self.registered_by = self.shell.answered_by;
         self.failover_fence_forgiven = None;
         self.unloaded_since_join = false;
-        if self.generation >= 0 && r.generation_id > self.generation + 1 {
+        if self.generation >= 0 && i64::from(r.generation_id) > i64::from(self.generation) + 1 {
             // Generations went by without this member: one of their assignments may have given
             // what it still owns to another member (a static member that did not rejoin stays
             // in the group with its old subscription, which claims nothing it took since:
@@ -1512,23 +1512,18 @@ impl ClassicMember {
                         code: codes::INCONSISTENT_GROUP_PROTOCOL,
                     });
                 }
-                // The leader wrote these bytes. An assignment that reads but names a topic
-                // Kafka cannot have or a negative partition is refused and the member rejoins
-                // (after a backoff, keeping what it owns); bytes that do not read at all stop
-                // the member with a typed error, as before.
+                // The leader wrote these bytes (any group member can be the leader): an
+                // assignment that does not read, names a topic Kafka cannot have or a negative
+                // partition is refused with a warning, and the member rejoins after a backoff.
+                // What it owned is reported lost: the generation moved on, and the leader's
+                // assignment for it is unknown.
                 match Assignment::decode(&r.assignment) {
                     Ok(a) => self.synced(a.partitions),
-                    Err(
-                        e @ (ProtocolError::InvalidTopic { .. }
-                        | ProtocolError::InvalidPartition { .. }),
-                    ) => {
-                        tracing::warn!(error = %e, "invalid assignment from the leader refused; rejoining");
+                    Err(e) => {
+                        tracing::warn!(group = %self.shell.config.group_id, error = %e, "invalid assignment from the leader refused; rejoining");
+                        self.lose_owned(Reason::InvalidAssignment);
                         self.rejoin_after_backoff(Reason::InvalidAssignment);
                     }
-                    Err(e) => self.fail(invalid(
-                        ApiKey::SyncGroup,
-                        &format!("undecodable assignment: {e}"),
-                    )),
                 }
             }
             ErrorAction::ResetMemberId if current => {

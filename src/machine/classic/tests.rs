@@ -644,6 +644,37 @@ fn commits_of_partitions_the_member_does_not_own_are_refused_at_every_attempt() 
     assert!(events.iter().any(|e| matches!(e, Event::Committed { id: i, result: Err(CommitError::RebalanceInProgress | CommitError::NotOwned { .. }) } if *i == id)), "{events:?}");
 }
 
+/// A generation of `i32::MAX` and another JoinGroup answer: no overflow (a panic in debug
+/// builds, wrongly lost partitions in release), and nothing reported lost.
+#[test]
+fn the_largest_generation_and_a_rejoin_do_not_overflow() {
+    let mut h = Harness::new(None);
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_join();
+    h.join_ok(&join, "m-1", i32::MAX, "leader-other");
+    h.sync_ok(&[("t", 0), ("t", 1)]);
+    assert_eq!(h.m.generation(), i32::MAX);
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, 27);
+    let ticket = h
+        .take_events()
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Revoking { ticket, .. } => Some(ticket),
+            _ => None,
+        })
+        .expect("a revocation ticket");
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let (join, _) = h.expect_join();
+    h.join_ok(&join, "m-1", i32::MAX, "leader-other");
+    let events = h.take_events();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Lost { .. })),
+        "{events:?}"
+    );
+}
+
 #[test]
 fn an_empty_id_join_in_doubt_holds_the_next_one_and_forgives_one_self_fence() {
     let mut h = Harness::new(Some("i1"));
