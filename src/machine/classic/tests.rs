@@ -657,14 +657,7 @@ fn the_largest_generation_and_a_rejoin_do_not_overflow() {
     assert_eq!(h.m.generation(), i32::MAX);
     let hb = h.heartbeat();
     h.heartbeat_answer(&hb, 27);
-    let ticket = h
-        .take_events()
-        .into_iter()
-        .find_map(|e| match e {
-            Event::Revoking { ticket, .. } => Some(ticket),
-            _ => None,
-        })
-        .expect("a revocation ticket");
+    let ticket = h.take_ticket();
     h.m.complete_revocation(ticket, h.now).unwrap();
     let (join, _) = h.expect_join();
     h.join_ok(&join, "m-1", i32::MAX, "leader-other");
@@ -883,15 +876,19 @@ impl Harness {
         let hb = h.heartbeat();
         h.heartbeat_answer(&hb, 27);
         assert_eq!(h.m.state(), MemberState::AwaitRevoke);
-        let ticket = h
-            .take_events()
+        let ticket = h.take_ticket();
+        (h, ticket)
+    }
+
+    /// The ticket of the [`Event::Revoking`] among the events.
+    fn take_ticket(&mut self) -> crate::machine::events::RevokeTicket {
+        self.take_events()
             .into_iter()
             .find_map(|e| match e {
                 Event::Revoking { ticket, .. } => Some(ticket),
                 _ => None,
             })
-            .expect("a revocation ticket");
-        (h, ticket)
+            .expect("a revocation ticket")
     }
 }
 
@@ -1505,14 +1502,7 @@ impl Harness {
         let mut h = Self::stable(Some("i1"), "i1-old");
         let hb = h.heartbeat();
         h.heartbeat_answer(&hb, 27); // REBALANCE_IN_PROGRESS: a rebalance starts
-        let ticket = h
-            .take_events()
-            .into_iter()
-            .find_map(|e| match e {
-                Event::Revoking { ticket, .. } => Some(ticket),
-                _ => None,
-            })
-            .expect("eager: revoking first");
+        let ticket = h.take_ticket();
         h.m.complete_revocation(ticket, h.now).unwrap();
         let (join, id) = h.expect_join();
         assert_eq!(id, "i1-old");
