@@ -119,7 +119,8 @@ async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>, rea
     let took_at = took
         .ownership_log
         .iter()
-        .filter(|(_, owned, tp)| *owned && before.assignment.contains(tp))
+        // Only what it took after the fault (it may have owned them before ours joined).
+        .filter(|(at, owned, tp)| *at >= fault && *owned && before.assignment.contains(tp))
         .map(|(at, _, _)| *at)
         .min()
         .unwrap();
