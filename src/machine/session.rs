@@ -213,41 +213,32 @@ mod tests {
     fn only_the_asked_key_without_error_and_a_positive_value_counts() {
         let read = |step, r| SessionRead::default().answered(step, &r, CONSUMER);
         let six = Some(std::time::Duration::from_secs(6));
-        assert_eq!(
-            read(
+        let cases = [
+            (Step::Group, "consumer.session.timeout.ms", "6000", 0, six),
+            (Step::Group, "consumer.session.timeout.ms", "6000", 42, None),
+            (
                 Step::Group,
-                answer("consumer.session.timeout.ms", "6000", 0)
+                "group.consumer.session.timeout.ms",
+                "6000",
+                0,
+                None,
             ),
-            six
-        );
-        assert_eq!(
-            read(
-                Step::Group,
-                answer("consumer.session.timeout.ms", "6000", 42)
-            ),
-            None
-        );
-        assert_eq!(
-            read(
-                Step::Group,
-                answer("group.consumer.session.timeout.ms", "6000", 0)
-            ),
-            None
-        );
-        assert_eq!(
-            read(
+            (
                 Step::Broker,
-                answer("group.consumer.session.timeout.ms", "6000", 0)
+                "group.consumer.session.timeout.ms",
+                "6000",
+                0,
+                six,
             ),
-            six
-        );
-        assert_eq!(
-            read(Step::Group, answer("consumer.session.timeout.ms", "0", 0)),
-            None
-        );
-        assert_eq!(
-            read(Step::Group, answer("consumer.session.timeout.ms", "x", 0)),
-            None
-        );
+            (Step::Group, "consumer.session.timeout.ms", "0", 0, None),
+            (Step::Group, "consumer.session.timeout.ms", "x", 0, None),
+        ];
+        for (step, key, value, code, expected) in cases {
+            assert_eq!(
+                read(step, answer(key, value, code)),
+                expected,
+                "{key}={value} (error {code})"
+            );
+        }
     }
 }
