@@ -343,3 +343,64 @@ async fn a_plaintext_listener_spoken_to_in_tls_is_named_within_the_timeout() {
     );
     assert_memory_bounded();
 }
+
+/// A member whose bootstrap broker is down is told within `default.api.timeout.ms` that it is
+/// not in the group, and why (the lookup: connection refused), once; it keeps trying.
+#[tokio::test]
+async fn a_member_not_in_the_group_within_the_api_timeout_is_told_why() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    // The request timeout below the API timeout, as by default (30 s and 60 s): a lookup
+    // request ends with the transport's failure before the member's wait is reported.
+    let client = client(&format!("127.0.0.1:{port}")).with_request_timeout(API_TIMEOUT / 3);
+    let transport = Arc::new(TcpTransport::new(client));
+    let mut config = GroupConfig::new("nobody-home");
+    config.default_api_timeout = API_TIMEOUT;
+    config.request_timeout = API_TIMEOUT / 3;
+    let mut member = GroupMember::start(transport, config).expect("start");
+    let started = Instant::now();
+    member
+        .subscribe(["t".to_string()])
+        .await
+        .expect("subscribe");
+    let error = loop {
+        let event = tokio::time::timeout(API_TIMEOUT * 2, member.next_event())
+            .await
+            .expect("an event within twice the timeout")
+            .expect("the member runs");
+        if let Event::NotJoined { error } = event {
+            break error;
+        }
+    };
+    let took = started.elapsed();
+    println!("after {took:?}: {error}");
+    let GroupError::TimedOut {
+        api,
+        broker,
+        after,
+        transport,
+        ..
+    } = &error
+    else {
+        panic!("{error:?}");
+    };
+    assert_eq!(*api, Api::from(ApiKey::FindCoordinator));
+    assert!(broker.contains(&port.to_string()), "{broker}");
+    assert!(*after >= API_TIMEOUT, "{after:?}");
+    assert!(
+        matches!(
+            transport.as_deref().map(TransportError::root),
+            Some(TransportError::Connect { .. })
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("refused"), "{error}");
+    assert!(took < API_TIMEOUT + Duration::from_secs(2), "{took:?}");
+    // Once per wait: the member keeps trying and says nothing more.
+    let until = tokio::time::Instant::now() + API_TIMEOUT + Duration::from_secs(1);
+    while let Ok(Some(event)) = tokio::time::timeout_at(until, member.next_event()).await {
+        assert!(!matches!(event, Event::NotJoined { .. }), "{event:?}");
+    }
+}

@@ -185,6 +185,12 @@ impl CoordinatorLookup {
         }
     }
 
+    /// `key`'s latest failure since it was last found, as [`GroupError::TimedOut`] after
+    /// `after` would name it.
+    pub(crate) fn timed_out(&self, key: &str, after: Duration) -> GroupError {
+        timed_out(self.streaks.get(key).cloned(), after)
+    }
+
     /// Forgets `key`'s coordinator (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a lost
     /// connection from the coordinator) and looks it up again. A lookup already under way or
     /// backing off is left alone; a terminal failure stays terminal.
@@ -351,18 +357,7 @@ impl CoordinatorLookup {
             if matches!(state, KeyState::Known(_) | KeyState::Failed(_)) {
                 continue;
             }
-            let streak = self.streaks.remove(key).unwrap_or_default();
-            let error = GroupError::TimedOut {
-                api: ApiKey::FindCoordinator.into(),
-                broker: broker_of(streak.transport.as_ref()),
-                after,
-                reason: if streak.reason.is_empty() {
-                    "no answer yet".into()
-                } else {
-                    streak.reason
-                },
-                transport: streak.transport.map(Box::new),
-            };
+            let error = timed_out(self.streaks.remove(key), after);
             tracing::warn!(key, %error, "coordinator lookup timed out");
             *state = KeyState::Failed(error.clone());
             self.events.push_back(LookupEvent::Failed {
@@ -521,6 +516,23 @@ impl Outcome {
 }
 
 /// The broker a lookup's failure names, `(bootstrap)` when it names none.
+/// [`GroupError::TimedOut`] after `after` for a FindCoordinator streak: the broker asked, the
+/// failure as text (`"no answer yet"` when none failed) and the transport's error, if it was one.
+fn timed_out(streak: Option<Streak>, after: Duration) -> GroupError {
+    let streak = streak.unwrap_or_default();
+    GroupError::TimedOut {
+        api: ApiKey::FindCoordinator.into(),
+        broker: broker_of(streak.transport.as_ref()),
+        after,
+        reason: if streak.reason.is_empty() {
+            "no answer yet".into()
+        } else {
+            streak.reason
+        },
+        transport: streak.transport.map(Box::new),
+    }
+}
+
 fn broker_of(error: Option<&TransportError>) -> String {
     match error.and_then(TransportError::broker) {
         Some(addr) => format!("{addr} (bootstrap)"),

@@ -255,4 +255,14 @@ pub enum Event {
         /// The failure.
         error: crate::error::TransportError,
     },
+    /// The member has tried for `default.api.timeout.ms` to get into the group (after it
+    /// subscribed, or since it last fell out) and is not in yet: the error is a
+    /// [`GroupError::TimedOut`] naming what it waits on (the
+    /// coordinator lookup, or the coordinator's answer to its join), the broker and the latest
+    /// failure. Nothing stops: the member keeps trying (a broker that starts later is let in),
+    /// and says so once per wait; the application decides whether to wait on or close.
+    NotJoined {
+        /// What the member waited on, and why it is not in.
+        error: crate::error::GroupError,
+    },
 }

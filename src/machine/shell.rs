@@ -10,7 +10,7 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::{GroupId, RequestKind};
+use kafka_protocol::messages::{ApiKey, GroupId, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 use super::TopicPartition;
@@ -21,8 +21,10 @@ use super::timer::{Timer, TimerTable};
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::GroupConfig;
 use crate::error::ApiMisuse;
-use crate::error::GroupError;
-use crate::request::{Broker, Fit, Outbound, Reply, Request, RequestId, RequestIds, Target};
+use crate::error::{GroupError, TransportError};
+use crate::request::{
+    Api, Broker, Fit, Outbound, Reply, Request, RequestId, RequestIds, ResponseBody, Target,
+};
 
 /// Where a member's coordinator lookup numbers its requests: far above the member's own ids.
 pub(crate) const LOOKUP_IDS: u64 = 1 << 48;
@@ -317,6 +319,9 @@ pub(crate) trait Skeleton {
 struct InFlight<S> {
     sent: S,
     node: Option<i32>,
+    /// The API, and the broker it went to as [`GroupError::TimedOut`] names it.
+    api: Api,
+    broker: String,
     /// The member's clock when the request was queued: no later than its transmission, so no
     /// later than when the coordinator read it.
     at: Instant,
@@ -361,6 +366,50 @@ pub(crate) fn lease_bound(session: Duration, heartbeat_interval: Duration) -> Du
     }
 }
 
+/// The member's wait to get into the group ([`Event::NotJoined`]): since when, and what the
+/// latest join request to the coordinator came to.
+#[derive(Debug, Default)]
+struct JoinWait {
+    since: Option<Instant>,
+    /// The latest join request: its API and its broker.
+    sent: Option<(Api, String)>,
+    /// The latest failure of a join request: its API, its broker, the failure as text and the
+    /// transport's error, if it was one.
+    failed: Option<(Api, String, String, Option<TransportError>)>,
+}
+
+/// Whether a member in `state` is waiting to get into the group: it wants in and no answer has
+/// made it a member (with an assignment) yet.
+fn waits_to_join(state: MemberState) -> bool {
+    matches!(
+        state,
+        MemberState::Rejoin | MemberState::Joining | MemberState::Assigning | MemberState::Syncing
+    )
+}
+
+/// The requests a member sends to get into the group.
+fn joins(api: Api) -> bool {
+    [
+        ApiKey::JoinGroup,
+        ApiKey::SyncGroup,
+        ApiKey::ConsumerGroupHeartbeat,
+    ]
+    .iter()
+    .any(|k| api == Api::from(*k))
+        || api == Api::STREAMS_GROUP_HEARTBEAT
+}
+
+/// The top-level error code of an answer to a join request (0: none).
+fn join_error_code(body: &ResponseBody) -> i16 {
+    match body {
+        ResponseBody::Kafka(ResponseKind::JoinGroup(r)) => r.error_code,
+        ResponseBody::Kafka(ResponseKind::SyncGroup(r)) => r.error_code,
+        ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => r.error_code,
+        ResponseBody::StreamsGroupHeartbeat(r) => r.error_code,
+        _ => 0,
+    }
+}
+
 /// The parts of a member that do not depend on its protocol; `S` is the member's record of what
 /// a request was sent with.
 #[derive(Debug)]
@@ -385,6 +434,7 @@ pub(crate) struct Shell<S> {
     pub(crate) offsets: OffsetQueue,
     /// `close()` was called: the member only moves towards `Closed` from now on.
     pub(crate) close_requested: bool,
+    join_wait: JoinWait,
     next_ticket: u64,
     next_op: u64,
 }
@@ -419,6 +469,7 @@ impl<S> Shell<S> {
             outbound: VecDeque::new(),
             offsets: OffsetQueue::default(),
             close_requested: false,
+            join_wait: JoinWait::default(),
             next_ticket: 0,
             next_op: 0,
         }
@@ -448,6 +499,55 @@ impl<S> Shell<S> {
         self.lookup.handle_timeout(self.now);
         self.timers.expire(Timer::Heartbeat, self.now);
         self.timers.expire(Timer::Rejoin, self.now);
+        if self.timers.expire(Timer::NotJoined, self.now) && !self.close_requested {
+            self.report_not_joined();
+        }
+    }
+
+    /// [`Event::NotJoined`]: the member has waited `default.api.timeout.ms` to get in.
+    fn report_not_joined(&mut self) {
+        let Some(since) = self.join_wait.since else {
+            return;
+        };
+        let after = self.now.saturating_duration_since(since);
+        let wait = &self.join_wait;
+        let last = wait.failed.clone().or_else(|| {
+            let (api, broker) = wait.sent.clone()?;
+            Some((api, broker, "no answer yet".to_owned(), None))
+        });
+        let error = match (self.coordinator(), last) {
+            (Some(_), Some((api, broker, reason, transport))) => GroupError::TimedOut {
+                api,
+                broker,
+                after,
+                reason,
+                transport: transport.map(Box::new),
+            },
+            // No coordinator (or none asked yet): the lookup is what the member waits on.
+            _ => self.lookup.timed_out(&self.config.group_id, after),
+        };
+        tracing::warn!(group = %self.config.group_id, %error, "not in the group yet; still trying");
+        self.events.push_back(Event::NotJoined { error });
+    }
+
+    /// Times the member's wait to get into the group from its state: a wait starts when it
+    /// enters a joining state from another, and ends when it leaves them.
+    fn time_join_wait(&mut self, state: MemberState) {
+        match (waits_to_join(state), self.join_wait.since) {
+            (true, None) => {
+                self.join_wait = JoinWait {
+                    since: Some(self.now),
+                    ..JoinWait::default()
+                };
+                let at = super::timer::after(self.now, self.config.default_api_timeout);
+                self.timers.set(Timer::NotJoined, at);
+            }
+            (false, Some(_)) => {
+                self.join_wait = JoinWait::default();
+                self.timers.stop(Timer::NotJoined);
+            }
+            _ => {}
+        }
     }
 
     /// Whether `timer` was due at the current time (it is cleared then).
@@ -497,8 +597,25 @@ impl<S> Shell<S> {
             Target::Coordinator(b) => Some(b.node_id),
             _ => None,
         };
+        let broker = match &target {
+            Target::Coordinator(b) | Target::Node(b) => format!("{}:{}", b.host, b.port),
+            Target::Bootstrap => "(bootstrap)".to_owned(),
+        };
+        let api = request.api_key();
+        if self.join_wait.since.is_some() && joins(api) {
+            self.join_wait.sent = Some((api, broker.clone()));
+        }
         let at = self.now;
-        self.in_flight.insert(id, InFlight { sent, node, at });
+        self.in_flight.insert(
+            id,
+            InFlight {
+                sent,
+                node,
+                api,
+                broker,
+                at,
+            },
+        );
         self.outbound.push_back(Outbound {
             id,
             target,
@@ -554,10 +671,32 @@ impl<S> Shell<S> {
             self.lookup.handle_response(id, result, self.now);
             return None;
         }
-        let Some(InFlight { sent, node, at }) = self.in_flight.remove(&id) else {
+        let Some(InFlight {
+            sent,
+            node,
+            api,
+            broker,
+            at,
+        }) = self.in_flight.remove(&id)
+        else {
             tracing::debug!(%id, "ignoring an answer to no request in flight");
             return None;
         };
+        if self.join_wait.since.is_some() && joins(api) {
+            let failure = match &result {
+                Err(e) => Some((e.root().to_string(), Some(e.clone()))),
+                Ok(r) => match join_error_code(&r.body) {
+                    0 => None,
+                    code => Some((
+                        format!("error {code} ({})", crate::error::error_name(code)),
+                        None,
+                    )),
+                },
+            };
+            if let Some((reason, transport)) = failure {
+                self.join_wait.failed = Some((api, broker, reason, transport));
+            }
+        }
         self.answered_by = node;
         self.answered_sent_at = at;
         Some((sent, result))
@@ -608,6 +747,7 @@ impl<S> Shell<S> {
         let from = phase.state();
         let to = next.state();
         *phase = next;
+        self.time_join_wait(to);
         if from != to {
             tracing::info!(group = %self.config.group_id, member_id = %member_id, generation, "{from} -> {to} ({reason})");
             self.events.push_back(Event::StateChanged {

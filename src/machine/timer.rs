@@ -29,10 +29,15 @@ pub enum Timer {
     /// heartbeat interval was answered, so the coordinator may have expired the member and given
     /// its partitions away (see [`crate::machine`], "The membership lease").
     Lease,
+    /// The member has waited `default.api.timeout.ms` to become a member (subscribed, not yet
+    /// in the group): the application is told why ([`Event::NotJoined`]).
+    ///
+    /// [`Event::NotJoined`]: crate::machine::events::Event::NotJoined
+    NotJoined,
 }
 
 impl Timer {
-    const ALL: [Timer; 9] = [
+    const ALL: [Timer; 10] = [
         Timer::CoordinatorRetry,
         Timer::Heartbeat,
         Timer::Session,
@@ -42,6 +47,7 @@ impl Timer {
         Timer::TopicCheck,
         Timer::TaskGuard,
         Timer::Lease,
+        Timer::NotJoined,
     ];
 
     fn index(self) -> usize {

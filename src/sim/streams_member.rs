@@ -143,6 +143,7 @@ impl SimStreamsMember {
             StreamsEvent::ConnectionTrouble { broker, error } => {
                 Event::ConnectionTrouble { broker, error }
             }
+            StreamsEvent::NotJoined { error } => Event::NotJoined { error },
             StreamsEvent::GuardIntervened(i) => {
                 self.notes.push(format!(
                     "GUARD {:?} {} ({}; {} holds/claims it as {})",

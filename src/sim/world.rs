@@ -1845,6 +1845,7 @@ impl World {
             Event::ConnectionTrouble { broker, error } => {
                 format!("connection trouble with {broker}: {error}")
             }
+            Event::NotJoined { error } => format!("not joined: {error}"),
         };
         self.log(|| format!("{name}: event {text}"));
         if self.config.trace || matches!(e, Event::Fatal(_)) {

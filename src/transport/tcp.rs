@@ -397,6 +397,7 @@ impl TcpTransport {
     async fn connect_any(&self, timeout: Duration) -> Result<Connection, TransportError> {
         let deadline = crate::transport::later(tokio::time::Instant::now(), timeout);
         let mut last = String::from("no address to connect to");
+        let mut attempts = 0u32;
         loop {
             let now = tokio::time::Instant::now();
             let candidates = self.candidates();
@@ -406,7 +407,16 @@ impl TcpTransport {
             let addr = match ready {
                 Some(a) => a.clone(),
                 None => {
-                    // Every candidate is backing off: wait for the first to come out of it.
+                    // Every candidate is backing off: wait for the first to come out of it. An
+                    // attempt of this call's own is the better cause; before one, theirs.
+                    if attempts == 0
+                        && let Some(d) = candidates
+                            .iter()
+                            .filter_map(|a| self.backoff_of(a))
+                            .max_by_key(|d| d.failed_at)
+                    {
+                        last = d.last_error;
+                    }
                     let next = candidates
                         .iter()
                         .filter_map(|a| self.backoff_of(a).map(|d| d.retry_at))
@@ -432,6 +442,7 @@ impl TcpTransport {
                     reason: format!("gave up after {timeout:?}: {last}"),
                 });
             }
+            attempts += 1;
             match self.attempt(&addr, left).await {
                 Ok(conn) => return Ok(conn),
                 // A broker that answers with something broken (oversized, undecodable, no

@@ -2652,3 +2652,168 @@ fn a_group_config_found_is_used_and_the_broker_is_not_asked() {
     assert_eq!(h.m.config().group_session_timeout, Duration::from_secs(12));
     assert!(h.drain().iter().all(|o| described(o).is_none()));
 }
+
+/// [`config`] with a poll interval longer than these tests run (they do not poll).
+fn patient() -> GroupConfig {
+    let mut c = config(None);
+    c.max_poll_interval = Duration::from_secs(600);
+    c
+}
+
+/// The `Event::NotJoined` reports in `events`, as their errors.
+fn not_joined_of(events: &[Event]) -> Vec<&GroupError> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::NotJoined { error } => Some(error),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `h` for `d` in steps of 250 ms, answering every FindCoordinator with `lookup` and
+/// every heartbeat with `heartbeat` (`None`: a transport failure), failing metadata requests.
+fn run_answering(
+    h: &mut Harness,
+    d: Duration,
+    lookup: Option<ResponseKind>,
+    heartbeat: Option<ConsumerGroupHeartbeatResponse>,
+) {
+    let end = h.now + d;
+    loop {
+        for out in h.drain() {
+            match (&lookup, &heartbeat) {
+                (Some(answer), _) if is_find_coordinator(&out) => h.answer(&out, answer.clone()),
+                (_, Some(answer)) if is_heartbeat(&out) => h.hb_answer(&out, answer.clone()),
+                _ => h.fail(&out),
+            }
+        }
+        if h.now >= end {
+            break;
+        }
+        h.advance(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_member_not_in_after_the_api_timeout_says_why_once_and_keeps_trying() {
+    let mut h = Harness::with_config(patient());
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    // The coordinator answers every join with COORDINATOR_LOAD_IN_PROGRESS.
+    let loading = Some(err(codes::COORDINATOR_LOAD_IN_PROGRESS));
+    run_answering(
+        &mut h,
+        Duration::from_secs(59),
+        Some(find_coordinator_answer()),
+        loading.clone(),
+    );
+    assert!(not_joined_of(&h.events).is_empty(), "{:?}", h.events);
+    run_answering(
+        &mut h,
+        Duration::from_secs(2),
+        Some(find_coordinator_answer()),
+        loading.clone(),
+    );
+    let reports = not_joined_of(&h.events);
+    let [
+        GroupError::TimedOut {
+            api,
+            broker,
+            after,
+            reason,
+            ..
+        },
+    ] = reports.as_slice()
+    else {
+        panic!("one NotJoined after 60 s: {:?}", h.events);
+    };
+    assert_eq!(
+        *api,
+        crate::request::Api::from(ApiKey::ConsumerGroupHeartbeat)
+    );
+    assert_eq!(broker, "h:9092");
+    assert!(*after >= Duration::from_secs(60), "{after:?}");
+    assert!(reason.contains("COORDINATOR_LOAD_IN_PROGRESS"), "{reason}");
+    // Once per wait: a minute more of the same says nothing new; the member is still trying.
+    run_answering(
+        &mut h,
+        Duration::from_secs(60),
+        Some(find_coordinator_answer()),
+        loading,
+    );
+    assert_eq!(not_joined_of(&h.events).len(), 1);
+    assert_eq!(h.m.state(), MemberState::Joining);
+    run_answering(
+        &mut h,
+        Duration::from_secs(2),
+        None,
+        Some(ok(1, 1000, Some(&[]))),
+    );
+    assert_eq!(h.m.epoch(), 1);
+}
+
+#[test]
+fn a_coordinator_never_found_is_what_the_report_names() {
+    let mut h = Harness::with_config(patient());
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    run_answering(&mut h, Duration::from_secs(61), None, None);
+    let reports = not_joined_of(&h.events);
+    let [
+        GroupError::TimedOut {
+            api,
+            reason,
+            transport,
+            ..
+        },
+    ] = reports.as_slice()
+    else {
+        panic!("one NotJoined: {:?}", h.events);
+    };
+    assert_eq!(*api, crate::request::Api::from(ApiKey::FindCoordinator));
+    assert!(reason.contains("reset"), "{reason}");
+    assert!(transport.is_some());
+}
+
+#[test]
+fn the_wait_is_timed_again_after_the_member_falls_out_and_not_while_it_is_in() {
+    let mut h = Harness::joined_with(patient());
+    // In the group for two minutes: nothing to report.
+    for _ in 0..120 {
+        let (hb, _) = h.regular(Duration::from_secs(1));
+        h.hb_answer(&hb, ok(1, 1000, None));
+    }
+    h.drain();
+    assert!(not_joined_of(&h.events).is_empty(), "{:?}", h.events);
+    // Fenced; the rejoin goes unanswered.
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.hb_answer(&hb, err(codes::FENCED_MEMBER_EPOCH));
+    let (_join, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, 0);
+    h.advance(Duration::from_secs(59));
+    h.drain();
+    assert!(not_joined_of(&h.events).is_empty(), "{:?}", h.events);
+    h.advance(Duration::from_secs(2));
+    h.drain();
+    let reports = not_joined_of(&h.events);
+    let [GroupError::TimedOut { api, reason, .. }] = reports.as_slice() else {
+        panic!("one NotJoined: {:?}", h.events);
+    };
+    assert_eq!(
+        *api,
+        crate::request::Api::from(ApiKey::ConsumerGroupHeartbeat)
+    );
+    assert_eq!(reason, "no answer yet");
+}
+
+#[test]
+fn a_member_closing_while_it_waits_reports_nothing() {
+    let mut h = Harness::with_config(patient());
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    h.find_coordinator();
+    let _join = h.expect_hb();
+    h.m.close(CloseOptions::Default, h.now);
+    h.drain();
+    h.advance(Duration::from_secs(61));
+    h.drain();
+    assert!(not_joined_of(&h.events).is_empty(), "{:?}", h.events);
+}

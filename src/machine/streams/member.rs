@@ -677,6 +677,7 @@ impl StreamsMember {
                 Event::ConnectionTrouble { broker, error } => {
                     StreamsEvent::ConnectionTrouble { broker, error }
                 }
+                Event::NotJoined { error } => StreamsEvent::NotJoined { error },
                 other => {
                     tracing::debug!(event = ?other, "streams member: no streams form of this event");
                     continue;

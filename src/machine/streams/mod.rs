@@ -173,6 +173,12 @@ pub enum StreamsEvent {
         /// The failure.
         error: crate::error::TransportError,
     },
+    /// The member has tried for `default.api.timeout.ms` to get into the group and is not in
+    /// yet (see [`Event::NotJoined`](crate::machine::events::Event::NotJoined)); it keeps trying.
+    NotJoined {
+        /// What the member waited on, and why it is not in.
+        error: GroupError,
+    },
 }
 
 #[cfg(test)]
