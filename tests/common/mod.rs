@@ -217,6 +217,10 @@ pub struct Seen {
     pub assigned_generations: Vec<i32>,
     pub revoked: Vec<TopicPartition>,
     pub lost: usize,
+    /// Why partitions were lost, one entry per `Event::Lost`.
+    pub lost_reasons: Vec<consumer_membership::machine::events::Reason>,
+    /// The reason of every state change, in order.
+    pub state_reasons: Vec<consumer_membership::machine::events::Reason>,
     pub fatal: Option<consumer_membership::GroupError>,
     pub closed: bool,
     /// (when, owned?, partition): every change of ownership as the application saw it.
@@ -328,13 +332,15 @@ impl TestMember {
                             s.owned.remove(p);
                         }
                     }
-                    Event::Lost { partitions, .. } => {
+                    Event::Lost { partitions, reason } => {
+                        s.lost_reasons.push(reason);
                         let now = std::time::Instant::now();
                         s.ownership_log
                             .extend(partitions.iter().map(|p| (now, false, p.clone())));
                         s.owned.clear();
                         s.lost += 1;
                     }
+                    Event::StateChanged { reason, .. } => s.state_reasons.push(reason),
                     Event::Fatal(e) => s.fatal = Some(e),
                     Event::Closed => s.closed = true,
                     _ => {}
