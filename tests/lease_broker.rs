@@ -12,15 +12,14 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::proxy::{ConnPolicy, Proxy};
-use common::{Seen, TestMember, create_topic, group_config, transport, unique};
+use common::ownership::double_ownership;
+use common::proxy::Proxy;
+use common::{TestMember, create_topic, group_config, transport, unique};
 use consumer_membership::TcpTransport;
 use consumer_membership::config::GroupProtocol;
-use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::events::MemberState;
 
 /// The broker's consumer-protocol session (single.properties.in) and the classic session the
@@ -31,32 +30,6 @@ const PARTITIONS: i32 = 4;
 /// The Java client's classic defaults: `session.timeout.ms` 45 s, `heartbeat.interval.ms` 3 s.
 const JAVA_SESSION: Duration = Duration::from_secs(45);
 const JAVA_HEARTBEAT: Duration = Duration::from_secs(3);
-
-/// Every instant at which a partition was owned by both members, from their ownership logs.
-fn double_ownership(a: &Seen, b: &Seen) -> Vec<String> {
-    let mut log: Vec<(Instant, usize, bool, TopicPartition)> = Vec::new();
-    for (who, s) in [(0, a), (1, b)] {
-        for (at, owned, tp) in &s.ownership_log {
-            log.push((*at, who, *owned, tp.clone()));
-        }
-    }
-    // Releases before acquisitions at one instant.
-    log.sort_by_key(|(at, who, owned, _)| (*at, *owned, *who));
-    let mut owners: BTreeMap<TopicPartition, BTreeSet<usize>> = BTreeMap::new();
-    let mut found = Vec::new();
-    for (at, who, owned, tp) in log {
-        let set = owners.entry(tp.clone()).or_default();
-        if owned {
-            set.insert(who);
-            if set.len() > 1 {
-                found.push(format!("{tp} owned by both at {at:?}"));
-            }
-        } else {
-            set.remove(&who);
-        }
-    }
-    found
-}
 
 /// `classic`: the classic members' (session, heartbeat interval), `None` for
 /// `common::group_config`'s. `read`: the consumer members assume Kafka's default 45 s and read
@@ -96,13 +69,7 @@ async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>, rea
 
     // Every answer to our member is lost from now on; its requests still reach the broker.
     let fault = Instant::now();
-    proxy.new_connections(ConnPolicy {
-        drop_answers: true,
-        ..ConnPolicy::default()
-    });
-    for c in proxy.connections() {
-        proxy.drop_answers(c.id, true);
-    }
+    proxy.drop_all_answers(true);
     let lost = ours
         .wait_seen(session * 3, |s| s.lost > 0 && s.owned.is_empty())
         .await;
@@ -132,10 +99,7 @@ async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>, rea
     assert!(lost_at <= took_at, "lost after the takeover");
 
     // The answers flow again: our member rejoins.
-    proxy.new_connections(ConnPolicy::default());
-    for c in proxy.connections() {
-        proxy.drop_answers(c.id, false);
-    }
+    proxy.drop_all_answers(false);
     let back = ours
         .wait_seen(Duration::from_secs(60), |s| !s.owned.is_empty())
         .await;
@@ -146,7 +110,7 @@ async fn run(protocol: GroupProtocol, classic: Option<(Duration, Duration)>, rea
             s.owned.len() < PARTITIONS as usize
         })
         .await;
-    let doubles = double_ownership(&back, &other_seen);
+    let doubles = double_ownership(&[&back.ownership_log, &other_seen.ownership_log]);
     assert!(doubles.is_empty(), "{doubles:?}\n{}", proxy.log_text());
     let _ = Arc::strong_count(&admin);
 }

@@ -160,6 +160,13 @@ impl SimStreamsMember {
                 self.notes.push(format!("endpoints epoch {epoch}"));
                 return;
             }
+            StreamsEvent::TasksRefused { refused } => {
+                self.notes.push(format!(
+                    "refused subtopologies {:?}",
+                    refused.subtopologies()
+                ));
+                return;
+            }
         };
         self.events.push_back(event);
     }

@@ -425,5 +425,6 @@ pub async fn wait_balanced(
     }
 }
 pub mod java_peer;
+pub mod ownership;
 pub mod proxy;
 pub mod streams_peer;

@@ -281,6 +281,15 @@ impl Proxy {
         self.update(conn, |c| c.drop_answers = on);
     }
 
+    /// Drops (or stops dropping) every answer: on the connections so far and on those accepted
+    /// from now on (the rest of the new-connection policy stays).
+    pub fn drop_all_answers(&self, on: bool) {
+        lock(&self.inner).policy.drop_answers = on;
+        for c in self.connections() {
+            self.drop_answers(c.id, on);
+        }
+    }
+
     /// Every connection so far.
     pub fn connections(&self) -> Vec<ConnInfo> {
         lock(&self.inner)

@@ -20,9 +20,9 @@ use crate::request::{
 
 use super::guard::{Acquire, Intervention, InterventionKind, StreamsProcess};
 use super::topology::{
-    EndpointPartitions, ROLES, StreamsStatus, StreamsTasks, StreamsTopology, TaskId, TaskRole,
-    UserEndpoint, endpoints_from_wire, offsets_to_wire, statuses_from_wire, str_bytes,
-    tasks_from_wire, tasks_to_wire,
+    EndpointPartitions, ROLES, RefusedTasks, StatusCode, StreamsStatus, StreamsTasks,
+    StreamsTopology, TaskId, TaskRole, UserEndpoint, endpoints_from_wire, offsets_to_wire,
+    statuses_from_wire, str_bytes, tasks_from_wire, tasks_to_wire,
 };
 use super::{ReleaseReason, StreamsEvent};
 
@@ -158,6 +158,8 @@ pub struct StreamsMember {
     target: Option<StreamsTasks>,
     /// Tasks of the target the guard withholds, with their role.
     withheld: BTreeMap<TaskId, TaskRole>,
+    /// Tasks of the latest assignment of subtopologies the topology lacks: never taken.
+    refused: RefusedTasks,
     heartbeat_in_flight: Option<RequestId>,
     incarnation: u64,
     heartbeat_failures: u32,
@@ -235,6 +237,7 @@ impl StreamsMember {
             owned: StreamsTasks::default(),
             target: None,
             withheld: BTreeMap::new(),
+            refused: RefusedTasks::default(),
             heartbeat_in_flight: None,
             incarnation: 0,
             heartbeat_failures: 0,
@@ -287,6 +290,12 @@ impl StreamsMember {
     /// them), with the role assigned.
     pub fn withheld(&self) -> &BTreeMap<TaskId, TaskRole> {
         &self.withheld
+    }
+
+    /// The tasks of the latest assignment this member refused: those of subtopologies its
+    /// topology does not have ([`StreamsEvent::TasksRefused`]).
+    pub fn refused(&self) -> &RefusedTasks {
+        &self.refused
     }
 
     /// The statuses of the latest answer that carried any.
@@ -868,6 +877,46 @@ impl StreamsMember {
         }
     }
 
+    /// Records the tasks of the latest assignment whose subtopologies this member's topology
+    /// lacks, and tells the application when they changed. They are never taken: not handed to
+    /// the application, not claimed in the guard, never listed as owned.
+    ///
+    /// The coordinator assigns them when the group runs another topology than this member's. The
+    /// group's topology is the one its first member declared (GroupMetadataManager
+    /// .maybeUpdateTopology: set only while the group has none, kept while the group exists); a
+    /// later member declaring a lower topology epoch is accepted with the group's topology, not
+    /// refused ("joined with stale topology epoch", answered with the STALE_TOPOLOGY status,
+    /// maybeSetTopologyStaleStatus), and the assignor gives every member tasks of the group's
+    /// topology (TargetAssignmentBuilder over all members and the group's ConfiguredTopology).
+    /// So whichever client joined the group first, with a higher topology epoch than this
+    /// member's, decides the subtopologies this member is assigned: it must not be able to stop
+    /// this member through the coordinator. Not listing them
+    /// as owned is consistent for the coordinator: it checks the owned tasks only as a subset of
+    /// the assigned ones (areOwnedTasksContainedInAssignedTasks) and for revocations
+    /// (CurrentAssignmentBuilder.hasNotReleased), so taking them away again completes at once.
+    fn refuse(&mut self, refused: RefusedTasks) {
+        if refused == self.refused {
+            return;
+        }
+        if !refused.is_empty() {
+            let stale = self
+                .statuses
+                .iter()
+                .any(|s| s.code == StatusCode::StaleTopology);
+            tracing::warn!(
+                group = %self.shell.config.group_id,
+                member_id = %self.member_id,
+                unknown_subtopologies = ?refused.subtopologies(),
+                refused = ?refused,
+                topology_epoch = self.streams.topology.epoch,
+                stale_topology = stale,
+                "the coordinator assigned tasks of subtopologies this member's topology does not have (the group runs another topology); not taking them"
+            );
+        }
+        self.refused = refused.clone();
+        self.emit(StreamsEvent::TasksRefused { refused });
+    }
+
     /// Whether the regular heartbeat in flight listed the owned tasks.
     fn owned_report_in_flight(&self) -> bool {
         self.heartbeat_in_flight
@@ -1362,31 +1411,14 @@ impl StreamsMember {
                 self.member_id
             )));
         }
-        // Subtopology ids are checked against the topology on the wire lists, before a task is
-        // made of each partition (each copying its id).
-        let unknown: BTreeSet<&str> = [&r.active_tasks, &r.standby_tasks, &r.warmup_tasks]
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|t| t.partitions.iter().any(|p| *p >= 0))
-            .map(|t| t.subtopology_id.as_str())
-            .filter(|s| self.streams.topology.subtopology(s).is_none())
-            .collect();
-        if !unknown.is_empty() {
-            return self.fail(invalid(&format!(
-                "tasks of subtopologies {unknown:?} this member's topology does not have"
-            )));
-        }
-        // Tasks: all three lists or none (StreamsMembershipManager.onHeartbeatSuccess).
+        // Tasks: all three lists or none (StreamsMembershipManager.onHeartbeatSuccess), split
+        // into the tasks this member can run and those of subtopologies its topology lacks,
+        // which it refuses (see `refuse`).
         let target = match (&r.active_tasks, &r.standby_tasks, &r.warmup_tasks) {
-            (Some(a), Some(s), Some(w)) => Some(
-                StreamsTasks {
-                    active: tasks_from_wire(a),
-                    standby: tasks_from_wire(s),
-                    warmup: tasks_from_wire(w),
-                }
-                .normalized(),
-            ),
+            (Some(a), Some(s), Some(w)) => {
+                let (tasks, refused) = tasks_from_wire([a, s, w], &self.streams.topology);
+                Some((tasks.normalized(), refused))
+            }
             (None, None, None) => None,
             _ => {
                 return self.fail(invalid(
@@ -1431,7 +1463,8 @@ impl StreamsMember {
                 });
             }
         }
-        if let Some(t) = target {
+        if let Some((t, refused)) = target {
+            self.refuse(refused);
             // Waits for tasks the new target no longer names end now, also while a revocation
             // defers the reconciliation: they must not keep another local member's task
             // reserved.

@@ -31,7 +31,8 @@
 //! | leave epochs | `close` default: -2 static, -1 dynamic; `CloseOptions::LeaveGroup` and [`leave_group`](StreamsMember::leave_group): -1; `RemainInGroup`: -2 static, nothing dynamic; `unsubscribe`: as close default |
 //! | reconciliation | standby and warm-up tasks the target drops are released at once (no ticket); active tasks it drops are revoked with a [`RevokeTicket`] first; then the new tasks are taken through the guard and reported at once; a role change of a task the member holds (promotion, demotion after its ticket, standby ⇄ warm-up) happens in place |
 //! | taking tasks | never while a heartbeat that listed the owned tasks is in flight, nor after one failed in the transport until a later one is answered (as the consumer member) |
-//! | fatal | STREAMS_INVALID_TOPOLOGY, STREAMS_INVALID_TOPOLOGY_EPOCH, STREAMS_TOPOLOGY_FENCED, FENCED_INSTANCE_ID, GROUP_AUTHORIZATION_FAILED, a broker without streams groups (UNSUPPORTED_VERSION or no API 88: `GroupError::StreamsProtocolUnsupported`), tasks of subtopologies the topology lacks: typed, every task lost |
+//! | fatal | STREAMS_INVALID_TOPOLOGY, STREAMS_INVALID_TOPOLOGY_EPOCH, STREAMS_TOPOLOGY_FENCED, FENCED_INSTANCE_ID, GROUP_AUTHORIZATION_FAILED, a broker without streams groups (UNSUPPORTED_VERSION or no API 88: `GroupError::StreamsProtocolUnsupported`): typed, every task lost |
+//! | tasks of subtopologies the topology lacks | refused, not fatal: never taken nor reported owned, a `warn` naming the subtopology ids, [`StreamsEvent::TasksRefused`] when they change; the rest is reconciled as usual (the group keeps the topology its first member declared and accepts a member declaring a lower topology epoch with it, status STALE_TOPOLOGY: no other member may stop this one through the coordinator) |
 //! | poll timeout | no `poll` within `max.poll.interval.ms`: tasks lost, leave (-1 / -2), the next `poll` rejoins |
 //!
 //! # The task guard
@@ -74,8 +75,8 @@ use std::collections::BTreeMap;
 pub use guard::{Intervention, InterventionKind, Interventions, StreamsProcess};
 pub use member::{GUARD_RECHECK, StreamsConfig, StreamsMember, UNRELEASED_RECOVERIES};
 pub use topology::{
-    EndpointPartitions, InternalTopic, StatusCode, StreamsStatus, StreamsTasks, StreamsTopology,
-    Subtopology, TaskId, TaskRole, UserEndpoint,
+    EndpointPartitions, InternalTopic, RefusedTasks, StatusCode, StreamsStatus, StreamsTasks,
+    StreamsTopology, Subtopology, TaskId, TaskRole, UserEndpoint,
 };
 
 use crate::error::GroupError;
@@ -132,6 +133,18 @@ pub enum StreamsEvent {
         tasks: StreamsTasks,
         /// Why.
         reason: Reason,
+    },
+    /// The coordinator assigned tasks of subtopologies this member's topology does not have:
+    /// the group runs another topology (declared, with a higher topology epoch than this
+    /// member's, by the member that joined the group first; the statuses then carry
+    /// [`StatusCode::StaleTopology`]). The member
+    /// cannot run them and does not take them: they are in no other event and never reported
+    /// owned, and it goes on with the rest. The coordinator keeps them assigned here, so no
+    /// member of the group runs them while this one stays: an application that must not run
+    /// beside another topology closes the member. Emitted when the refused tasks change.
+    TasksRefused {
+        /// Every task of the latest assignment refused (empty once none is).
+        refused: RefusedTasks,
     },
     /// The guard stepped in for this member (see the module docs).
     GuardIntervened(Intervention),

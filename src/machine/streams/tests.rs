@@ -864,18 +864,144 @@ fn tasks_are_not_taken_while_a_heartbeat_listing_owned_tasks_is_in_flight() {
     assert_eq!(owned_of(&b), Some(tasks(&[("0", 5)], &[], &[])));
 }
 
+fn refused_of(events: &[StreamsEvent]) -> Vec<RefusedTasks> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamsEvent::TasksRefused { refused } => Some(refused.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Partitions by subtopology id, as [`RefusedTasks`] lists one role.
+fn by_sub(ts: &[(&str, i32)]) -> BTreeMap<String, BTreeSet<i32>> {
+    let mut m: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+    for (sub, p) in ts {
+        m.entry(sub.to_string()).or_default().insert(*p);
+    }
+    m
+}
+
+/// The group runs another topology (its first member declared subtopologies "8" and "9" with a
+/// higher topology epoch; the coordinator answers STALE_TOPOLOGY): tasks of subtopologies this
+/// member lacks are refused, the rest taken, and the member goes on.
 #[test]
-fn tasks_of_unknown_subtopologies_and_half_null_task_lists_are_fatal() {
+fn tasks_of_unknown_subtopologies_are_refused_and_the_rest_is_taken() {
     let mut h = Harness::new(None);
     h.m.join(h.now).unwrap();
     h.find_coordinator();
     let (join, _) = h.expect_hb();
-    h.hb_answer(&join, ok(1, Some(&tasks(&[("9", 0)], &[], &[]))));
+    let stale = resp::Status::default()
+        .with_status_code(0)
+        .with_status_detail(s(
+            "The member's topology epoch 7 is behind the group's topology epoch 8.",
+        ));
+    let target = tasks(
+        &[("0", 0), ("9", 0), ("9", 3)],
+        &[("1", 1), ("9", 1)],
+        &[("8", 2)],
+    );
+    h.hb_answer(&join, ok(1, Some(&target)).with_status(Some(vec![stale])));
+    let ev = h.take_events();
+    assert!(fatal_of(&ev).is_empty(), "{ev:?}");
+    let expected = RefusedTasks {
+        active: by_sub(&[("9", 0), ("9", 3)]),
+        standby: by_sub(&[("9", 1)]),
+        warmup: by_sub(&[("8", 2)]),
+    };
+    assert_eq!(refused_of(&ev), vec![expected.clone()], "{ev:?}");
+    assert_eq!(expected.subtopologies(), BTreeSet::from(["8", "9"]));
+    assert_eq!(h.m.refused(), &expected);
+    let runnable = tasks(&[("0", 0)], &[("1", 1)], &[]);
+    assert_eq!(
+        assigned_of(&ev),
+        vec![(runnable.clone(), runnable.clone())],
+        "only the tasks of known subtopologies reach the application"
+    );
+    assert_eq!(h.m.tasks(), &runnable);
+    assert!(h.m.withheld().is_empty());
+    assert!(h.m.process().holders(&task("9", 0)).is_empty());
+    // The acknowledgement lists what the member runs, never a refused task; once it is
+    // answered the member is Stable, not waiting for the refused tasks.
+    let (ack, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(runnable.clone()));
+    h.hb_answer(&ack, ok(1, None).with_status(None));
+    assert_eq!(h.m.state(), MemberState::Stable);
+    h.nothing("nothing more once the known tasks are acknowledged");
+    h.take_events();
+    // The same assignment again: no new event, nothing to report.
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), None, "unchanged owned tasks are not listed");
+    h.hb_answer(&hb, ok(1, Some(&target)).with_status(None));
+    let ev = h.take_events();
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(h.m.state(), MemberState::Stable);
+    // After a failed heartbeat the full one lists the runnable tasks only.
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.fail(&hb);
+    h.find_coordinator();
+    for _ in 0..20 {
+        h.advance(Duration::from_millis(200));
+        if let Some(out) = h.drain().pop() {
+            assert_eq!(owned_of(&hb_body(&out)), Some(runnable.clone()));
+            h.hb_answer(&out, ok(1, None));
+            break;
+        }
+    }
+    assert_eq!(h.m.state(), MemberState::Stable);
+}
+
+/// The coordinator takes a refused task away and moves a refused one to a known subtopology's
+/// role: nothing is revoked (the member never held them), the event says what is refused now,
+/// and the member reaches Stable at the new epoch.
+#[test]
+fn refused_tasks_taken_away_need_no_revocation_and_the_member_goes_on() {
+    let t = tasks(&[("0", 0)], &[], &[]);
+    let mut h = Harness::joined(None, &t);
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, ok(2, Some(&tasks(&[("0", 0), ("9", 0)], &[], &[]))));
+    let ev = h.take_events();
+    assert_eq!(
+        refused_of(&ev),
+        vec![RefusedTasks {
+            active: by_sub(&[("9", 0)]),
+            ..RefusedTasks::default()
+        }]
+    );
+    assert!(assigned_of(&ev).is_empty(), "nothing new to run: {ev:?}");
+    assert_eq!(h.m.state(), MemberState::Stable, "{ev:?}");
+    // The coordinator gives 9_0 to another member and this one 0_1.
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, ok(3, Some(&tasks(&[("0", 0), ("0", 1)], &[], &[]))));
     let ev = h.take_events();
     assert!(
-        matches!(fatal_of(&ev)[..], [GroupError::InvalidResponse { .. }]),
+        !ev.iter()
+            .any(|e| matches!(e, StreamsEvent::TasksRevoking { .. })),
         "{ev:?}"
     );
+    assert_eq!(refused_of(&ev), vec![RefusedTasks::default()]);
+    assert_eq!(h.m.refused(), &RefusedTasks::default());
+    assert_eq!(
+        assigned_of(&ev),
+        vec![(
+            tasks(&[("0", 1)], &[], &[]),
+            tasks(&[("0", 0), ("0", 1)], &[], &[])
+        )]
+    );
+    let (ack, b) = h.expect_hb();
+    assert_eq!(owned_of(&b), Some(tasks(&[("0", 0), ("0", 1)], &[], &[])));
+    h.hb_answer(&ack, ok(3, None));
+    assert_eq!(h.m.state(), MemberState::Stable);
+    assert_eq!(h.m.epoch(), 3);
+}
+
+#[test]
+fn half_null_task_lists_are_fatal() {
     let mut h = Harness::new(None);
     h.m.join(h.now).unwrap();
     h.find_coordinator();

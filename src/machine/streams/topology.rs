@@ -121,6 +121,52 @@ impl StreamsTasks {
     }
 }
 
+/// Tasks the coordinator assigned of subtopologies the member's topology does not have: their
+/// partitions by role and subtopology id. The member cannot run them (a task's input partitions
+/// are resolved through its own topology), so it never takes them; see
+/// [`StreamsEvent::TasksRefused`](super::StreamsEvent::TasksRefused).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RefusedTasks {
+    /// Active tasks: partitions by subtopology id.
+    pub active: BTreeMap<String, BTreeSet<i32>>,
+    /// Standby tasks: partitions by subtopology id.
+    pub standby: BTreeMap<String, BTreeSet<i32>>,
+    /// Warm-up tasks: partitions by subtopology id.
+    pub warmup: BTreeMap<String, BTreeSet<i32>>,
+}
+
+impl RefusedTasks {
+    /// No task at all.
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty() && self.standby.is_empty() && self.warmup.is_empty()
+    }
+
+    /// The tasks of `role`: partitions by subtopology id.
+    pub fn of(&self, role: TaskRole) -> &BTreeMap<String, BTreeSet<i32>> {
+        match role {
+            TaskRole::Active => &self.active,
+            TaskRole::Standby => &self.standby,
+            TaskRole::Warmup => &self.warmup,
+        }
+    }
+
+    fn of_mut(&mut self, role: TaskRole) -> &mut BTreeMap<String, BTreeSet<i32>> {
+        match role {
+            TaskRole::Active => &mut self.active,
+            TaskRole::Standby => &mut self.standby,
+            TaskRole::Warmup => &mut self.warmup,
+        }
+    }
+
+    /// The unknown subtopology ids, in any role.
+    pub fn subtopologies(&self) -> BTreeSet<&str> {
+        ROLES
+            .into_iter()
+            .flat_map(|r| self.of(r).keys().map(String::as_str))
+            .collect()
+    }
+}
+
 /// The three roles, in the order they are handed out and reported.
 pub(crate) const ROLES: [TaskRole; 3] = [TaskRole::Active, TaskRole::Standby, TaskRole::Warmup];
 
@@ -413,17 +459,40 @@ pub(crate) fn tasks_to_wire(tasks: &BTreeSet<TaskId>) -> Vec<req::TaskIds> {
         .collect()
 }
 
-/// Tasks of one role from an answer; negative partitions are dropped.
-pub(crate) fn tasks_from_wire(tasks: &[resp::TaskIds]) -> BTreeSet<TaskId> {
-    tasks
-        .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .filter(|p| **p >= 0)
-                .map(move |p| TaskId::new(t.subtopology_id.to_string(), *p))
-        })
-        .collect()
+/// An answer's three task lists (active, standby, warm-up), split into the tasks of the
+/// subtopologies `topology` has and the partitions of those it lacks; negative partitions are
+/// dropped. Each entry's subtopology id is looked up before a task is made of each partition,
+/// so an unknown id is copied once per role, however many partitions name it.
+pub(crate) fn tasks_from_wire(
+    lists: [&[resp::TaskIds]; 3],
+    topology: &StreamsTopology,
+) -> (StreamsTasks, RefusedTasks) {
+    let mut known = StreamsTasks::default();
+    let mut refused = RefusedTasks::default();
+    for (role, list) in ROLES.into_iter().zip(lists) {
+        for entry in list {
+            let partitions = entry.partitions.iter().copied().filter(|p| *p >= 0);
+            let id = entry.subtopology_id.as_str();
+            if topology.subtopology(id).is_some() {
+                known
+                    .of_mut(role)
+                    .extend(partitions.map(|p| TaskId::new(id, p)));
+            } else {
+                let mut partitions = partitions.peekable();
+                if partitions.peek().is_none() {
+                    continue;
+                }
+                let of_role = refused.of_mut(role);
+                match of_role.get_mut(id) {
+                    Some(set) => set.extend(partitions),
+                    None => {
+                        of_role.insert(id.to_owned(), partitions.collect());
+                    }
+                }
+            }
+        }
+    }
+    (known, refused)
 }
 
 /// Task offsets on the wire, sorted by task.

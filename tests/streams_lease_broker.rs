@@ -1,0 +1,312 @@
+//! The membership lease of the streams member (KIP-1071) against a real broker: our member
+//! talks to the broker through the TCP fault proxy of tests/common/proxy.rs, another streams
+//! member of the same group and topology directly. Once both are Stable with the active tasks
+//! split, the proxy drops every answer to our member (its requests still reach the broker) for
+//! longer than the session timeout: the broker expires our member and gives its active tasks
+//! to the other one. Our member must report them lost (`TasksLost`, `Reason::LeaseExpired`)
+//! first: at no instant of the merged event history of both members may one task be active on
+//! both (each member's active tasks as its application saw them). Then the answers flow again
+//! and our member rejoins and gets active tasks back. The test prints the time from the fault to
+//! our loss and to the other member's takeover.
+//!
+//! Run with `tests/kafka/with-broker.sh cargo test --all-features --test streams_lease_broker`
+//! (single.properties.in: `group.streams.session.timeout.ms=6000`,
+//! `group.streams.heartbeat.interval.ms=500`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::ownership::double_ownership;
+use common::proxy::Proxy;
+use common::{group_config, transport, unique};
+use consumer_membership::machine::events::{MemberState, Reason};
+use consumer_membership::streams::{
+    StreamsConfig, StreamsEvent, StreamsGroupMember, StreamsMemberHandle, StreamsProcess,
+    StreamsTopology, Subtopology, TaskId,
+};
+use consumer_membership::transport::Transport;
+use consumer_membership::{CloseOptions, GroupConfig};
+
+/// The broker's streams session (single.properties.in, `group.streams.session.timeout.ms`).
+const SESSION: Duration = Duration::from_secs(6);
+/// Kafka's default `streams.session.timeout.ms` (and the crate's default group session).
+const KAFKA_DEFAULT_SESSION: Duration = Duration::from_secs(45);
+const PARTITIONS: i32 = 4;
+
+/// One stateless subtopology reading `input`: tasks `0_0..0_{PARTITIONS-1}`, all active (the
+/// group has no standby replicas: Kafka's default `streams.num.standby.replicas` 0).
+fn topology(input: &str) -> StreamsTopology {
+    StreamsTopology::new(0, vec![Subtopology::new("0", [input.to_owned()])])
+}
+
+/// What a member's application saw, with when.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    /// Active tasks held now.
+    active: BTreeSet<TaskId>,
+    /// Every `TasksLost`: when, the active tasks in it, why.
+    lost: Vec<(Instant, BTreeSet<TaskId>, Reason)>,
+    fatal: Option<String>,
+    /// (when, held?, task): every change of the active tasks the application runs. A revoked
+    /// task counts as released when the revocation is announced (the application stops it
+    /// before it hands the ticket back).
+    active_log: Vec<(Instant, bool, TaskId)>,
+    /// Every event, for the failure report.
+    events: Vec<String>,
+}
+
+/// One streams member whose events are read by a task of its own: revocations are completed at
+/// once, every change of its active tasks is logged.
+struct Member {
+    handle: StreamsMemberHandle,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Member {
+    fn start<T: Transport>(transport: Arc<T>, config: GroupConfig, input: &str) -> Member {
+        common::init_tracing();
+        let process = StreamsProcess::new(unique("process"), None);
+        let mut member = StreamsGroupMember::start(
+            transport,
+            config,
+            StreamsConfig::new(topology(input)),
+            process,
+        )
+        .expect("valid config");
+        let handle = member.handle();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (record, h) = (seen.clone(), handle.clone());
+        tokio::spawn(async move {
+            while let Some(event) = member.next_event().await {
+                let now = Instant::now();
+                let ticket = {
+                    let mut s = record.lock().unwrap();
+                    s.events.push(format!("{:?} {event:?}", now));
+                    let change = |s: &mut Seen, held: bool, tasks: &BTreeSet<TaskId>| {
+                        for t in tasks {
+                            s.active_log.push((now, held, t.clone()));
+                            if held {
+                                s.active.insert(t.clone());
+                            } else {
+                                s.active.remove(t);
+                            }
+                        }
+                    };
+                    match event {
+                        StreamsEvent::TasksAssigned { added, .. } => {
+                            change(&mut s, true, &added.active);
+                            None
+                        }
+                        StreamsEvent::TasksRevoking { active, ticket } => {
+                            change(&mut s, false, &active.into_iter().collect());
+                            Some(ticket)
+                        }
+                        StreamsEvent::TasksReleased { tasks, .. } => {
+                            change(&mut s, false, &tasks.active);
+                            None
+                        }
+                        StreamsEvent::TasksLost { tasks, reason } => {
+                            change(&mut s, false, &tasks.active);
+                            s.lost.push((now, tasks.active, reason));
+                            None
+                        }
+                        StreamsEvent::Fatal(e) => {
+                            s.fatal = Some(e.to_string());
+                            None
+                        }
+                        _ => None,
+                    }
+                };
+                if let Some(ticket) = ticket {
+                    h.complete_revocation(ticket)
+                        .await
+                        .expect("ticket accepted");
+                }
+            }
+        });
+        Member { handle, seen }
+    }
+
+    fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn report(&self, label: &str) -> String {
+        let s = self.seen();
+        let mut out = format!("--- {label} events:\n");
+        for e in &s.events {
+            out += &format!("  {e}\n");
+        }
+        out
+    }
+
+    /// Waits until what the application saw satisfies `pred`.
+    async fn wait_seen(
+        &self,
+        label: &str,
+        timeout: Duration,
+        pred: impl Fn(&Seen) -> bool,
+    ) -> Seen {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.seen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{label}: not seen within {timeout:?}\n{}",
+                self.report(label)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// `read`: our member assumes Kafka's default 45 s session and reads the group's
+/// (`streams.session.timeout.ms`, else the broker's `group.streams.session.timeout.ms`) with
+/// DescribeConfigs instead of being told 6 s.
+async fn run(read: bool) {
+    let Some(bootstrap) = common::bootstrap() else {
+        return;
+    };
+    let input = unique("streams-lease-in");
+    let group = unique("streams-lease");
+    let (admin, _) = transport(&bootstrap);
+    common::create_topic(admin.as_ref(), &input, PARTITIONS).await;
+    let all: BTreeSet<TaskId> = (0..PARTITIONS).map(|p| TaskId::new("0", p)).collect();
+
+    let proxy = Proxy::start(&bootstrap).await.expect("proxy");
+    let config = |session: Duration, read: bool| {
+        let mut c = group_config(&group, None);
+        c.group_session_timeout = session;
+        c.read_group_session_timeout = read;
+        c
+    };
+    let (through_proxy, _) = transport(proxy.bootstrap());
+    let ours = Member::start(
+        through_proxy,
+        config(if read { KAFKA_DEFAULT_SESSION } else { SESSION }, read),
+        &input,
+    );
+    let (direct, _) = transport(&bootstrap);
+    let other = Member::start(direct, config(SESSION, false), &input);
+
+    // Both Stable, the active tasks split between them.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let before = loop {
+        let a = ours.handle.snapshot().await.expect("ours running");
+        let b = other.handle.snapshot().await.expect("other running");
+        let stable = |s: &consumer_membership::streams::StreamsSnapshot| {
+            s.state == MemberState::Stable && !s.tasks.active.is_empty()
+        };
+        let union: BTreeSet<TaskId> = a.tasks.active.union(&b.tasks.active).cloned().collect();
+        if stable(&a)
+            && stable(&b)
+            && a.tasks.active.is_disjoint(&b.tasks.active)
+            && union == all
+            && ours.seen().active == a.tasks.active
+            && other.seen().active == b.tasks.active
+        {
+            break a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not split: {a:?} {b:?}\n{}{}",
+            ours.report("ours"),
+            other.report("other")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ours_before = before.tasks.active.clone();
+
+    // Every answer to our member is lost from now on; its requests still reach the broker.
+    let fault = Instant::now();
+    proxy.drop_all_answers(true);
+    let lost = ours
+        .wait_seen("ours", SESSION * 3, |s| {
+            s.active.is_empty() && s.lost.iter().any(|(at, _, _)| *at >= fault)
+        })
+        .await;
+    let (lost_at, lost_tasks, reason) = lost
+        .lost
+        .iter()
+        .find(|(at, _, _)| *at >= fault)
+        .cloned()
+        .unwrap();
+    assert_eq!(reason, Reason::LeaseExpired, "{}", ours.report("ours"));
+    assert_eq!(lost_tasks, ours_before, "{}", ours.report("ours"));
+    let took = other
+        .wait_seen("other", SESSION * 5, |s| s.active == all)
+        .await;
+    let took_at = took
+        .active_log
+        .iter()
+        // Only what it took after the fault (it may have held them before ours joined).
+        .filter(|(at, held, t)| *at >= fault && *held && ours_before.contains(t))
+        .map(|(at, _, _)| *at)
+        .min()
+        .unwrap();
+    println!(
+        "streams (session read: {read}): lease TasksLost {:?} after the fault, the other member took our active tasks {:?} after it",
+        lost_at - fault,
+        took_at - fault
+    );
+    assert!(
+        lost_at <= took_at,
+        "lost after the takeover\n{}{}",
+        ours.report("ours"),
+        other.report("other")
+    );
+    let doubles = double_ownership(&[&lost.active_log, &took.active_log]);
+    assert!(doubles.is_empty(), "{doubles:?}");
+
+    // The answers flow again: our member rejoins and gets active tasks back.
+    proxy.drop_all_answers(false);
+    let back = ours
+        .wait_seen("ours", Duration::from_secs(60), |s| !s.active.is_empty())
+        .await;
+    let s = ours.handle.snapshot().await.expect("ours running");
+    assert_ne!(s.state, MemberState::Fatal, "{s:?}");
+    assert_eq!(back.fatal, None, "{}", ours.report("ours"));
+    assert_eq!(
+        s.member_id, before.member_id,
+        "the rejoin kept the member id"
+    );
+    let other_seen = other
+        .wait_seen("other", Duration::from_secs(60), |s| {
+            s.active.len() < all.len()
+        })
+        .await;
+    let doubles = double_ownership(&[&ours.seen().active_log, &other_seen.active_log]);
+    assert!(
+        doubles.is_empty(),
+        "{doubles:?}\n{}{}{}",
+        ours.report("ours"),
+        other.report("other"),
+        proxy.log_text()
+    );
+    ours.handle.close(CloseOptions::LeaveGroup).await;
+    other.handle.close(CloseOptions::LeaveGroup).await;
+}
+
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_member_loses_its_active_tasks_before_the_broker_reassigns_them() {
+    run(false).await;
+}
+
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_member_reads_the_group_session_timeout_from_the_broker() {
+    run(true).await;
+}
