@@ -17,9 +17,10 @@
 //! - answers on one connection arrive in order; an answer is never lost on a live connection:
 //!   a loss is a connection reset.
 //!
-//! The client side is kept here, with the transport rules of `World`: a client keeps one
-//! bootstrap connection and one coordinator connection; a request that times out closes its connection (every other request
-//! on it fails with `Disconnected`), and a member that forgets its coordinator closes the
+//! The client side follows the crate's client connection rules (`transport::connections`, which
+//! `TcpTransport` and `World` follow too): a client keeps one bootstrap connection and one
+//! connection per coordinator node; a request that times out closes its connection (every other
+//! request on it fails with `Disconnected`), and a member that forgets its coordinator closes the
 //! coordinator connection (the Java client's `markCoordinatorUnknown`;
 //! `SimConfig::close_on_coordinator_loss`).
 //!
@@ -98,15 +99,12 @@ use std::time::{Duration, Instant};
 use consumer_membership::GroupError;
 use consumer_membership::MemberId;
 use consumer_membership::config::{GroupConfig, GroupProtocol};
-use consumer_membership::error::TransportError;
 use consumer_membership::machine::classic::ClassicMember;
 use consumer_membership::machine::consumer::ConsumerMember;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
 use consumer_membership::machine::member::Member;
-use consumer_membership::request::{
-    Api, Outbound, RequestBody, RequestId, Response, ResponseBody, Target,
-};
+use consumer_membership::request::{Outbound, RequestBody, RequestId, Response, ResponseBody};
 use consumer_membership::sim::ConnId;
 use consumer_membership::sim::codes;
 use consumer_membership::sim::coordinator::{
@@ -116,6 +114,7 @@ use consumer_membership::sim::network::{
     AnswerFate, ConnKind, ConnView, Frame, NetConfig, NetEvent, Network, Queued,
 };
 use consumer_membership::sim::world::{SimMember, broker_versions_4x};
+use consumer_membership::transport::connections::{Connections, Failed, Route, disconnected};
 use consumer_membership::transport::wire::{self, BrokerVersions};
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use rand::SeedableRng;
@@ -228,20 +227,10 @@ enum Choice {
     Close(u8),
 }
 
-#[derive(Debug)]
-struct Pending {
-    id: RequestId,
-    api: Api,
-    deadline: Instant,
-    timeout: Duration,
-}
-
 struct Slot {
     member: Member,
-    bootstrap: Option<ConnId>,
-    coordinator: Option<(i32, ConnId)>,
-    in_flight: BTreeMap<(ConnId, i32), Pending>,
-    next_correlation: i32,
+    /// Its connections and the requests in flight on them.
+    conns: Connections<ConnId, RequestId>,
     resubscribes: u8,
     commits: u8,
     closes: u8,
@@ -312,10 +301,7 @@ impl ModelWorld {
             .enumerate()
             .map(|(i, spec)| Slot {
                 member: build_member(i, spec, start),
-                bootstrap: None,
-                coordinator: None,
-                in_flight: BTreeMap::new(),
-                next_correlation: 0,
+                conns: Connections::default(),
                 resubscribes: 0,
                 commits: 0,
                 closes: 0,
@@ -413,9 +399,8 @@ impl ModelWorld {
             }
             // The Java client disconnects from a coordinator it marks unknown.
             let keep = self.slots[s].member.coordinator().map(|b| b.node_id);
-            if let Some((node, c)) = self.slots[s].coordinator
-                && Some(node) != keep
-            {
+            let stale = |r| matches!(r, Route::Coordinator(node) if Some(node) != keep);
+            for c in self.conns_of(s, stale) {
                 progress = true;
                 self.close_conn(s, c, "coordinator marked unknown");
             }
@@ -435,51 +420,22 @@ impl ModelWorld {
                 return;
             }
         };
-        let conn = match &out.target {
-            Target::Bootstrap => match self.slots[s].bootstrap.filter(|c| self.network.is_open(*c))
-            {
-                Some(c) => c,
-                None => {
-                    let c = self.open(s, ConnKind::Bootstrap);
-                    self.slots[s].bootstrap = Some(c);
-                    c
-                }
-            },
-            Target::Coordinator(b) => match self.slots[s]
-                .coordinator
-                .filter(|(node, c)| *node == b.node_id && self.network.is_open(*c))
-            {
-                Some((_, c)) => c,
-                None => {
-                    if let Some((_, old)) = self.slots[s].coordinator {
-                        self.close_conn(s, old, "coordinator moved");
-                    }
-                    let c = self.open(s, ConnKind::Coordinator);
-                    self.slots[s].coordinator = Some((b.node_id, c));
-                    c
-                }
-            },
-            Target::Node(b) => {
-                let e = TransportError::Disconnected {
-                    addr: format!("{}:{}", b.host, b.port),
-                    reason: "no data-path brokers in the model".into(),
-                };
+        let route = Route::of(&out.target);
+        let open = self.slots[s].conns.conn(route);
+        let conn = match (open.filter(|c| self.network.is_open(*c)), route) {
+            (Some(c), _) => c,
+            (None, Route::Node(_)) => {
+                let e = disconnected(&out.target, "no data-path brokers in the model");
                 self.slots[s].member.handle_response(out.id, Err(e), now);
                 return;
             }
+            (None, Route::Bootstrap) => self.open(s, route, ConnKind::Bootstrap),
+            (None, Route::Coordinator(_)) => self.open(s, route, ConnKind::Coordinator),
         };
-        self.slots[s].next_correlation += 1;
-        let correlation = self.slots[s].next_correlation;
+        let correlation = self.slots[s]
+            .conns
+            .send(conn, out.id, api, out.timeout, now);
         self.log(|| format!("m{s} -> {conn}#{correlation} {}", describe_req(&body)));
-        self.slots[s].in_flight.insert(
-            (conn, correlation),
-            Pending {
-                id: out.id,
-                api,
-                deadline: now + out.timeout,
-                timeout: out.timeout,
-            },
-        );
         let frame = Frame {
             correlation,
             api,
@@ -490,10 +446,17 @@ impl ModelWorld {
         self.network.send(conn, frame, now, &mut self.rng);
     }
 
-    fn open(&mut self, s: usize, kind: ConnKind) -> ConnId {
+    fn open(&mut self, s: usize, route: Route, kind: ConnKind) -> ConnId {
         let c = self.network.open(s, kind, self.now);
         self.log(|| format!("m{s}: opens {c} ({kind:?})"));
+        self.slots[s].conns.opened(route, c);
         c
+    }
+
+    /// The connections of member `s` whose route `which` takes.
+    fn conns_of(&self, s: usize, which: impl Fn(Route) -> bool) -> Vec<ConnId> {
+        let routes = self.slots[s].conns.routes();
+        routes.filter(|(r, _)| which(*r)).map(|(_, c)| c).collect()
     }
 
     /// The client closes `conn`: the network drops the answers on it (what the client already
@@ -502,29 +465,22 @@ impl ModelWorld {
         if !self.network.is_open(conn) {
             return;
         }
-        self.network.close(conn);
-        if self.slots[s].bootstrap == Some(conn) {
-            self.slots[s].bootstrap = None;
-        }
-        if self.slots[s].coordinator.is_some_and(|(_, c)| c == conn) {
-            self.slots[s].coordinator = None;
+        let failed = self.slots[s].conns.close(conn);
+        self.closed(s, conn, reason, failed);
+    }
+
+    /// The client closed `conn` (its route forgotten): the network closes it, and `failed`, the
+    /// requests that were in flight on it, fail with `Disconnected`.
+    fn closed(&mut self, s: usize, conn: ConnId, reason: &str, failed: Failed<RequestId>) {
+        if self.network.is_open(conn) {
+            self.network.close(conn);
         }
         self.log(|| format!("m{s}: closes {conn} ({reason})"));
-        let keys: Vec<(ConnId, i32)> = self.slots[s]
-            .in_flight
-            .keys()
-            .filter(|(c, _)| *c == conn)
-            .copied()
-            .collect();
         let now = self.now;
-        for k in keys {
-            let p = self.slots[s].in_flight.remove(&k).expect("listed");
-            self.log(|| format!("m{s}: {}#{} {:?} fails: disconnected", k.0, k.1, p.api));
-            let e = TransportError::Disconnected {
-                addr: format!("{conn}"),
-                reason: reason.to_owned(),
-            };
-            self.slots[s].member.handle_response(p.id, Err(e), now);
+        for (corr, p) in failed {
+            self.log(|| format!("m{s}: {conn}#{corr} {:?} fails: disconnected", p.api));
+            let e = disconnected(conn, reason);
+            self.slots[s].member.handle_response(p.tag, Err(e), now);
         }
     }
 
@@ -646,7 +602,11 @@ impl ModelWorld {
         for (i, s) in self.slots.iter().enumerate() {
             let state = s.member.state();
             let stopped = matches!(state, MemberState::Fatal | MemberState::Closed);
-            if fault && self.setup.reset_conn && s.coordinator.is_some() && !stopped {
+            let coordinator = s
+                .conns
+                .routes()
+                .any(|(r, _)| matches!(r, Route::Coordinator(_)));
+            if fault && self.setup.reset_conn && coordinator && !stopped {
                 v.push(Choice::Reset(i as u8));
             }
             if s.resubscribes < self.setup.resubscribes
@@ -675,7 +635,7 @@ impl ModelWorld {
             if let Some((t, _)) = s.member.poll_timeout() {
                 consider(t);
             }
-            if let Some(t) = s.in_flight.values().map(|p| p.deadline).min() {
+            if let Some(t) = s.conns.next_deadline() {
                 consider(t);
             }
         }
@@ -736,7 +696,7 @@ impl ModelWorld {
             Choice::Reset(s) => {
                 self.faults += 1;
                 let s = s as usize;
-                if let Some((_, c)) = self.slots[s].coordinator {
+                for c in self.conns_of(s, |r| matches!(r, Route::Coordinator(_))) {
                     self.close_conn(s, c, "!! connection reset");
                 }
                 self.drain(s);
@@ -784,7 +744,7 @@ impl ModelWorld {
         let a = self.network.take_answer(conn).expect("enabled");
         let s = a.client;
         let now = self.now;
-        let Some(p) = self.slots[s].in_flight.remove(&(conn, a.correlation)) else {
+        let Some(p) = self.slots[s].conns.answered(conn, a.correlation) else {
             return;
         };
         self.log(|| {
@@ -801,7 +761,7 @@ impl ModelWorld {
             ));
         }
         self.slots[s].member.handle_response(
-            p.id,
+            p.tag,
             Ok(Response {
                 version: a.version,
                 body: a.body,
@@ -823,26 +783,15 @@ impl ModelWorld {
         self.coordinator.handle_timeout(now);
         self.route();
         for s in 0..self.slots.len() {
-            loop {
-                let due = self.slots[s]
-                    .in_flight
-                    .iter()
-                    .filter(|(_, p)| p.deadline <= now)
-                    .min_by_key(|(_, p)| p.deadline)
-                    .map(|(k, _)| *k);
-                let Some(k) = due else { break };
-                let p = self.slots[s].in_flight.remove(&k).expect("listed");
-                self.log(|| format!("m{s}: {}#{} {:?} timed out", k.0, k.1, p.api));
-                self.slots[s].member.handle_response(
-                    p.id,
-                    Err(TransportError::Timeout {
-                        api: p.api,
-                        timeout: p.timeout,
-                    }),
-                    now,
-                );
-                // A timed-out request closes its connection (NetworkClient).
-                self.close_conn(s, k.0, "a request timed out");
+            // A timed-out request closes its connection (NetworkClient).
+            while let Some(e) = self.slots[s].conns.time_out(now) {
+                let (conn, api) = (e.conn, e.request.api);
+                self.log(|| format!("m{s}: {conn}#{} {api:?} timed out", e.correlation));
+                let timed_out = e.request.timed_out();
+                self.slots[s]
+                    .member
+                    .handle_response(e.request.tag, Err(timed_out), now);
+                self.closed(s, conn, "a request timed out", e.failed);
             }
             self.slots[s].member.poll(now);
             self.slots[s].member.handle_timeout(now);
@@ -989,8 +938,8 @@ impl ModelWorld {
                 fatal,
                 m.poll_timeout().map(|(t, timer)| (rel(t), timer)),
             );
-            for ((c, _), p) in &s.in_flight {
-                let _ = write!(out, " {}:{:?}@{:?}", label(*c), p.api, rel(p.deadline));
+            for (c, _, p) in s.conns.in_flight() {
+                let _ = write!(out, " {}:{:?}@{:?}", label(c), p.api, rel(p.deadline));
             }
             let _ = write!(
                 out,

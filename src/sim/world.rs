@@ -51,6 +51,7 @@ use crate::machine::{Machine, TopicPartition};
 use crate::request::{
     Api, Broker, Outbound, RequestBody, RequestId, Response, ResponseBody, Target,
 };
+use crate::transport::connections::{self, Connections, Failed, Route, VecMap};
 use crate::transport::wire::{self, BrokerVersions};
 
 /// What the world needs from a member: the sans-IO drive contract ([`Machine`]) plus the
@@ -240,14 +241,6 @@ impl SimConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MemberHandle(pub usize);
 
-#[derive(Debug)]
-struct InFlight {
-    id: RequestId,
-    api: Api,
-    deadline: Instant,
-    timeout: Duration,
-}
-
 /// An answer a process received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {
@@ -266,10 +259,8 @@ pub(super) struct Process {
     pub(super) instance_id: Option<String>,
     pub(super) started_at: Instant,
     pub(super) last_processed_at: Option<Instant>,
-    bootstrap: Option<ConnId>,
-    coordinators: VecMap<i32, ConnId>,
-    in_flight: VecMap<(ConnId, i32), InFlight>,
-    next_correlation: i32,
+    /// Its connections and the requests in flight on them (the client's connection rules).
+    conns: Connections<ConnId, RequestId>,
     tickets: VecDeque<(Instant, RevokeTicket)>,
     /// Partitions of the revocation tickets the application still holds (it is still
     /// processing / committing them), by ticket id.
@@ -821,10 +812,7 @@ impl World {
             member: Some(member),
             started_at: self.now,
             last_processed_at: None,
-            bootstrap: None,
-            coordinators: VecMap::new(),
-            in_flight: VecMap::new(),
-            next_correlation: 0,
+            conns: Connections::default(),
             tickets: VecDeque::new(),
             revoking: BTreeMap::new(),
             seen: Vec::new(),
@@ -860,16 +848,11 @@ impl World {
         if self.procs[p].member.take().is_none() {
             return;
         }
-        let conns: Vec<ConnId> = self.procs[p]
-            .bootstrap
-            .into_iter()
-            .chain(self.procs[p].coordinators.values().copied())
-            .collect();
-        for c in conns {
+        for c in self.conns_of(p, |_| true) {
             self.network.close(c);
         }
         self.touch(p);
-        self.procs[p].in_flight.clear();
+        self.procs[p].conns.clear();
         self.procs[p].tickets.clear();
         self.procs[p].revoking.clear();
         let name = self.procs[p].name.clone();
@@ -981,8 +964,7 @@ impl World {
     pub fn drop_connections(&mut self, h: MemberHandle) {
         let p = self.slots[h.0];
         self.touch(p);
-        let conns: Vec<ConnId> = self.procs[p].coordinators.values().copied().collect();
-        for c in conns {
+        for c in self.conns_of(p, |r| matches!(r, Route::Coordinator(_))) {
             self.close_conn(p, c, "connection reset");
         }
         self.drain(p);
@@ -995,13 +977,8 @@ impl World {
     /// request in flight on them fails with `Disconnected`.
     pub fn reset_connections(&mut self, h: MemberHandle) {
         let p = self.slots[h.0];
-        let conns: Vec<ConnId> = self.procs[p]
-            .bootstrap
-            .into_iter()
-            .chain(self.procs[p].coordinators.values().copied())
-            .collect();
         let now = self.now;
-        for c in conns {
+        for c in self.conns_of(p, |_| true) {
             if self.network.reset(c, now, &mut self.rng) {
                 self.log(|| format!("network: resets {c}"));
             }
@@ -1196,11 +1173,7 @@ impl World {
         let p = &self.procs[i];
         let next = if p.member.is_some() {
             [
-                p.in_flight
-                    .values()
-                    .map(|f| f.deadline)
-                    .min()
-                    .map(|t| (t, t)),
+                p.conns.next_deadline().map(|t| (t, t)),
                 p.tickets.front().map(|(t, _)| (*t, *t)),
                 p.deadline
                     .map(|t| (p.timer_floor.map_or(t, |f| f.max(t)), t)),
@@ -1602,10 +1575,10 @@ impl World {
         let now = self.now;
         let code = response_error(&d.body);
         let key = (d.conn, d.correlation);
-        let Some(f) = self.procs[p].in_flight.remove(&key) else {
+        let Some(f) = self.procs[p].conns.answered(d.conn, d.correlation) else {
             return;
         };
-        let id = f.id;
+        let id = f.tag;
         if let Ok(i) = usize::try_from(d.api.key()) {
             if self.delivered.len() <= i {
                 self.delivered.resize(i + 1, 0);
@@ -1676,30 +1649,24 @@ impl World {
 
     fn request_timeout(&mut self, p: usize) {
         let now = self.now;
-        let Some((&key, _)) = self.procs[p]
-            .in_flight
-            .iter()
-            .filter(|(_, f)| f.deadline <= now)
-            .min_by_key(|(_, f)| f.deadline)
-        else {
+        // A timed-out request closes its connection (NetworkClient.handleTimedOutRequests).
+        let Some(e) = self.procs[p].conns.time_out(now) else {
             return;
         };
-        let f = self.procs[p].in_flight.remove(&key).expect("exists");
         let name = self.procs[p].name.clone();
-        self.log(|| format!("{name}: {}#{} {:?} timed out", key.0, key.1, f.api));
+        let (conn, api) = (e.conn, e.request.api);
+        self.log(|| format!("{name}: {conn}#{} {api:?} timed out", e.correlation));
         if let Some(m) = self.procs[p].member.as_deref_mut() {
-            m.handle_response(
-                f.id,
-                Err(TransportError::Timeout {
-                    api: f.api,
-                    timeout: f.timeout,
-                }),
-                now,
-            );
+            m.handle_response(e.request.tag, Err(e.request.timed_out()), now);
         }
-        // A timed-out request closes its connection (NetworkClient.handleTimedOutRequests).
-        self.close_conn(p, key.0, "closed after a request timed out");
+        self.closed(p, conn, "closed after a request timed out", e.failed);
         self.drain(p);
+    }
+
+    /// The connections of `p` whose route `which` takes: bootstrap first, then by node id.
+    fn conns_of(&self, p: usize, which: impl Fn(Route) -> bool) -> Vec<ConnId> {
+        let routes = self.procs[p].conns.routes();
+        routes.filter(|(r, _)| which(*r)).map(|(_, c)| c).collect()
     }
 
     /// The client closes `conn`: requests in flight on it fail with Disconnected.
@@ -1707,37 +1674,24 @@ impl World {
         if !self.network.is_open(conn) {
             return;
         }
+        let failed = self.procs[p].conns.close(conn);
+        self.closed(p, conn, reason, failed);
+    }
+
+    /// The client closed `conn` (its route forgotten): the network closes it, and `failed`, the
+    /// requests that were in flight on it, fail with Disconnected.
+    fn closed(&mut self, p: usize, conn: ConnId, reason: &str, failed: Failed<RequestId>) {
         self.touch(p);
-        self.network.close(conn);
-        if self.procs[p].bootstrap == Some(conn) {
-            self.procs[p].bootstrap = None;
+        if self.network.is_open(conn) {
+            self.network.close(conn);
         }
-        self.procs[p].coordinators.retain(|_, c| *c != conn);
         let name = self.procs[p].name.clone();
         self.log(|| format!("{name}: closes {conn} ({reason})"));
-        let failed: Vec<((ConnId, i32), InFlight)> = {
-            let keys: Vec<(ConnId, i32)> = self.procs[p]
-                .in_flight
-                .keys()
-                .filter(|(c, _)| *c == conn)
-                .copied()
-                .collect();
-            keys.into_iter()
-                .map(|k| (k, self.procs[p].in_flight.remove(&k).expect("exists")))
-                .collect()
-        };
         let now = self.now;
-        for ((c, corr), f) in failed {
-            self.log(|| format!("{name}: {c}#{corr} {:?} fails: disconnected", f.api));
+        for (corr, f) in failed {
+            self.log(|| format!("{name}: {conn}#{corr} {:?} fails: disconnected", f.api));
             if let Some(m) = self.procs[p].member.as_deref_mut() {
-                m.handle_response(
-                    f.id,
-                    Err(TransportError::Disconnected {
-                        addr: format!("{c}"),
-                        reason: reason.to_owned(),
-                    }),
-                    now,
-                );
+                m.handle_response(f.tag, Err(connections::disconnected(conn, reason)), now);
             }
         }
     }
@@ -1786,13 +1740,8 @@ impl World {
                 && let Some(m) = self.procs[p].member.as_deref()
             {
                 let keep = m.coordinator().map(|b| b.node_id);
-                let stale: Vec<ConnId> = self.procs[p]
-                    .coordinators
-                    .iter()
-                    .filter(|(node, _)| Some(**node) != keep)
-                    .map(|(_, c)| *c)
-                    .collect();
-                for c in stale {
+                let stale = |r| matches!(r, Route::Coordinator(node) if Some(node) != keep);
+                for c in self.conns_of(p, stale) {
                     progress = true;
                     self.close_conn(p, c, "coordinator marked unknown");
                 }
@@ -1882,44 +1831,31 @@ impl World {
                 return fail(self, e);
             }
         };
-        let conn = match &out.target {
-            Target::Bootstrap => match self.procs[p].bootstrap.filter(|c| self.network.is_open(*c))
-            {
-                Some(c) => c,
-                None => {
-                    let c = self.network.open(p, ConnKind::Bootstrap, now);
-                    self.conn_owner.insert(c, p);
-                    self.procs[p].bootstrap = Some(c);
-                    self.log(|| format!("{name}: opens {c} (bootstrap)"));
-                    c
-                }
-            },
-            Target::Coordinator(b) => {
-                match self.procs[p]
-                    .coordinators
-                    .get(&b.node_id)
-                    .copied()
-                    .filter(|c| self.network.is_open(*c))
-                {
-                    Some(c) => c,
-                    None => {
-                        let c = self.network.open(p, ConnKind::Coordinator, now);
-                        self.conn_owner.insert(c, p);
-                        self.conn_node.insert(c, b.node_id);
-                        self.procs[p].coordinators.insert(b.node_id, c);
-                        self.log(|| format!("{name}: opens {c} (coordinator node {})", b.node_id));
-                        c
-                    }
-                }
+        if let Target::Node(b) = &out.target {
+            let addr = format!("{}:{}", b.host, b.port);
+            let e = connections::disconnected(addr, "the simulation has no data-path brokers");
+            return fail(self, e);
+        }
+        let route = Route::of(&out.target);
+        let open = self.procs[p].conns.conn(route);
+        let conn = match (open.filter(|c| self.network.is_open(*c)), route) {
+            (Some(c), _) => c,
+            (None, Route::Bootstrap | Route::Node(_)) => {
+                let c = self.network.open(p, ConnKind::Bootstrap, now);
+                self.log(|| format!("{name}: opens {c} (bootstrap)"));
+                c
             }
-            Target::Node(b) => {
-                let e = TransportError::Disconnected {
-                    addr: format!("{}:{}", b.host, b.port),
-                    reason: "the simulation has no data-path brokers".into(),
-                };
-                return fail(self, e);
+            (None, Route::Coordinator(node)) => {
+                let c = self.network.open(p, ConnKind::Coordinator, now);
+                self.conn_node.insert(c, node);
+                self.log(|| format!("{name}: opens {c} (coordinator node {node})"));
+                c
             }
         };
+        if open != Some(conn) {
+            self.conn_owner.insert(conn, p);
+            self.procs[p].conns.opened(route, conn);
+        }
         match &body {
             RequestBody::Kafka(RequestKind::ConsumerGroupHeartbeat(r)) => {
                 self.procs[p].member_ids.insert(r.member_id.to_string(), ());
@@ -1929,14 +1865,16 @@ impl World {
             }
             _ => {}
         }
-        self.procs[p].next_correlation += 1;
-        let correlation = self.procs[p].next_correlation;
+        let correlation = self.procs[p]
+            .conns
+            .send(conn, out.id, api, out.timeout, now);
         let client_id = format!("sim-{}", self.procs[p].name);
         let body = if self.config.wire_codec {
             match roundtrip_request(&body, api, version, correlation, &client_id) {
                 Ok(b) => b,
                 Err(e) => {
                     self.log(|| format!("{name}: {api:?} v{version} does not encode: {e}"));
+                    self.procs[p].conns.answered(conn, correlation);
                     return fail(self, e);
                 }
             }
@@ -1949,15 +1887,6 @@ impl World {
                 describe_request(&body)
             )
         });
-        self.procs[p].in_flight.insert(
-            (conn, correlation),
-            InFlight {
-                id: out.id,
-                api,
-                deadline: now + out.timeout,
-                timeout: out.timeout,
-            },
-        );
         let frame = Frame {
             correlation,
             api,
@@ -2001,83 +1930,6 @@ impl World {
                     .map(|m| (p.name.clone(), m.assignment()))
             })
             .collect()
-    }
-}
-
-/// A small map kept as a vector sorted by key: what a process holds a few of (requests in
-/// flight, coordinator connections), without a B-tree node per process.
-#[derive(Debug, Clone)]
-pub(super) struct VecMap<K, V>(Vec<(K, V)>);
-
-impl<K: Ord, V> VecMap<K, V> {
-    fn new() -> Self {
-        Self(Vec::new())
-    }
-
-    fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
-    where
-        K: std::borrow::Borrow<Q>,
-    {
-        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
-    }
-
-    fn insert(&mut self, key: K, value: V) -> Option<V> {
-        match self.find(&key) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
-            Err(i) => {
-                self.0.insert(i, (key, value));
-                None
-            }
-        }
-    }
-
-    fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
-    where
-        K: std::borrow::Borrow<Q>,
-    {
-        let i = self.find(key).ok()?;
-        let (_, v) = self.0.remove(i);
-        if self.0.is_empty() {
-            self.0 = Vec::new();
-        }
-        Some(v)
-    }
-
-    fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&V>
-    where
-        K: std::borrow::Borrow<Q>,
-    {
-        self.find(key).ok().map(|i| &self.0[i].1)
-    }
-
-    pub(super) fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
-    where
-        K: std::borrow::Borrow<Q>,
-    {
-        self.find(key).is_ok()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.0.iter().map(|(k, v)| (k, v))
-    }
-
-    pub(super) fn keys(&self) -> impl Iterator<Item = &K> {
-        self.0.iter().map(|(k, _)| k)
-    }
-
-    fn values(&self) -> impl Iterator<Item = &V> {
-        self.0.iter().map(|(_, v)| v)
-    }
-
-    fn clear(&mut self) {
-        self.0 = Vec::new();
-    }
-
-    fn retain(&mut self, mut f: impl FnMut(&K, &mut V) -> bool) {
-        self.0.retain_mut(|(k, v)| f(k, v));
-        if self.0.is_empty() {
-            self.0 = Vec::new();
-        }
     }
 }
 

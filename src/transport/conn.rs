@@ -6,7 +6,6 @@
 //! connection is closed, never a panic. The reader allocates in step with the bytes that actually
 //! arrive, and never more than the configured maximum frame size.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use super::connections::{self, InFlight, Pipeline};
 use super::wire::{self, BrokerVersions};
 use crate::error::{TransportError, codes};
 use crate::request::{Api, Request, RequestBody, Response, ResponseBody};
@@ -25,18 +25,15 @@ use crate::request::{Api, Request, RequestBody, Response, ResponseBody};
 /// Reads of a frame body grow the buffer at most this much at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
-struct Pending {
-    api: Api,
+/// Where a request's answer goes: decoded at `version`, into `reply`.
+struct Reply {
     version: i16,
     reply: oneshot::Sender<Result<Response, TransportError>>,
 }
 
-#[derive(Default)]
-struct Shared {
-    pending: HashMap<i32, Pending>,
-    /// Set once the connection failed; later sends get this error.
-    failed: Option<TransportError>,
-}
+/// The requests in flight on the connection and its failure (the rules of
+/// [`super::connections`]).
+type Shared = Pipeline<Reply>;
 
 /// A live connection; dropping it closes the socket.
 pub(crate) struct Connection {
@@ -142,7 +139,7 @@ impl Connection {
 
     /// Requests sent on this connection and not answered yet.
     pub(crate) fn in_flight(&self) -> usize {
-        self.shared.lock().expect("lock").pending.len()
+        self.shared.lock().expect("lock").len()
     }
 
     /// What the broker advertised at connect.
@@ -157,7 +154,7 @@ impl Connection {
             .lock()
             .expect("lock")
             .is_some_and(|at| tokio::time::Instant::now() >= at);
-        expired || self.shared.lock().expect("lock").failed.is_some()
+        expired || self.shared.lock().expect("lock").failure().is_some()
     }
 
     /// The broker granted a SASL session of `lifetime` (KIP-368). The connection is retired at
@@ -193,75 +190,62 @@ impl Connection {
         let correlation_id = self.next_correlation.fetch_add(1, Ordering::Relaxed);
         let frame = wire::encode_request(&body, api, version, correlation_id, &self.client_id)?;
         let (reply, answer) = oneshot::channel();
-        {
-            let mut shared = self.shared.lock().expect("lock");
-            if let Some(e) = &shared.failed {
-                return Err(e.clone());
-            }
-            shared.pending.insert(
-                correlation_id,
-                Pending {
-                    api,
-                    version,
-                    reply,
-                },
-            );
-        }
+        let request = InFlight::new(
+            Reply { version, reply },
+            api,
+            timeout,
+            tokio::time::Instant::now().into_std(),
+        );
+        let deadline = tokio::time::Instant::from_std(request.deadline);
+        self.shared
+            .lock()
+            .expect("lock")
+            .send(correlation_id, request)?;
         tracing::trace!(addr = %self.addr, ?api, version, correlation_id, "send");
         if self.frames.send(frame).is_err() {
-            return Err(fail(&self.shared, self.disconnected("writer stopped")));
+            let failure = self.disconnected("writer stopped");
+            fail(&self.shared, failure.clone());
+            return Err(failure);
         }
-        match tokio::time::timeout(timeout, answer).await {
+        match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(self.failure()),
             Err(_) => {
-                // Answers come in request order, so the connection is stuck: close it, as the
-                // Java client does on a request timeout (NetworkClient.handleTimedOutRequests).
-                let timed_out = TransportError::Timeout { api, timeout };
-                self.shared
+                let closing =
+                    self.disconnected(&format!("closed after a {api:?} request timed out"));
+                let (_, error, failed) = self
+                    .shared
                     .lock()
                     .expect("lock")
-                    .pending
-                    .remove(&correlation_id);
-                fail(
-                    &self.shared,
-                    self.disconnected(&format!("closed after a {api:?} request timed out")),
-                );
-                Err(timed_out)
+                    .time_out(correlation_id, closing);
+                answer_all(failed, &error);
+                Err(TransportError::Timeout { api, timeout })
             }
         }
     }
 
     fn failure(&self) -> TransportError {
-        self.shared
-            .lock()
-            .expect("lock")
-            .failed
-            .clone()
-            .unwrap_or_else(|| self.disconnected("closed"))
+        let failed = self.shared.lock().expect("lock").failure().cloned();
+        failed.unwrap_or_else(|| self.disconnected("closed"))
     }
 
     fn disconnected(&self, reason: &str) -> TransportError {
-        TransportError::Disconnected {
-            addr: self.addr.clone(),
-            reason: reason.to_owned(),
-        }
+        connections::disconnected(&self.addr, reason)
     }
 }
 
-/// Marks the connection failed with `error` and fails every request in flight; returns `error`.
-fn fail(shared: &Mutex<Shared>, error: TransportError) -> TransportError {
-    let pending = {
-        let mut s = shared.lock().expect("lock");
-        if s.failed.is_none() {
-            s.failed = Some(error.clone());
-        }
-        std::mem::take(&mut s.pending)
-    };
-    for (_, p) in pending {
-        let _ = p.reply.send(Err(error.clone()));
+/// Marks the connection failed with `error` (its first failure is kept) and fails every request
+/// in flight with the connection's error.
+fn fail(shared: &Mutex<Shared>, error: TransportError) {
+    let (error, failed) = shared.lock().expect("lock").fail(error);
+    answer_all(failed, &error);
+}
+
+/// Fails each of `failed` with `error`.
+fn answer_all(failed: connections::Failed<Reply>, error: &TransportError) {
+    for (_, r) in failed {
+        let _ = r.tag.reply.send(Err(error.clone()));
     }
-    error
 }
 
 async fn write_loop<W: AsyncWrite>(
@@ -302,16 +286,16 @@ async fn read_loop<R: AsyncRead>(
                 size: frame.len() as i32,
             };
         };
-        let Some(p) = shared.lock().expect("lock").pending.remove(&correlation_id) else {
+        let Some(p) = shared.lock().expect("lock").answered(correlation_id) else {
             break TransportError::UnknownCorrelationId { correlation_id };
         };
-        match wire::decode_response(frame, p.api, p.version) {
+        match wire::decode_response(frame, p.api, p.tag.version) {
             Ok(r) => {
                 // The sender may have given up (timeout, dropped future); that is not an error.
-                let _ = p.reply.send(Ok(r));
+                let _ = p.tag.reply.send(Ok(r));
             }
             Err(e) => {
-                let _ = p.reply.send(Err(e.clone()));
+                let _ = p.tag.reply.send(Err(e.clone()));
                 break e;
             }
         }

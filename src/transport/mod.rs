@@ -8,6 +8,7 @@
 
 #[cfg(feature = "tokio")]
 mod conn;
+pub mod connections;
 mod layout;
 #[cfg(feature = "sim")]
 mod memory;

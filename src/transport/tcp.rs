@@ -9,19 +9,11 @@ use tokio::net::TcpStream;
 
 use super::Transport;
 use super::conn::Connection;
+use super::connections::Route;
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::ClientConfig;
 use crate::error::{ConfigError, TransportError};
 use crate::request::{Request, Response, ResponseBody, Target};
-
-/// Connections are keyed by target kind and node id: the coordinator connection is separate from
-/// the data connection to the same broker.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Key {
-    Bootstrap,
-    Node(i32),
-    Coordinator(i32),
-}
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
@@ -90,7 +82,7 @@ struct Inner {
     config: ClientConfig,
     /// Why the config cannot be used, if it cannot (every request fails with it).
     invalid: Option<ConfigError>,
-    slots: Mutex<HashMap<Key, Entry>>,
+    slots: Mutex<HashMap<Route, Entry>>,
     /// Where the next bootstrap connect starts among equally good addresses (rotation).
     next_address: std::sync::atomic::AtomicUsize,
     /// Reconnect backoff per address.
@@ -240,11 +232,11 @@ impl TcpTransport {
 
     /// The slot of `target`'s connection, marked used now; closes idle node connections first
     /// (see [`Self::close_idle`]).
-    fn slot(&self, key: &Key) -> Slot {
+    fn slot(&self, key: &Route) -> Slot {
         let now = tokio::time::Instant::now();
         let mut slots = self.inner.slots.lock().expect("lock");
         self.close_idle(&mut slots, key, now);
-        let entry = slots.entry(key.clone()).or_insert_with(|| Entry {
+        let entry = slots.entry(*key).or_insert_with(|| Entry {
             slot: Slot::default(),
             used: now,
         });
@@ -253,7 +245,7 @@ impl TcpTransport {
     }
 
     /// Marks `key`'s connection used now (a request on it ended).
-    fn touch(&self, key: &Key) {
+    fn touch(&self, key: &Route) {
         if let Some(entry) = self.inner.slots.lock().expect("lock").get_mut(key) {
             entry.used = tokio::time::Instant::now();
         }
@@ -263,11 +255,16 @@ impl TcpTransport {
     /// for `connections.max.idle.ms`, then, while there are more than two per known broker plus
     /// [`SPARE_NODE_CONNECTIONS`], the least recently used idle one. A connection with requests
     /// in flight, or being connected, stays; a request that holds one keeps it until it ends.
-    fn close_idle(&self, slots: &mut HashMap<Key, Entry>, keep: &Key, now: tokio::time::Instant) {
+    fn close_idle(
+        &self,
+        slots: &mut HashMap<Route, Entry>,
+        keep: &Route,
+        now: tokio::time::Instant,
+    ) {
         let max_idle = self.inner.config.connections_max_idle;
-        let idle = |key: &Key, e: &Entry| {
+        let idle = |key: &Route, e: &Entry| {
             key != keep
-                && *key != Key::Bootstrap
+                && *key != Route::Bootstrap
                 && e.slot
                     .try_lock()
                     .is_ok_and(|c| c.as_ref().is_none_or(|c| c.in_flight() == 0))
@@ -282,8 +279,8 @@ impl TcpTransport {
             .len()
             .max(self.inner.config.bootstrap_servers.len());
         let most = 2 * brokers + SPARE_NODE_CONNECTIONS;
-        let nodes = |slots: &HashMap<Key, Entry>| {
-            slots.keys().filter(|k| **k != Key::Bootstrap).count()
+        let nodes = |slots: &HashMap<Route, Entry>| {
+            slots.keys().filter(|k| **k != Route::Bootstrap).count()
                 + usize::from(!slots.contains_key(keep))
         };
         while nodes(slots) > most {
@@ -291,7 +288,7 @@ impl TcpTransport {
                 .iter()
                 .filter(|(k, e)| idle(k, e))
                 .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
+                .map(|(k, _)| *k)
             else {
                 break;
             };
@@ -307,8 +304,9 @@ impl TcpTransport {
         target: &Target,
         timeout: Duration,
     ) -> Result<Arc<Connection>, TransportError> {
-        let (key, addr) = key_of(target);
+        let key = Route::of(target);
         let slot = self.slot(&key);
+        let addr = address_of(target);
         // Holding the slot while connecting makes concurrent senders share one connect (bounded
         // by the connection setup timeout, never by a request's timeout).
         let mut slot = slot.lock().await;
@@ -354,7 +352,7 @@ impl TcpTransport {
             .slots
             .lock()
             .expect("lock")
-            .get(&Key::Bootstrap)?
+            .get(&Route::Bootstrap)?
             .slot
             .clone();
         let mut slot = slot.try_lock().ok()?;
@@ -721,22 +719,18 @@ impl Transport for TcpTransport {
         let response = conn
             .send(&request, left.max(Duration::from_millis(1)))
             .await;
-        self.touch(&key_of(&target).0);
+        self.touch(&Route::of(&target));
         let response = response?;
         self.learn(&response);
         Ok(response)
     }
 }
 
-/// The slot key of `target`, and the address of its broker (none for [`Target::Bootstrap`]).
-fn key_of(target: &Target) -> (Key, Option<String>) {
+/// The address of `target`'s broker (none for [`Target::Bootstrap`]).
+fn address_of(target: &Target) -> Option<String> {
     match target {
-        Target::Bootstrap => (Key::Bootstrap, None),
-        Target::Node(b) => (Key::Node(b.node_id), Some(format!("{}:{}", b.host, b.port))),
-        Target::Coordinator(b) => (
-            Key::Coordinator(b.node_id),
-            Some(format!("{}:{}", b.host, b.port)),
-        ),
+        Target::Bootstrap => None,
+        Target::Node(b) | Target::Coordinator(b) => Some(format!("{}:{}", b.host, b.port)),
     }
 }
 
@@ -752,17 +746,11 @@ impl TcpTransport {
     /// The address a connection to `target` was tried at last: the broker's own, or for
     /// [`Target::Bootstrap`] the address whose connect failed most recently.
     fn last_dialled(&self, target: &Target) -> Option<String> {
-        match target {
-            Target::Node(b) | Target::Coordinator(b) => Some(format!("{}:{}", b.host, b.port)),
-            Target::Bootstrap => self
-                .inner
-                .dialled
-                .lock()
-                .expect("lock")
-                .iter()
-                .max_by_key(|(_, d)| d.failed_at)
-                .map(|(a, _)| a.clone()),
-        }
+        address_of(target).or_else(|| {
+            let dialled = self.inner.dialled.lock().expect("lock");
+            let last = dialled.iter().max_by_key(|(_, d)| d.failed_at);
+            last.map(|(a, _)| a.clone())
+        })
     }
 }
 
