@@ -418,6 +418,38 @@ impl JavaConsumer {
         self.lock().events.clone()
     }
 
+    /// Every change of ownership the consumer reported, as (when, owned?, partition):
+    /// `partitions_assigned` adds, `partitions_revoked` (revoked or lost) removes,
+    /// `shutdown_complete` removes whatever was left. The instants are those at which the
+    /// lines were read (`spawned_at() + at`).
+    pub fn ownership_log(&self) -> Vec<(Instant, bool, Tp)> {
+        let s = self.lock();
+        let mut owned: BTreeSet<Tp> = BTreeSet::new();
+        let mut log = Vec::new();
+        for e in &s.events {
+            let at = self.spawned + e.at;
+            let gone: Vec<Tp> = match e.name.as_str() {
+                "partitions_assigned" => {
+                    for tp in &e.partitions {
+                        if owned.insert(tp.clone()) {
+                            log.push((at, true, tp.clone()));
+                        }
+                    }
+                    continue;
+                }
+                "partitions_revoked" => e.partitions.clone(),
+                "shutdown_complete" => owned.iter().cloned().collect(),
+                _ => continue,
+            };
+            for tp in gone {
+                if owned.remove(&tp) {
+                    log.push((at, false, tp));
+                }
+            }
+        }
+        log
+    }
+
     /// Whether the JVM has closed its stdout (exited).
     pub fn exited(&self) -> bool {
         self.lock().eof
