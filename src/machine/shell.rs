@@ -15,7 +15,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::TopicPartition;
 use super::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
-use super::events::{CommitError, CommitId, CommitOffset, Event, FetchId, MemberState, Reason};
+use super::events::{
+    CloseOutcome, CommitError, CommitId, CommitOffset, Event, FetchId, MemberState, Reason,
+};
 use super::offsets::OffsetQueue;
 use super::timer::{Timer, TimerTable};
 use crate::backoff::{ExponentialBackoff, JitterRng};
@@ -434,6 +436,8 @@ pub(crate) struct Shell<S> {
     pub(crate) offsets: OffsetQueue,
     /// `close()` was called: the member only moves towards `Closed` from now on.
     pub(crate) close_requested: bool,
+    /// What the answer to the leave of a close said, once read.
+    left: Option<CloseOutcome>,
     join_wait: JoinWait,
     next_ticket: u64,
     next_op: u64,
@@ -469,6 +473,7 @@ impl<S> Shell<S> {
             outbound: VecDeque::new(),
             offsets: OffsetQueue::default(),
             close_requested: false,
+            left: None,
             join_wait: JoinWait::default(),
             next_ticket: 0,
             next_op: 0,
@@ -758,6 +763,26 @@ impl<S> Shell<S> {
                 generation,
             });
         }
+    }
+
+    /// The answer to a leave was read (`code`: its error code, 0 for none): while a close is
+    /// under way it is the close's outcome (a leave sent before the close, by an unsubscribe or
+    /// a poll timeout, counts too: it is the leave the close waited for).
+    pub(crate) fn leave_answered(&mut self, result: &Reply, code: i16) {
+        if self.close_requested {
+            self.left = Some(match result {
+                Err(e) => CloseOutcome::Failed(e.clone()),
+                Ok(_) => CloseOutcome::Left {
+                    error: (code != 0).then_some(code),
+                },
+            });
+        }
+    }
+
+    /// How the close ended, once the member is `stopped` (see [`CloseOutcome`]): what the
+    /// answer to its leave said, or [`CloseOutcome::NotDue`] when no leave was answered.
+    pub(crate) fn close_outcome(&self, stopped: bool) -> Option<CloseOutcome> {
+        stopped.then(|| self.left.clone().unwrap_or(CloseOutcome::NotDue))
     }
 
     /// Fails every queued commit (not the fetches) with `e`.

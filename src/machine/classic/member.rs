@@ -316,6 +316,12 @@ impl ClassicMember {
         self.shell.coordinator()
     }
 
+    /// How the close ended, once the member is closed or stopped (`None` while it runs): the
+    /// outcome the driver's `close()` returns ([`CloseOutcome`](crate::machine::events::CloseOutcome)).
+    pub fn close_outcome(&self) -> Option<crate::machine::events::CloseOutcome> {
+        self.shell.close_outcome(self.phase.stopped())
+    }
+
     /// The terminal error, once the member stopped on one.
     pub fn fatal_error(&self) -> Option<&GroupError> {
         match &self.phase {
@@ -1715,7 +1721,7 @@ impl ClassicMember {
             return;
         }
         // Fire once: whatever the answer, the LeaveGroup went out, so the member id goes.
-        match &result {
+        let code = match &result {
             Ok(Response {
                 body: ResponseBody::Kafka(ResponseKind::LeaveGroup(r)),
                 ..
@@ -1732,9 +1738,14 @@ impl ClassicMember {
                 if code != codes::NONE {
                     tracing::info!(code, name = %crate::error::error_name(code), "LeaveGroup answered with an error");
                 }
+                code
             }
-            other => tracing::info!(answer = ?other.as_ref().err(), "LeaveGroup not answered"),
-        }
+            other => {
+                tracing::info!(answer = ?other.as_ref().err(), "LeaveGroup not answered");
+                codes::NONE
+            }
+        };
+        self.shell.leave_answered(&result, code);
         self.reset_member_id();
         self.finish_leave(then_close, Reason::LeaveGroupSent);
     }

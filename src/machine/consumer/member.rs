@@ -315,6 +315,12 @@ impl ConsumerMember {
         self.regex.as_deref()
     }
 
+    /// How the close ended, once the member is closed or stopped (`None` while it runs): the
+    /// outcome the driver's `close()` returns ([`CloseOutcome`](crate::machine::events::CloseOutcome)).
+    pub fn close_outcome(&self) -> Option<crate::machine::events::CloseOutcome> {
+        self.shell.close_outcome(self.phase.stopped())
+    }
+
     /// The terminal error, once stopped on one.
     pub fn fatal_error(&self) -> Option<&GroupError> {
         match &self.phase {
@@ -1383,6 +1389,7 @@ impl ConsumerMember {
         if code != codes::NONE {
             tracing::info!(code, "leave heartbeat answered with an error");
         }
+        self.shell.leave_answered(&result, code);
         // The -2 leave of an UNRELEASED_INSTANCE_ID recovery answered FENCED_INSTANCE_ID: the
         // instance id is held by another member id (consumerGroupStaticMemberGroupLeave ->
         // throwIfInstanceIdIsFenced), i.e. another process's, not this member's own earlier
