@@ -304,7 +304,6 @@ pub async fn find_coordinator<T: Transport>(
 
 use std::collections::{BTreeMap, HashMap};
 
-use backon::{ExponentialBuilder, Retryable};
 use tokio::sync::oneshot;
 
 use crate::config::GroupConfig;
@@ -435,9 +434,6 @@ pub struct GroupMember {
 #[derive(Debug, Clone)]
 pub struct MemberHandle {
     commands: Commands<Command>,
-    /// `default.api.timeout.ms`: the bound of a whole commit or committed-offsets call.
-    api_timeout: std::time::Duration,
-    retry: ExponentialBuilder,
 }
 
 impl GroupMember {
@@ -515,16 +511,7 @@ impl GroupMember {
             event_tx,
             Event::Fatal,
         );
-        let handle = MemberHandle {
-            commands,
-            api_timeout: config.default_api_timeout,
-            retry: ExponentialBuilder::default()
-                .with_min_delay(config.retry_backoff)
-                .with_max_delay(config.retry_backoff_max)
-                .with_factor(2.0)
-                .with_jitter()
-                .with_total_delay(Some(config.request_timeout)),
-        };
+        let handle = MemberHandle { commands };
         Self { handle, events }
     }
 
@@ -668,49 +655,23 @@ impl MemberHandle {
             .await
     }
 
-    /// Commits `offsets`, fenced by the member's generation; retriable failures (coordinator
-    /// moving or loading) are retried with backoff for up to `request.timeout.ms`. The whole
-    /// call, a wait for an unknown coordinator included, is bounded by `default.api.timeout.ms`
-    /// ([`CommitError::TimedOut`]).
+    /// Commits `offsets`, fenced by the member's generation (or epoch). The member retries
+    /// retriable failures (the coordinator moving, loading or timing out, a lost connection)
+    /// with its KIP-580 backoff; the whole call, a wait for an unknown coordinator included, is
+    /// bounded by `default.api.timeout.ms` ([`CommitError::TimedOut`]). A retry goes out only for
+    /// partitions the member still owns ([`CommitError::NotOwned`]).
     pub async fn commit(&self, offsets: Vec<CommitOffset>) -> Result<(), CommitError> {
-        let once = || async {
-            let offsets = offsets.clone();
-            self.ask(|tx| Command::Commit(offsets, tx))
-                .await
-                .unwrap_or(Err(CommitError::Closed))
-        };
-        let retried = once
-            .retry(self.retry)
-            .sleep(tokio::time::sleep)
-            .when(CommitError::is_retriable);
-        self.bounded(retried).await
-    }
-
-    /// Fetches committed offsets of `partitions` (retriable failures retried like commits,
-    /// bounded by `default.api.timeout.ms` likewise).
-    pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
-        let once = || async {
-            let partitions = partitions.clone();
-            self.ask(|tx| Command::Fetch(partitions, tx))
-                .await
-                .unwrap_or(Err(CommitError::Closed))
-        };
-        let retried = once
-            .retry(self.retry)
-            .sleep(tokio::time::sleep)
-            .when(CommitError::is_retriable);
-        self.bounded(retried).await
-    }
-
-    async fn bounded<R>(
-        &self,
-        call: impl std::future::Future<Output = Result<R, CommitError>>,
-    ) -> Result<R, CommitError> {
-        tokio::time::timeout(self.api_timeout, call)
+        self.ask(|tx| Command::Commit(offsets, tx))
             .await
-            .unwrap_or(Err(CommitError::TimedOut {
-                after: self.api_timeout,
-            }))
+            .unwrap_or(Err(CommitError::Closed))
+    }
+
+    /// Fetches committed offsets of `partitions` (retriable failures retried by the member like
+    /// commits, bounded by `default.api.timeout.ms` likewise).
+    pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
+        self.ask(|tx| Command::Fetch(partitions, tx))
+            .await
+            .unwrap_or(Err(CommitError::Closed))
     }
 
     /// The member's current id, generation, state and assignment; `None` once its task ended.

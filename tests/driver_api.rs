@@ -113,6 +113,26 @@ fn coordinator_seen_by(
                         .with_members(r.members.into_iter().map(member).collect()),
                 )
             }
+            // Commits find the coordinator loading, always.
+            RequestBody::Kafka(RequestKind::OffsetCommit(r)) => {
+                use kafka_protocol::messages::offset_commit_response::{
+                    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+                };
+                let topic = |t: kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic| {
+                    let loading = |p: kafka_protocol::messages::offset_commit_request::OffsetCommitRequestPartition| {
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(14)
+                    };
+                    OffsetCommitResponseTopic::default()
+                        .with_name(t.name)
+                        .with_partitions(t.partitions.into_iter().map(loading).collect())
+                };
+                ResponseKind::OffsetCommit(
+                    kafka_protocol::messages::OffsetCommitResponse::default()
+                        .with_topics(r.topics.into_iter().map(topic).collect()),
+                )
+            }
             other => panic!("the scripted coordinator does not answer {other:?}"),
         })
     })
@@ -545,4 +565,30 @@ async fn a_sans_io_close_reports_what_the_driver_returns() {
         outcomes[2]
     );
     assert_eq!(outcomes[3], CloseOutcome::NotDue);
+}
+
+/// The member retries a commit itself (COORDINATOR_LOAD_IN_PROGRESS every time here) until
+/// `default.api.timeout.ms` runs out; the driver only waits for the outcome. The driver's clock is
+/// tokio's, so the minute passes in paused time.
+#[tokio::test(start_paused = true)]
+async fn a_commit_the_coordinator_keeps_loading_times_out_after_retries_in_paused_time() {
+    let t = Arc::new(coordinator(0));
+    let m = assigned(&t, config()).await;
+    let started = tokio::time::Instant::now();
+    let offsets = vec![consumer_membership::CommitOffset {
+        partition: TopicPartition::new("t", 0),
+        offset: 7,
+        metadata: None,
+    }];
+    assert_eq!(
+        m.commit(offsets).await,
+        Err(CommitError::TimedOut {
+            after: Duration::from_secs(60)
+        })
+    );
+    assert!(started.elapsed() >= Duration::from_secs(60));
+    let commits = (t.sent().into_iter())
+        .filter(|(_, body, _)| matches!(body, RequestBody::Kafka(RequestKind::OffsetCommit(_))))
+        .count();
+    assert!(commits >= 10, "{commits} attempts");
 }

@@ -100,7 +100,9 @@ pub enum CommitError {
         /// The instance id.
         instance_id: String,
     },
-    /// A retriable condition (coordinator moving or loading); the same commit may be sent again.
+    /// A retriable condition (coordinator moving or loading). The member retries these itself
+    /// until `default.api.timeout.ms` runs out ([`TimedOut`](Self::TimedOut)); one reaches the
+    /// application only from a member that stopped meanwhile.
     #[error("retriable error {code} ({name})", name = crate::error::error_name(*.code))]
     Retriable {
         /// The Kafka error code.

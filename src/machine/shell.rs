@@ -248,9 +248,10 @@ pub(crate) trait Skeleton {
         let refusal = self.phase().stop_error();
         let shell = self.shell();
         let id = FetchId(shell.next_op());
+        let now = shell.now;
         shell
             .offsets
-            .fetch(id, partitions, refusal, &mut shell.events);
+            .fetch(id, partitions, (refusal, now), &mut shell.events);
         id
     }
 
@@ -280,9 +281,10 @@ pub(crate) trait Skeleton {
         });
         let shell = self.shell();
         let id = CommitId(shell.next_op());
+        let now = shell.now;
         shell
             .offsets
-            .commit(id, offsets, refusal, &mut shell.events);
+            .commit(id, offsets, (refusal, now), &mut shell.events);
         id
     }
 
@@ -445,9 +447,11 @@ pub(crate) struct Shell<S> {
 
 impl<S> Shell<S> {
     /// The shell of a member of `config.group_id`, with its jitter seeded by `seed` (the lookup's
-    /// by `seed + 1`).
+    /// by `seed + 1`, the retries of commits and fetches by `seed + 2`: a retried commit leaves
+    /// the heartbeat's jitter as it was).
     pub(crate) fn new(config: GroupConfig, now: Instant, seed: u64) -> Self {
         let backoff = ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max);
+        let api_timeout = config.default_api_timeout;
         let mut lookup = CoordinatorLookup::new(
             [config.group_id.clone()],
             LookupConfig {
@@ -471,7 +475,7 @@ impl<S> Shell<S> {
             rng: JitterRng::from_seed(seed),
             events: VecDeque::new(),
             outbound: VecDeque::new(),
-            offsets: OffsetQueue::default(),
+            offsets: OffsetQueue::new(backoff, api_timeout, seed.wrapping_add(2)),
             close_requested: false,
             left: None,
             join_wait: JoinWait::default(),
@@ -504,6 +508,7 @@ impl<S> Shell<S> {
         self.lookup.handle_timeout(self.now);
         self.timers.expire(Timer::Heartbeat, self.now);
         self.timers.expire(Timer::Rejoin, self.now);
+        self.offsets.expire(self.now, &mut self.events);
         if self.timers.expire(Timer::NotJoined, self.now) && !self.close_requested {
             self.report_not_joined();
         }
@@ -732,11 +737,14 @@ impl<S> Shell<S> {
 
     /// The earliest of the member's deadlines that `acts_on` keeps and the lookup's.
     pub(crate) fn poll_timeout(&self, acts_on: impl Fn(Timer) -> bool) -> Option<(Instant, Timer)> {
+        let offsets = (self.offsets.poll_timeout(self.now))
+            .filter(|_| acts_on(Timer::Offsets))
+            .map(|at| (at, Timer::Offsets));
         let own = self.timers.next_where(acts_on);
-        match (own, self.lookup.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [own, self.lookup.poll_timeout(), offsets]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The one funnel for state changes: moves `phase` to `next`, and when the state changes logs

@@ -26,7 +26,7 @@ use crate::machine::events::{
     RevokeTicket,
 };
 use crate::machine::metadata::ClusterMetadata;
-use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
+use crate::machine::offsets::{Fence, Hint, Protocol, SentOffsets};
 use crate::machine::shell::{PhaseName, Shell, Skeleton, lease_bound, millis, phases, skeleton};
 use crate::machine::timer::Timer;
 use crate::request::{Broker, Fit, Outbound, Reply, RequestId, Response, ResponseBody};
@@ -1043,8 +1043,10 @@ impl ClassicMember {
             return None;
         }
         let (fence, refusal) = (self.fence(), self.commit_refusal());
+        let (owned, now) = (self.owned_partitions(), self.shell.now);
         let shell = &mut self.shell;
-        let (body, versions, sent) = shell.offsets.next(&fence, refusal, &mut shell.events)?;
+        let (body, versions, sent) =
+            (shell.offsets).next(&fence, (refusal, &owned), now, &mut shell.events)?;
         let timeout = self.shell.config.request_timeout;
         self.push(coordinator, body, versions, Sent::Offsets(sent), timeout);
         Some(self.take())
@@ -1751,7 +1753,8 @@ impl ClassicMember {
     }
 
     fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
-        let (event, hint) = offsets::answer(sent, result, &self.fence());
+        let (fence, now) = (self.fence(), self.shell.now);
+        let (event, hint) = self.shell.offsets.answer(sent, result, &fence, now);
         match hint {
             None => {}
             Some(Hint::Rediscover) => self.shell.coordinator_failed(),
@@ -1773,7 +1776,7 @@ impl ClassicMember {
             Some(Hint::Fenced) => self.fenced(),
             Some(Hint::Fatal(error)) => self.fail(error),
         }
-        self.shell.events.push_back(event);
+        self.shell.events.extend(event);
     }
 }
 
