@@ -7,8 +7,8 @@
 //! `backoff(n) = min(max, floor(U(1 - jitter, 1 + jitter) * initial * base^min(n, exp_max)))`,
 //! where `n` counts the failures so far, starting at 0.
 //!
-//! `backon`'s jitter adds 0..+100% instead of Kafka's ±20%, so the core computes this itself and
-//! leaves `backon` to the async retry loops outside the core (reconnects in the transport).
+//! Every retry of the crate draws its delay here (coordinator lookups, heartbeats, rejoins,
+//! commits and offset fetches, reconnects), with Kafka's ±20% jitter.
 
 use std::time::Duration;
 

@@ -847,8 +847,8 @@ pub struct GroupConfig {
     pub rack_id: Option<String>,
     /// `request.timeout.ms` (default 30 s).
     pub request_timeout: Duration,
-    /// `default.api.timeout.ms` (default 60 s): how long an async commit or committed-offsets
-    /// call may take in all, waiting for a coordinator and retries included, before it fails
+    /// `default.api.timeout.ms` (default 60 s): how long a commit or committed-offsets call may
+    /// take in all, waiting for a coordinator and the member's retries included, before it fails
     /// with [`CommitError::TimedOut`](crate::machine::events::CommitError::TimedOut).
     pub default_api_timeout: Duration,
     /// `retry.backoff.ms` (default 100 ms).

@@ -12,10 +12,16 @@ use crate::config::ClientConfig;
 use crate::error::{Error, TransportError};
 use crate::machine::Machine;
 use crate::machine::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
-use crate::request::{Broker, Outbound, RequestId, Response, ResponseBody};
+use crate::request::{Broker, Outbound, RequestId, Response};
 use crate::transport::Transport;
 
 mod streams;
+
+/// The driver's clock: tokio's, so that a test that pauses tokio's time
+/// (`tokio::time::pause()`) moves the members' clock with it.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
 pub use streams::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
 
 /// Drives `machine` until `done` returns `Some`, and returns that value. Requests run
@@ -101,7 +107,7 @@ where
     let (tx, mut rx) = mpsc::unbounded_channel::<Answer>();
     loop {
         while let Some(out) = machine.poll_request() {
-            l.sent(&out, Instant::now());
+            l.sent(&out, now());
             dispatch(transport.clone(), out, tx.clone()).await;
         }
         while let Some(event) = machine.poll_event() {
@@ -150,7 +156,7 @@ fn note_polls<M: Machine, L: Loop<M>>(
     l: &mut L,
     polling: Option<&Polling>,
 ) -> Instant {
-    let now = Instant::now();
+    let now = now();
     if let Some(at) = polling.and_then(|p| p.take(now)) {
         l.polled(machine, at);
     }
@@ -177,7 +183,7 @@ impl Polling {
     fn begin(&self) {
         self.waiting
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.mark(Instant::now());
+        self.mark(now());
         self.wake.notify_one();
     }
 
@@ -228,7 +234,7 @@ impl<'a> Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.end(Instant::now());
+        self.0.end(now());
     }
 }
 
@@ -285,7 +291,7 @@ pub async fn find_coordinator<T: Transport>(
             seed: rand::random(),
         },
     );
-    lookup.set_deadline(Instant::now(), config.default_api_timeout);
+    lookup.set_deadline(now(), config.default_api_timeout);
     run_until(&mut lookup, transport, |l| match l.state(group) {
         Some(KeyState::Known(b)) => Some(Ok(b.clone())),
         Some(KeyState::Failed(e)) => Some(Err(Error::Group(e.clone()))),
@@ -298,12 +304,12 @@ pub async fn find_coordinator<T: Transport>(
 
 use std::collections::{BTreeMap, HashMap};
 
-use backon::{ExponentialBuilder, Retryable};
 use tokio::sync::oneshot;
 
 use crate::config::GroupConfig;
 use crate::error::ApiMisuse;
 use crate::machine::TopicPartition;
+pub use crate::machine::events::CloseOutcome;
 use crate::machine::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
     RevokeTicket,
@@ -311,7 +317,6 @@ use crate::machine::events::{
 use crate::machine::member::Member;
 use crate::machine::topics::TopicWatch;
 use crate::member_id::MemberId;
-use kafka_protocol::messages::{RequestKind, ResponseKind};
 
 type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
 
@@ -429,30 +434,6 @@ pub struct GroupMember {
 #[derive(Debug, Clone)]
 pub struct MemberHandle {
     commands: Commands<Command>,
-    /// `default.api.timeout.ms`: the bound of a whole commit or committed-offsets call.
-    api_timeout: std::time::Duration,
-    retry: ExponentialBuilder,
-}
-
-/// How a [`close`](GroupMember::close) ended: whether the coordinator heard the member leave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CloseOutcome {
-    /// The leave (LeaveGroup, or the KIP-848 heartbeat with epoch -1, or -2 for a static member
-    /// that keeps its place) was answered.
-    Left {
-        /// The Kafka error code the coordinator answered with, if not 0 (the member is closed
-        /// either way; [`error_name`](crate::error::error_name) names it).
-        error: Option<i16>,
-    },
-    /// No leave was due: [`CloseOptions::RemainInGroup`], a classic static member with
-    /// [`CloseOptions::Default`], a member that was not in the group, or one already stopped.
-    NotDue,
-    /// The leave went out but could not be delivered (the member is closed; the coordinator
-    /// drops it when its session times out).
-    Failed(TransportError),
-    /// No answer within `request.timeout.ms` (the member's task carries on closing).
-    TimedOut,
 }
 
 impl GroupMember {
@@ -504,7 +485,7 @@ impl GroupMember {
 
     /// The member `config` describes, its per-member inputs drawn ([`draw_identity`]).
     fn member(config: GroupConfig) -> Result<Member, crate::error::ConfigError> {
-        Member::new(draw_identity(config), Instant::now())
+        Member::new(draw_identity(config), now())
     }
 
     /// Spawns the task that drives `member` (on `runtime`, else on the caller's).
@@ -514,7 +495,7 @@ impl GroupMember {
         runtime: Option<&tokio::runtime::Handle>,
     ) -> Self {
         let config = member.config().clone();
-        let now = Instant::now();
+        let now = now();
         let metrics = crate::metrics::MemberMetrics::new(&config.group_id, member.protocol(), now);
         let (commands, command_rx) = Commands::new(config.request_timeout);
         let (event_tx, events) = mpsc::unbounded_channel();
@@ -530,16 +511,7 @@ impl GroupMember {
             event_tx,
             Event::Fatal,
         );
-        let handle = MemberHandle {
-            commands,
-            api_timeout: config.default_api_timeout,
-            retry: ExponentialBuilder::default()
-                .with_min_delay(config.retry_backoff)
-                .with_max_delay(config.retry_backoff_max)
-                .with_factor(2.0)
-                .with_jitter()
-                .with_total_delay(Some(config.request_timeout)),
-        };
+        let handle = MemberHandle { commands };
         Self { handle, events }
     }
 
@@ -630,7 +602,7 @@ impl futures_core::Stream for GroupMember {
         polling.begin();
         let next = self.events.poll_recv(cx);
         if next.is_ready() {
-            polling.end(Instant::now());
+            polling.end(now());
         }
         next
     }
@@ -683,49 +655,23 @@ impl MemberHandle {
             .await
     }
 
-    /// Commits `offsets`, fenced by the member's generation; retriable failures (coordinator
-    /// moving or loading) are retried with backoff for up to `request.timeout.ms`. The whole
-    /// call, a wait for an unknown coordinator included, is bounded by `default.api.timeout.ms`
-    /// ([`CommitError::TimedOut`]).
+    /// Commits `offsets`, fenced by the member's generation (or epoch). The member retries
+    /// retriable failures (the coordinator moving, loading or timing out, a lost connection)
+    /// with its KIP-580 backoff; the whole call, a wait for an unknown coordinator included, is
+    /// bounded by `default.api.timeout.ms` ([`CommitError::TimedOut`]). A retry goes out only for
+    /// partitions the member still owns ([`CommitError::NotOwned`]).
     pub async fn commit(&self, offsets: Vec<CommitOffset>) -> Result<(), CommitError> {
-        let once = || async {
-            let offsets = offsets.clone();
-            self.ask(|tx| Command::Commit(offsets, tx))
-                .await
-                .unwrap_or(Err(CommitError::Closed))
-        };
-        let retried = once
-            .retry(self.retry)
-            .sleep(tokio::time::sleep)
-            .when(CommitError::is_retriable);
-        self.bounded(retried).await
-    }
-
-    /// Fetches committed offsets of `partitions` (retriable failures retried like commits,
-    /// bounded by `default.api.timeout.ms` likewise).
-    pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
-        let once = || async {
-            let partitions = partitions.clone();
-            self.ask(|tx| Command::Fetch(partitions, tx))
-                .await
-                .unwrap_or(Err(CommitError::Closed))
-        };
-        let retried = once
-            .retry(self.retry)
-            .sleep(tokio::time::sleep)
-            .when(CommitError::is_retriable);
-        self.bounded(retried).await
-    }
-
-    async fn bounded<R>(
-        &self,
-        call: impl std::future::Future<Output = Result<R, CommitError>>,
-    ) -> Result<R, CommitError> {
-        tokio::time::timeout(self.api_timeout, call)
+        self.ask(|tx| Command::Commit(offsets, tx))
             .await
-            .unwrap_or(Err(CommitError::TimedOut {
-                after: self.api_timeout,
-            }))
+            .unwrap_or(Err(CommitError::Closed))
+    }
+
+    /// Fetches committed offsets of `partitions` (retriable failures retried by the member like
+    /// commits, bounded by `default.api.timeout.ms` likewise).
+    pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
+        self.ask(|tx| Command::Fetch(partitions, tx))
+            .await
+            .unwrap_or(Err(CommitError::Closed))
     }
 
     /// The member's current id, generation, state and assignment; `None` once its task ended.
@@ -754,70 +700,27 @@ struct MemberLoop {
     leave: LeaveWatch,
 }
 
-/// Whether `request` is a leave: LeaveGroup, or a KIP-848 or KIP-1071 heartbeat with a negative
-/// epoch (-1 leaves, -2 is a static member's temporary leave).
-fn is_leave(request: &crate::request::Request) -> bool {
-    match request {
-        crate::request::Request::Raw { body, .. } => match body.as_ref() {
-            RequestKind::LeaveGroup(_) => true,
-            RequestKind::ConsumerGroupHeartbeat(r) => r.member_epoch < 0,
-            _ => false,
-        },
-        crate::request::Request::StreamsGroupHeartbeat { body, .. } => body.member_epoch < 0,
-        _ => false,
-    }
-}
-
-/// What the answer to a leave says.
-fn leave_outcome(result: &Result<Response, TransportError>) -> CloseOutcome {
-    let code = match result {
-        Err(e) => return CloseOutcome::Failed(e.clone()),
-        Ok(r) => match &r.body {
-            ResponseBody::Kafka(ResponseKind::LeaveGroup(r)) => {
-                let member = r.members.iter().map(|m| m.error_code).find(|c| *c != 0);
-                Some(r.error_code).filter(|c| *c != 0).or(member)
-            }
-            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => {
-                Some(r.error_code).filter(|c| *c != 0)
-            }
-            ResponseBody::StreamsGroupHeartbeat(r) => Some(r.error_code).filter(|c| *c != 0),
-            _ => None,
-        },
-    };
-    CloseOutcome::Left { error: code }
-}
-
-/// The close side shared by the members' loops: who waits for the close, the leave request once
-/// sent, and what its answer said.
+/// The close side shared by the members' loops: who waits for the close, and the outcome the
+/// member reported once closed.
 #[derive(Default)]
 struct LeaveWatch {
     closing: Vec<oneshot::Sender<CloseOutcome>>,
-    /// The member emitted its `Closed` event (or stopped): the loop ends when idle.
-    closed: bool,
-    /// The leave request of a close, once sent, and then its outcome.
-    leave: Option<RequestId>,
-    left: Option<CloseOutcome>,
+    /// The member emitted its `Closed` event (or stopped) with this outcome: the loop ends when
+    /// idle.
+    outcome: Option<CloseOutcome>,
 }
 
 impl LeaveWatch {
-    fn sent(&mut self, out: &Outbound) {
-        if !self.closing.is_empty() && is_leave(&out.request) {
-            self.leave = Some(out.id);
-        }
-    }
-
-    fn answered(&mut self, id: RequestId, result: &Result<Response, TransportError>) {
-        if self.leave == Some(id) {
-            self.left = Some(leave_outcome(result));
-        }
+    /// The member closed or stopped; `outcome` is what it reports of its close.
+    fn closed(&mut self, outcome: Option<CloseOutcome>) {
+        self.outcome = Some(outcome.unwrap_or(CloseOutcome::NotDue));
     }
 
     /// Once closed: answers every close waiting and ends the loop.
     fn finish(&mut self) -> ControlFlow<()> {
-        if !self.closed {
+        let Some(outcome) = &self.outcome else {
             return ControlFlow::Continue(());
-        }
-        let outcome = self.left.take().unwrap_or(CloseOutcome::NotDue);
+        };
         for tx in self.closing.drain(..) {
             let _ = tx.send(outcome.clone());
         }
@@ -835,7 +738,7 @@ struct Events<E> {
 impl<E> Events<E> {
     fn send(&self, event: E) {
         if self.tx.send(event).is_ok() {
-            self.polling.delivered(Instant::now());
+            self.polling.delivered(now());
         }
     }
 }
@@ -963,20 +866,18 @@ impl Loop<Watched> for MemberLoop {
 
     fn sent(&mut self, out: &Outbound, now: Instant) {
         self.metrics.on_request(out.id, out.request.api_key(), now);
-        self.leave.sent(out);
     }
 
     fn answered(&mut self, id: RequestId, result: &Result<Response, TransportError>, now: Instant) {
         self.metrics.on_response(id, result, now);
-        self.leave.answered(id, result);
     }
 
     fn polled(&mut self, member: &mut Watched, at: Instant) {
         member.poll(at);
     }
 
-    fn event(&mut self, _member: &mut Watched, event: Event) {
-        self.metrics.on_event(&event, Instant::now());
+    fn event(&mut self, member: &mut Watched, event: Event) {
+        self.metrics.on_event(&event, now());
         let event = match event {
             Event::Committed { id, result } => match self.commits.remove(&id) {
                 Some(tx) => return drop(tx.send(result)),
@@ -987,7 +888,7 @@ impl Loop<Watched> for MemberLoop {
                 None => Event::OffsetsFetched { id, result },
             },
             Event::Closed => {
-                self.leave.closed = true;
+                self.leave.closed(member.close_outcome());
                 Event::Closed
             }
             other => other,
@@ -1000,7 +901,7 @@ impl Loop<Watched> for MemberLoop {
     }
 
     fn command(&mut self, member: &mut Watched, command: Option<Command>) -> ControlFlow<()> {
-        let now = Instant::now();
+        let now = now();
         let Some(options) = close_options(command, |c| self.apply(member, c, now)) else {
             return ControlFlow::Continue(());
         };

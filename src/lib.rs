@@ -184,7 +184,7 @@ pub mod transport;
 
 pub use config::{ClientConfig, GroupConfig, GroupProtocol};
 #[cfg(feature = "tokio")]
-pub use driver::{CloseOutcome, GroupMember, MemberHandle, Snapshot};
+pub use driver::{GroupMember, MemberHandle, Snapshot};
 
 /// Streams groups (KIP-1071): the sans-IO member and its types ([`machine::streams`]) and, with
 /// feature `tokio`, the member on tokio ([`StreamsGroupMember`](streams::StreamsGroupMember)).
@@ -202,8 +202,8 @@ pub use error::{ApiMisuse, ConfigError, Error, GroupError, TransportError};
 pub use kafka_protocol;
 pub use machine::TopicPartition;
 pub use machine::events::{
-    CloseOptions, CommitError, CommitOffset, CommittedOffset, Event, MemberState, Reason,
-    RevokeTicket,
+    CloseOptions, CloseOutcome, CommitError, CommitOffset, CommittedOffset, Event, MemberState,
+    Reason, RevokeTicket,
 };
 pub use member_id::MemberId;
 #[cfg(feature = "tokio")]

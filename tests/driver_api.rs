@@ -14,7 +14,7 @@ use consumer_membership::request::RequestBody;
 use consumer_membership::transport::MemoryTransport;
 use consumer_membership::{
     ApiMisuse, CloseOptions, CloseOutcome, CommitError, Error, Event, GroupConfig, GroupMember,
-    GroupProtocol, TopicPartition,
+    GroupProtocol, TopicPartition, TransportError,
 };
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -32,8 +32,11 @@ fn s(x: &str) -> StrBytes {
     StrBytes::from_string(x.to_owned())
 }
 
+/// The `leave_error` of a coordinator whose LeaveGroup is never delivered (the connection resets).
+const UNDELIVERED: i16 = i16::MIN;
+
 /// A classic coordinator for one member: names it "m-1", makes it a follower, assigns `t-0`, and
-/// answers its LeaveGroup with `leave_error` on the member.
+/// answers its LeaveGroup with `leave_error` on the member ([`UNDELIVERED`]: not at all).
 fn coordinator(leave_error: i16) -> MemoryTransport {
     coordinator_seen_by(leave_error, Arc::default(), Arc::default())
 }
@@ -93,6 +96,12 @@ fn coordinator_seen_by(
                 HeartbeatResponse::default().with_error_code(heartbeat_error.load(SeqCst)),
             ),
             RequestBody::Kafka(RequestKind::Metadata(r)) => ResponseKind::Metadata(metadata(r)),
+            RequestBody::Kafka(RequestKind::LeaveGroup(_)) if leave_error == UNDELIVERED => {
+                return Err(TransportError::Disconnected {
+                    addr: "127.0.0.1:9092".into(),
+                    reason: "reset by the test".into(),
+                });
+            }
             RequestBody::Kafka(RequestKind::LeaveGroup(r)) => {
                 let member = |m: kafka_protocol::messages::leave_group_request::MemberIdentity| {
                     MemberResponse::default()
@@ -102,6 +111,26 @@ fn coordinator_seen_by(
                 ResponseKind::LeaveGroup(
                     LeaveGroupResponse::default()
                         .with_members(r.members.into_iter().map(member).collect()),
+                )
+            }
+            // Commits find the coordinator loading, always.
+            RequestBody::Kafka(RequestKind::OffsetCommit(r)) => {
+                use kafka_protocol::messages::offset_commit_response::{
+                    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+                };
+                let topic = |t: kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic| {
+                    let loading = |p: kafka_protocol::messages::offset_commit_request::OffsetCommitRequestPartition| {
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(14)
+                    };
+                    OffsetCommitResponseTopic::default()
+                        .with_name(t.name)
+                        .with_partitions(t.partitions.into_iter().map(loading).collect())
+                };
+                ResponseKind::OffsetCommit(
+                    kafka_protocol::messages::OffsetCommitResponse::default()
+                        .with_topics(r.topics.into_iter().map(topic).collect()),
                 )
             }
             other => panic!("the scripted coordinator does not answer {other:?}"),
@@ -451,4 +480,115 @@ async fn close_with_an_unread_revocation_leaves_at_once() {
         "the Revoking event was still unread: {events:?}"
     );
     assert_eq!(events.last(), Some(&Event::Closed));
+}
+
+/// Runs `future`, which must be ready at once (the memory transport answers within `send`): the
+/// sans-IO programs below use no runtime.
+fn at_once<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => panic!("the memory transport answers within send"),
+    }
+}
+
+/// A sans-IO program over `t`, without tokio: a [`Member`] subscribed to `t` until assigned,
+/// then closed with `options` until [`Event::Closed`]; returns what the member itself reports
+/// of the close. Time is virtual: a wait jumps to the member's next deadline.
+///
+/// [`Member`]: consumer_membership::machine::member::Member
+fn sans_io_close(t: &MemoryTransport, config: GroupConfig, options: CloseOptions) -> CloseOutcome {
+    use consumer_membership::machine::member::Member;
+    use consumer_membership::transport::Transport;
+    let mut now = std::time::Instant::now();
+    let mut config = config;
+    config.seed = Some(7);
+    let mut m = Member::new(config, now).expect("valid config");
+    m.subscribe(["t".to_string()], now).expect("subscribed");
+    let mut closing = false;
+    for _ in 0..10_000 {
+        let mut idle = true;
+        while let Some(out) = m.poll_request() {
+            idle = false;
+            let answer = at_once(t.send(out.target, out.request, out.timeout));
+            m.handle_response(out.id, answer, now);
+        }
+        while let Some(event) = m.poll_event() {
+            idle = false;
+            match event {
+                Event::Assigned { .. } if !closing => {
+                    closing = true;
+                    m.close(options, now);
+                }
+                Event::Closed => return m.close_outcome().expect("closed"),
+                _ => {}
+            }
+        }
+        if idle {
+            now = m.poll_timeout().map_or(now, |(at, _)| at.max(now));
+            m.handle_timeout(now);
+        }
+    }
+    panic!("the member did not close");
+}
+
+/// The member reports its close itself: a sans-IO program gets the outcome the driver's
+/// `close()` returns, for a leave answered (with and without an error), a leave that was not
+/// delivered, and a static member's close that sends no leave.
+#[tokio::test]
+async fn a_sans_io_close_reports_what_the_driver_returns() {
+    let cases = [
+        (0, config(), CloseOptions::Default),
+        (25, config(), CloseOptions::LeaveGroup),
+        (UNDELIVERED, config(), CloseOptions::Default),
+        (0, config().with_instance_id("i-1"), CloseOptions::Default),
+    ];
+    let mut outcomes = Vec::new();
+    for (leave, config, options) in cases {
+        let sans_io = sans_io_close(&coordinator(leave), config.clone(), options);
+        let t = Arc::new(coordinator(leave));
+        let mut m = assigned(&t, config).await;
+        let driven = m.close(options).await;
+        assert_eq!(drain(&mut m).await.last(), Some(&Event::Closed));
+        assert_eq!(sans_io, driven, "leave answered with {leave}, {options:?}");
+        outcomes.push(driven);
+    }
+    assert_eq!(outcomes[0], CloseOutcome::Left { error: None });
+    assert_eq!(outcomes[1], CloseOutcome::Left { error: Some(25) });
+    assert!(
+        matches!(
+            outcomes[2],
+            CloseOutcome::Failed(TransportError::Disconnected { .. })
+        ),
+        "{:?}",
+        outcomes[2]
+    );
+    assert_eq!(outcomes[3], CloseOutcome::NotDue);
+}
+
+/// The member retries a commit itself (COORDINATOR_LOAD_IN_PROGRESS every time here) until
+/// `default.api.timeout.ms` runs out; the driver only waits for the outcome. The driver's clock is
+/// tokio's, so the minute passes in paused time.
+#[tokio::test(start_paused = true)]
+async fn a_commit_the_coordinator_keeps_loading_times_out_after_retries_in_paused_time() {
+    let t = Arc::new(coordinator(0));
+    let m = assigned(&t, config()).await;
+    let started = tokio::time::Instant::now();
+    let offsets = vec![consumer_membership::CommitOffset {
+        partition: TopicPartition::new("t", 0),
+        offset: 7,
+        metadata: None,
+    }];
+    assert_eq!(
+        m.commit(offsets).await,
+        Err(CommitError::TimedOut {
+            after: Duration::from_secs(60)
+        })
+    );
+    assert!(started.elapsed() >= Duration::from_secs(60));
+    let commits = (t.sent().into_iter())
+        .filter(|(_, body, _)| matches!(body, RequestBody::Kafka(RequestKind::OffsetCommit(_))))
+        .count();
+    assert!(commits >= 10, "{commits} attempts");
 }

@@ -13,13 +13,13 @@ use super::{
     close_options, draw_identity, drive, spawn_task,
 };
 use crate::config::GroupConfig;
-use crate::error::{ApiMisuse, ConfigError, TransportError};
+use crate::error::{ApiMisuse, ConfigError};
 use crate::machine::events::{CloseOptions, MemberState, Reason, RevokeTicket};
 use crate::machine::streams::{
     InterventionKind, StreamsConfig, StreamsEvent, StreamsMember, StreamsProcess, StreamsTasks,
     TaskId, TaskRole,
 };
-use crate::request::{Outbound, RequestId, Response};
+use crate::request::Outbound;
 use crate::transport::Transport;
 
 use super::CloseOutcome;
@@ -276,7 +276,7 @@ fn member(
     streams: StreamsConfig,
     process: StreamsProcess,
 ) -> Result<StreamsMember, ConfigError> {
-    StreamsMember::new(draw_identity(group), streams, process, Instant::now())
+    StreamsMember::new(draw_identity(group), streams, process, super::now())
 }
 
 /// The tokio side of a [`StreamsGroupMember`].
@@ -292,18 +292,13 @@ impl Loop<StreamsMember> for StreamsLoop {
 
     fn sent(&mut self, out: &Outbound, _now: Instant) {
         tracing::trace!(id = %out.id, target = %out.target, api = ?out.request.api_key(), "sending");
-        self.leave.sent(out);
-    }
-
-    fn answered(&mut self, id: RequestId, result: &Result<Response, TransportError>, _: Instant) {
-        self.leave.answered(id, result);
     }
 
     fn polled(&mut self, member: &mut StreamsMember, at: Instant) {
         member.poll(at);
     }
 
-    fn event(&mut self, _member: &mut StreamsMember, event: StreamsEvent) {
+    fn event(&mut self, member: &mut StreamsMember, event: StreamsEvent) {
         match &event {
             // The guard logged the intervention (a `warn` line); count it.
             StreamsEvent::GuardIntervened(i) => {
@@ -317,7 +312,9 @@ impl Loop<StreamsMember> for StreamsLoop {
                 reason: Reason::LeaseExpired,
                 ..
             } => crate::metrics::streams_lease_expired(&self.group),
-            StreamsEvent::Closed | StreamsEvent::Fatal(_) => self.leave.closed = true,
+            StreamsEvent::Closed | StreamsEvent::Fatal(_) => {
+                self.leave.closed(member.close_outcome())
+            }
             _ => {}
         }
         self.events.send(event);
@@ -332,7 +329,7 @@ impl Loop<StreamsMember> for StreamsLoop {
         member: &mut StreamsMember,
         command: Option<StreamsCommand>,
     ) -> ControlFlow<()> {
-        let now = Instant::now();
+        let now = super::now();
         let Some(options) = close_options(command, |c| self.apply(member, c, now)) else {
             return ControlFlow::Continue(());
         };
@@ -417,7 +414,7 @@ async fn run<T: Transport>(
 ) {
     let mut l = StreamsLoop::new(group, events, polling.clone());
     // A fresh member always joins (it is neither stopped nor closing).
-    let _ = member.join(Instant::now());
+    let _ = member.join(super::now());
     drive(
         &mut member,
         &transport,
@@ -449,7 +446,7 @@ mod tests {
             config,
             StreamsConfig::new(topology),
             process,
-            Instant::now(),
+            super::super::now(),
         )
         .unwrap()
     }

@@ -100,7 +100,9 @@ pub enum CommitError {
         /// The instance id.
         instance_id: String,
     },
-    /// A retriable condition (coordinator moving or loading); the same commit may be sent again.
+    /// A retriable condition (coordinator moving or loading). The member retries these itself
+    /// until `default.api.timeout.ms` runs out ([`TimedOut`](Self::TimedOut)); one reaches the
+    /// application only from a member that stopped meanwhile.
     #[error("retriable error {code} ({name})", name = crate::error::error_name(*.code))]
     Retriable {
         /// The Kafka error code.
@@ -163,6 +165,31 @@ pub enum CloseOptions {
     RemainInGroup,
     /// Everyone sends a LeaveGroup (a static member names its instance id).
     LeaveGroup,
+}
+
+/// How a close ended: whether the coordinator heard the member leave. The members report it
+/// themselves once stopped (`close_outcome()` on [`Member`](crate::machine::member::Member),
+/// [`StreamsMember`](crate::machine::streams::StreamsMember) and the protocol members), so a
+/// sans-IO program reads the same outcome the tokio driver's `close()` returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseOutcome {
+    /// The leave (LeaveGroup, or the KIP-848 or KIP-1071 heartbeat with epoch -1, or -2 for a
+    /// static member that keeps its place) was answered.
+    Left {
+        /// The Kafka error code the coordinator answered with, if not 0 (the member is closed
+        /// either way; [`error_name`](crate::error::error_name) names it).
+        error: Option<i16>,
+    },
+    /// No leave was due: [`CloseOptions::RemainInGroup`], a classic static member with
+    /// [`CloseOptions::Default`], a member that was not in the group, or one already stopped.
+    NotDue,
+    /// The leave went out but could not be delivered (the member is closed; the coordinator
+    /// drops it when its session times out).
+    Failed(crate::error::TransportError),
+    /// The driver's close waited `request.timeout.ms` for the member to close (the member's
+    /// task carries on closing). A sans-IO member never reports it.
+    TimedOut,
 }
 
 /// Something the member tells the application.

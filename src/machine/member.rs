@@ -90,6 +90,11 @@ impl Member {
         delegate!(self, m => m.fatal_error())
     }
 
+    /// How the close ended, once the member is closed or stopped (`None` while it runs).
+    pub fn close_outcome(&self) -> Option<super::events::CloseOutcome> {
+        delegate!(self, m => m.close_outcome())
+    }
+
     /// The member id.
     pub fn member_id(&self) -> &str {
         delegate!(self, m => m.member_id())

@@ -1,10 +1,23 @@
 //! Offsets as a sub-machine of every member: the queue of commits and fetches waiting for the
-//! coordinator, their requests and the reading of their answers. A member hands it a `Fence`
-//! (who it is now) and applies the `Hint` it gets back; the fencing fields differ only in
-//! meaning: the classic member sends its generation, the consumer member its epoch.
+//! coordinator, their requests, the reading of their answers and their retries. A member hands
+//! it a `Fence` (who it is now) and applies the `Hint` it gets back; the fencing fields differ
+//! only in meaning: the classic member sends its generation, the consumer member its epoch.
+//!
+//! Retries follow the Java client's `CommitRequestManager` (`OffsetCommitRequestState` /
+//! `OffsetFetchRequestState`: a retriable error re-queues the request after the exponential
+//! backoff, and COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR and REQUEST_TIMED_OUT mark the
+//! coordinator unknown first) and `ConsumerCoordinator.commitOffsetsSync` (retried until the
+//! call's timer, `default.api.timeout.ms`, runs out: then a `TimeoutException`). A retriable
+//! answer ([`CommitError::is_retriable`]: the coordinator moving, loading or timing out, a
+//! transport failure) goes out again after the member's seeded KIP-580 backoff, fenced anew by
+//! who the member is then; a commit retried must still be for partitions the member owns
+//! ([`CommitError::NotOwned`] otherwise). No outcome within `default.api.timeout.ms` of the call
+//! is [`CommitError::TimedOut`], whether the request waits for a coordinator, its backoff or its
+//! answer.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::RangeInclusive;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -20,23 +33,58 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::TopicPartition;
 use super::events::{CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId};
+use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::error::{ErrorAction, GroupError, TransportError, classify, codes, error_name};
 use crate::request::{Fit, Response, ResponseBody};
 
 /// Committed offsets by partition.
 pub type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
 
-/// A commit or fetch waiting for the coordinator.
+/// A commit or fetch waiting for the coordinator (or for its backoff after a retriable failure).
 #[derive(Debug, Clone)]
 enum Queued {
     Commit {
         id: CommitId,
         offsets: Vec<CommitOffset>,
+        attempts: Attempts,
     },
     Fetch {
         id: FetchId,
         partitions: Vec<TopicPartition>,
+        attempts: Attempts,
     },
+}
+
+impl Queued {
+    fn attempts(&self) -> &Attempts {
+        match self {
+            Queued::Commit { attempts, .. } | Queued::Fetch { attempts, .. } => attempts,
+        }
+    }
+
+    /// Its outcome, as the event that reports it.
+    fn outcome(&self, error: CommitError) -> Event {
+        match self {
+            Queued::Commit { id, .. } => Event::Committed {
+                id: *id,
+                result: Err(error),
+            },
+            Queued::Fetch { id, .. } => Event::OffsetsFetched {
+                id: *id,
+                result: Err(error),
+            },
+        }
+    }
+}
+
+/// The attempts of one commit or fetch: when its call runs out of time
+/// (`default.api.timeout.ms` after it), how many attempts failed retriably, and when it may go
+/// out again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Attempts {
+    deadline: Instant,
+    failures: u32,
+    not_before: Option<Instant>,
 }
 
 /// Which protocol's fencing rules a member follows.
@@ -67,7 +115,7 @@ pub(crate) struct Fence {
     pub(crate) fetch_versions: RangeInclusive<i16>,
 }
 
-/// What a commit or fetch in flight was sent with.
+/// What a commit or fetch in flight was sent with, and what it takes to send it again.
 #[derive(Debug, Clone)]
 pub(crate) enum SentOffsets {
     Commit {
@@ -75,10 +123,40 @@ pub(crate) enum SentOffsets {
         generation: i32,
         member_id: String,
         partitions: Vec<TopicPartition>,
+        offsets: Vec<CommitOffset>,
+        attempts: Attempts,
     },
     Fetch {
         id: FetchId,
+        partitions: Vec<TopicPartition>,
+        attempts: Attempts,
     },
+}
+
+impl SentOffsets {
+    /// The commit or fetch number (commits and fetches share one sequence).
+    fn op(&self) -> u64 {
+        match self {
+            SentOffsets::Commit { id, .. } => id.0,
+            SentOffsets::Fetch { id, .. } => id.0,
+        }
+    }
+
+    /// The same commit or fetch, queued again.
+    fn requeued(self, attempts: Attempts) -> Queued {
+        match self {
+            SentOffsets::Commit { id, offsets, .. } => Queued::Commit {
+                id,
+                offsets,
+                attempts,
+            },
+            SentOffsets::Fetch { id, partitions, .. } => Queued::Fetch {
+                id,
+                partitions,
+                attempts,
+            },
+        }
+    }
 }
 
 /// What an offsets answer asks of the member, besides the event it produced.
@@ -102,84 +180,172 @@ pub(crate) enum Hint {
 /// sent with.
 pub(crate) type Built = (RequestKind, (RangeInclusive<i16>, Option<Fit>), SentOffsets);
 
-/// Commits and fetches waiting for the coordinator, in the order the application asked.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct OffsetQueue(VecDeque<Queued>);
+/// Commits and fetches waiting for the coordinator, in the order the application asked (one
+/// waiting out its backoff holds back those behind it, so commits never overtake each other),
+/// and the deadlines of those in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct OffsetQueue {
+    queued: VecDeque<Queued>,
+    /// The deadline of each commit or fetch in flight, by number. One that ran out of time in
+    /// flight was reported [`CommitError::TimedOut`] and left this map: its answer reports
+    /// nothing more.
+    in_flight: BTreeMap<u64, (Instant, OpKind)>,
+    /// Stopped (closed or failed): nothing is retried or timed any more.
+    stopped: bool,
+    api_timeout: Duration,
+    backoff: ExponentialBackoff,
+    rng: JitterRng,
+}
 
 impl OffsetQueue {
-    /// Queues a commit, or answers it at once with `refusal`.
+    /// An empty queue retrying with `backoff` (its jitter drawn from `seed`) within
+    /// `api_timeout` of each call.
+    pub(crate) fn new(backoff: ExponentialBackoff, api_timeout: Duration, seed: u64) -> Self {
+        Self {
+            queued: VecDeque::new(),
+            in_flight: BTreeMap::new(),
+            stopped: false,
+            api_timeout,
+            backoff,
+            rng: JitterRng::from_seed(seed),
+        }
+    }
+
+    fn attempts(&self, now: Instant) -> Attempts {
+        Attempts {
+            deadline: super::timer::after(now, self.api_timeout),
+            failures: 0,
+            not_before: None,
+        }
+    }
+
+    /// Queues a commit asked for at `now`, or answers it at once with `refusal`.
     pub(crate) fn commit(
         &mut self,
         id: CommitId,
         offsets: Vec<CommitOffset>,
-        refusal: Option<CommitError>,
+        (refusal, now): (Option<CommitError>, Instant),
         events: &mut VecDeque<Event>,
     ) {
+        let attempts = self.attempts(now);
         match refusal {
             Some(e) => events.push_back(Event::Committed { id, result: Err(e) }),
-            None => self.0.push_back(Queued::Commit { id, offsets }),
+            None => self.queued.push_back(Queued::Commit {
+                id,
+                offsets,
+                attempts,
+            }),
         }
     }
 
-    /// Queues a fetch, or answers it at once with `refusal`.
+    /// Queues a fetch asked for at `now`, or answers it at once with `refusal`.
     pub(crate) fn fetch(
         &mut self,
         id: FetchId,
         partitions: Vec<TopicPartition>,
-        refusal: Option<CommitError>,
+        (refusal, now): (Option<CommitError>, Instant),
         events: &mut VecDeque<Event>,
     ) {
+        let attempts = self.attempts(now);
         match refusal {
             Some(e) => events.push_back(Event::OffsetsFetched { id, result: Err(e) }),
-            None => self.0.push_back(Queued::Fetch { id, partitions }),
+            None => self.queued.push_back(Queued::Fetch {
+                id,
+                partitions,
+                attempts,
+            }),
         }
     }
 
     /// Nothing waits.
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.queued.is_empty()
     }
 
-    /// Fails everything queued with `error`.
+    /// Fails everything queued with `error`: the member stopped, nothing is retried or timed
+    /// from now on (the answers of those in flight are still reported).
     pub(crate) fn fail_all(&mut self, events: &mut VecDeque<Event>, error: CommitError) {
-        for q in self.0.drain(..) {
-            events.push_back(match q {
-                Queued::Commit { id, .. } => Event::Committed {
-                    id,
-                    result: Err(error.clone()),
-                },
-                Queued::Fetch { id, .. } => Event::OffsetsFetched {
-                    id,
-                    result: Err(error.clone()),
-                },
-            });
+        self.stopped = true;
+        for q in self.queued.drain(..) {
+            events.push_back(q.outcome(error.clone()));
         }
     }
 
     /// Fails the queued commits with `error`; fetches stay queued.
     pub(crate) fn fail_commits(&mut self, events: &mut VecDeque<Event>, error: CommitError) {
-        let queued = std::mem::take(&mut self.0);
+        let queued = std::mem::take(&mut self.queued);
         for q in queued {
             match q {
-                Queued::Commit { id, .. } => events.push_back(Event::Committed {
-                    id,
-                    result: Err(error.clone()),
-                }),
-                fetch => self.0.push_back(fetch),
+                Queued::Commit { .. } => events.push_back(q.outcome(error.clone())),
+                fetch => self.queued.push_back(fetch),
             }
         }
     }
 
-    /// The next request, fenced by `fence`. A commit `refusal` (the member left its generation
-    /// while the commit waited for the coordinator) fails instead of going out with whatever
-    /// identity the member has now.
+    /// When the queue must be woken: the earliest deadline of a call, or the end of the backoff
+    /// holding the queue back, if later than `now`.
+    pub(crate) fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        if self.stopped {
+            return None;
+        }
+        let backoff = (self.queued.front())
+            .and_then(|q| q.attempts().not_before)
+            .filter(|at| *at > now);
+        let deadlines = (self.queued.iter().map(|q| q.attempts().deadline))
+            .chain(self.in_flight.values().map(|(deadline, _)| *deadline));
+        deadlines.chain(backoff).min()
+    }
+
+    /// At `now`: every call whose time ran out, queued or in flight, ends in
+    /// [`CommitError::TimedOut`].
+    pub(crate) fn expire(&mut self, now: Instant, events: &mut VecDeque<Event>) {
+        if self.stopped {
+            return;
+        }
+        let after = self.api_timeout;
+        let queued = std::mem::take(&mut self.queued);
+        for q in queued {
+            if q.attempts().deadline <= now {
+                events.push_back(q.outcome(CommitError::TimedOut { after }));
+            } else {
+                self.queued.push_back(q);
+            }
+        }
+        let ran_out: Vec<(u64, OpKind)> = (self.in_flight.iter())
+            .filter(|(_, (deadline, _))| *deadline <= now)
+            .map(|(op, (_, kind))| (*op, *kind))
+            .collect();
+        for (op, kind) in ran_out {
+            self.in_flight.remove(&op);
+            events.push_back(match kind {
+                OpKind::Commit => Event::Committed {
+                    id: CommitId(op),
+                    result: Err(CommitError::TimedOut { after }),
+                },
+                OpKind::Fetch => Event::OffsetsFetched {
+                    id: FetchId(op),
+                    result: Err(CommitError::TimedOut { after }),
+                },
+            });
+        }
+    }
+
+    /// The next request at `now`, fenced by `fence`. A commit `refusal` (the member left its
+    /// generation while the commit waited for the coordinator) fails instead of going out with
+    /// whatever identity the member has now; a commit sent again must be for partitions in
+    /// `owned`.
     pub(crate) fn next(
         &mut self,
         fence: &Fence,
-        refusal: Option<CommitError>,
+        (refusal, owned): (Option<CommitError>, &BTreeSet<TopicPartition>),
+        now: Instant,
         events: &mut VecDeque<Event>,
     ) -> Option<Built> {
-        while let Some(q) = self.0.pop_front() {
+        while let Some(q) = self.queued.front() {
+            if q.attempts().not_before.is_some_and(|at| at > now) {
+                return None;
+            }
+            let q = self.queued.pop_front()?;
             match q {
                 Queued::Commit { id, .. } if let Some(e) = &refusal => {
                     events.push_back(Event::Committed {
@@ -187,42 +353,134 @@ impl OffsetQueue {
                         result: Err(e.clone()),
                     });
                 }
-                Queued::Commit { id, offsets } => {
+                Queued::Commit { attempts, .. }
+                    if attempts.failures > 0
+                        && let Some(e) = not_owned(&q, owned) =>
+                {
+                    events.push_back(q.outcome(e));
+                }
+                Queued::Commit {
+                    id,
+                    offsets,
+                    attempts,
+                } => {
                     let (body, partitions) = commit_request(
                         &fence.group,
                         fence.generation,
                         &fence.member_id,
                         fence.instance_id.as_deref(),
-                        offsets,
+                        offsets.clone(),
                     );
+                    self.in_flight
+                        .insert(id.0, (attempts.deadline, OpKind::Commit));
                     let sent = SentOffsets::Commit {
                         id,
                         generation: fence.generation,
                         member_id: fence.member_id.clone(),
                         partitions,
+                        offsets,
+                        attempts,
                     };
                     let versions = fence.commit_versions.clone();
                     return Some((RequestKind::OffsetCommit(body), (versions, None), sent));
                 }
-                Queued::Fetch { id, partitions } => {
+                Queued::Fetch {
+                    id,
+                    partitions,
+                    attempts,
+                } => {
                     // Member fields only for a consumer-protocol member in its group: the broker
                     // then checks them (v9). The classic member fetches without (the Java
                     // classic client).
                     let member = (fence.protocol == Protocol::Consumer && fence.member)
                         .then_some((fence.member_id.as_str(), fence.generation));
-                    let body = fetch_request(&fence.group, member, partitions);
+                    let body = fetch_request(&fence.group, member, partitions.clone());
                     let versions = fence.fetch_versions.clone();
                     let fit = Some(Fit(fit_fetch));
-                    return Some((
-                        RequestKind::OffsetFetch(body),
-                        (versions, fit),
-                        SentOffsets::Fetch { id },
-                    ));
+                    self.in_flight
+                        .insert(id.0, (attempts.deadline, OpKind::Fetch));
+                    let sent = SentOffsets::Fetch {
+                        id,
+                        partitions,
+                        attempts,
+                    };
+                    return Some((RequestKind::OffsetFetch(body), (versions, fit), sent));
                 }
             }
         }
         None
     }
+
+    /// Reads the answer to a commit or fetch at `now`: the event for the application (none
+    /// while the call is retried, or when it already timed out), and what the member must do
+    /// about the answer.
+    pub(crate) fn answer(
+        &mut self,
+        sent: SentOffsets,
+        result: Result<Response, TransportError>,
+        fence: &Fence,
+        now: Instant,
+    ) -> (Option<Event>, Option<Hint>) {
+        let op = sent.op();
+        let tracked = self.in_flight.remove(&op).is_some();
+        let attempts = match &sent {
+            SentOffsets::Commit { attempts, .. } | SentOffsets::Fetch { attempts, .. } => *attempts,
+        };
+        let (event, hint) = answer(sent.clone(), result, fence);
+        if !tracked && !self.stopped {
+            // Reported TimedOut when its time ran out in flight.
+            return (None, hint);
+        }
+        let retriable = match &event {
+            Event::Committed { result, .. } => result.as_ref().err(),
+            Event::OffsetsFetched { result, .. } => result.as_ref().err(),
+            _ => None,
+        }
+        .is_some_and(CommitError::is_retriable);
+        if !retriable || self.stopped {
+            return (Some(event), hint);
+        }
+        if now >= attempts.deadline {
+            let after = self.api_timeout;
+            let q = sent.requeued(attempts);
+            return (Some(q.outcome(CommitError::TimedOut { after })), hint);
+        }
+        let delay = self.backoff.delay(attempts.failures, &mut self.rng);
+        let attempts = Attempts {
+            failures: attempts.failures.saturating_add(1),
+            not_before: Some(super::timer::after(now, delay)),
+            ..attempts
+        };
+        tracing::debug!(
+            op,
+            failures = attempts.failures,
+            ?delay,
+            ?event,
+            "offsets call retried after its backoff"
+        );
+        self.queued.push_front(sent.requeued(attempts));
+        (None, hint)
+    }
+}
+
+/// Which call a number in flight belongs to.
+#[derive(Debug, Clone, Copy)]
+enum OpKind {
+    Commit,
+    Fetch,
+}
+
+/// A commit for partitions outside `owned`, as the refusal that fails it.
+fn not_owned(q: &Queued, owned: &BTreeSet<TopicPartition>) -> Option<CommitError> {
+    let Queued::Commit { offsets, .. } = q else {
+        return None;
+    };
+    let partitions: Vec<TopicPartition> = (offsets.iter())
+        .map(|o| &o.partition)
+        .filter(|tp| !owned.contains(*tp))
+        .cloned()
+        .collect();
+    (!partitions.is_empty()).then_some(CommitError::NotOwned { partitions })
 }
 
 /// Fits an OffsetFetch body to `version`: member id and epoch exist from v9 on.
@@ -241,7 +499,7 @@ fn fit_fetch(body: RequestKind, version: i16) -> RequestKind {
 
 /// Reads the answer to a commit or fetch: the event for the application, and what the member
 /// must do about it.
-pub(crate) fn answer(
+fn answer(
     sent: SentOffsets,
     result: Result<Response, TransportError>,
     fence: &Fence,
@@ -252,6 +510,7 @@ pub(crate) fn answer(
             generation,
             member_id,
             partitions,
+            ..
         } => {
             let (result, hint) = match result {
                 Ok(Response {
@@ -268,7 +527,7 @@ pub(crate) fn answer(
             };
             (Event::Committed { id, result }, hint)
         }
-        SentOffsets::Fetch { id } => {
+        SentOffsets::Fetch { id, .. } => {
             let (result, hint) = match result {
                 Ok(Response {
                     body: ResponseBody::Kafka(ResponseKind::OffsetFetch(r)),

@@ -15,7 +15,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::TopicPartition;
 use super::coordinator::{CoordinatorLookup, LookupConfig, LookupEvent};
-use super::events::{CommitError, CommitId, CommitOffset, Event, FetchId, MemberState, Reason};
+use super::events::{
+    CloseOutcome, CommitError, CommitId, CommitOffset, Event, FetchId, MemberState, Reason,
+};
 use super::offsets::OffsetQueue;
 use super::timer::{Timer, TimerTable};
 use crate::backoff::{ExponentialBackoff, JitterRng};
@@ -246,9 +248,10 @@ pub(crate) trait Skeleton {
         let refusal = self.phase().stop_error();
         let shell = self.shell();
         let id = FetchId(shell.next_op());
+        let now = shell.now;
         shell
             .offsets
-            .fetch(id, partitions, refusal, &mut shell.events);
+            .fetch(id, partitions, (refusal, now), &mut shell.events);
         id
     }
 
@@ -278,9 +281,10 @@ pub(crate) trait Skeleton {
         });
         let shell = self.shell();
         let id = CommitId(shell.next_op());
+        let now = shell.now;
         shell
             .offsets
-            .commit(id, offsets, refusal, &mut shell.events);
+            .commit(id, offsets, (refusal, now), &mut shell.events);
         id
     }
 
@@ -434,6 +438,8 @@ pub(crate) struct Shell<S> {
     pub(crate) offsets: OffsetQueue,
     /// `close()` was called: the member only moves towards `Closed` from now on.
     pub(crate) close_requested: bool,
+    /// What the answer to the leave of a close said, once read.
+    left: Option<CloseOutcome>,
     join_wait: JoinWait,
     next_ticket: u64,
     next_op: u64,
@@ -441,9 +447,11 @@ pub(crate) struct Shell<S> {
 
 impl<S> Shell<S> {
     /// The shell of a member of `config.group_id`, with its jitter seeded by `seed` (the lookup's
-    /// by `seed + 1`).
+    /// by `seed + 1`, the retries of commits and fetches by `seed + 2`: a retried commit leaves
+    /// the heartbeat's jitter as it was).
     pub(crate) fn new(config: GroupConfig, now: Instant, seed: u64) -> Self {
         let backoff = ExponentialBackoff::retry(config.retry_backoff, config.retry_backoff_max);
+        let api_timeout = config.default_api_timeout;
         let mut lookup = CoordinatorLookup::new(
             [config.group_id.clone()],
             LookupConfig {
@@ -467,8 +475,9 @@ impl<S> Shell<S> {
             rng: JitterRng::from_seed(seed),
             events: VecDeque::new(),
             outbound: VecDeque::new(),
-            offsets: OffsetQueue::default(),
+            offsets: OffsetQueue::new(backoff, api_timeout, seed.wrapping_add(2)),
             close_requested: false,
+            left: None,
             join_wait: JoinWait::default(),
             next_ticket: 0,
             next_op: 0,
@@ -499,6 +508,7 @@ impl<S> Shell<S> {
         self.lookup.handle_timeout(self.now);
         self.timers.expire(Timer::Heartbeat, self.now);
         self.timers.expire(Timer::Rejoin, self.now);
+        self.offsets.expire(self.now, &mut self.events);
         if self.timers.expire(Timer::NotJoined, self.now) && !self.close_requested {
             self.report_not_joined();
         }
@@ -727,11 +737,14 @@ impl<S> Shell<S> {
 
     /// The earliest of the member's deadlines that `acts_on` keeps and the lookup's.
     pub(crate) fn poll_timeout(&self, acts_on: impl Fn(Timer) -> bool) -> Option<(Instant, Timer)> {
+        let offsets = (self.offsets.poll_timeout(self.now))
+            .filter(|_| acts_on(Timer::Offsets))
+            .map(|at| (at, Timer::Offsets));
         let own = self.timers.next_where(acts_on);
-        match (own, self.lookup.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [own, self.lookup.poll_timeout(), offsets]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The one funnel for state changes: moves `phase` to `next`, and when the state changes logs
@@ -758,6 +771,26 @@ impl<S> Shell<S> {
                 generation,
             });
         }
+    }
+
+    /// The answer to a leave was read (`code`: its error code, 0 for none): while a close is
+    /// under way it is the close's outcome (a leave sent before the close, by an unsubscribe or
+    /// a poll timeout, counts too: it is the leave the close waited for).
+    pub(crate) fn leave_answered(&mut self, result: &Reply, code: i16) {
+        if self.close_requested {
+            self.left = Some(match result {
+                Err(e) => CloseOutcome::Failed(e.clone()),
+                Ok(_) => CloseOutcome::Left {
+                    error: (code != 0).then_some(code),
+                },
+            });
+        }
+    }
+
+    /// How the close ended, once the member is `stopped` (see [`CloseOutcome`]): what the
+    /// answer to its leave said, or [`CloseOutcome::NotDue`] when no leave was answered.
+    pub(crate) fn close_outcome(&self, stopped: bool) -> Option<CloseOutcome> {
+        stopped.then(|| self.left.clone().unwrap_or(CloseOutcome::NotDue))
     }
 
     /// Fails every queued commit (not the fetches) with `e`.

@@ -34,10 +34,15 @@ pub enum Timer {
     ///
     /// [`Event::NotJoined`]: crate::machine::events::Event::NotJoined
     NotJoined,
+    /// A commit or offset fetch may go out again after its backoff, or its call ran out of
+    /// `default.api.timeout.ms` ([`CommitError::TimedOut`]).
+    ///
+    /// [`CommitError::TimedOut`]: crate::machine::events::CommitError::TimedOut
+    Offsets,
 }
 
 impl Timer {
-    const ALL: [Timer; 10] = [
+    const ALL: [Timer; 11] = [
         Timer::CoordinatorRetry,
         Timer::Heartbeat,
         Timer::Session,
@@ -48,6 +53,7 @@ impl Timer {
         Timer::TaskGuard,
         Timer::Lease,
         Timer::NotJoined,
+        Timer::Offsets,
     ];
 
     fn index(self) -> usize {

@@ -26,7 +26,7 @@ use crate::machine::events::{
     RevokeTicket,
 };
 use crate::machine::metadata::ClusterMetadata;
-use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
+use crate::machine::offsets::{Fence, Hint, Protocol, SentOffsets};
 use crate::machine::shell::{PhaseName, Shell, Skeleton, lease_bound, millis, phases, skeleton};
 use crate::machine::timer::Timer;
 use crate::request::{Broker, Fit, Outbound, Reply, RequestId, Response, ResponseBody};
@@ -314,6 +314,12 @@ impl ClassicMember {
     /// The coordinator, when known.
     pub fn coordinator(&self) -> Option<&Broker> {
         self.shell.coordinator()
+    }
+
+    /// How the close ended, once the member is closed or stopped (`None` while it runs): the
+    /// outcome the driver's `close()` returns ([`CloseOutcome`](crate::machine::events::CloseOutcome)).
+    pub fn close_outcome(&self) -> Option<crate::machine::events::CloseOutcome> {
+        self.shell.close_outcome(self.phase.stopped())
     }
 
     /// The terminal error, once the member stopped on one.
@@ -1037,8 +1043,10 @@ impl ClassicMember {
             return None;
         }
         let (fence, refusal) = (self.fence(), self.commit_refusal());
+        let (owned, now) = (self.owned_partitions(), self.shell.now);
         let shell = &mut self.shell;
-        let (body, versions, sent) = shell.offsets.next(&fence, refusal, &mut shell.events)?;
+        let (body, versions, sent) =
+            (shell.offsets).next(&fence, (refusal, &owned), now, &mut shell.events)?;
         let timeout = self.shell.config.request_timeout;
         self.push(coordinator, body, versions, Sent::Offsets(sent), timeout);
         Some(self.take())
@@ -1715,7 +1723,7 @@ impl ClassicMember {
             return;
         }
         // Fire once: whatever the answer, the LeaveGroup went out, so the member id goes.
-        match &result {
+        let code = match &result {
             Ok(Response {
                 body: ResponseBody::Kafka(ResponseKind::LeaveGroup(r)),
                 ..
@@ -1732,15 +1740,21 @@ impl ClassicMember {
                 if code != codes::NONE {
                     tracing::info!(code, name = %crate::error::error_name(code), "LeaveGroup answered with an error");
                 }
+                code
             }
-            other => tracing::info!(answer = ?other.as_ref().err(), "LeaveGroup not answered"),
-        }
+            other => {
+                tracing::info!(answer = ?other.as_ref().err(), "LeaveGroup not answered");
+                codes::NONE
+            }
+        };
+        self.shell.leave_answered(&result, code);
         self.reset_member_id();
         self.finish_leave(then_close, Reason::LeaveGroupSent);
     }
 
     fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
-        let (event, hint) = offsets::answer(sent, result, &self.fence());
+        let (fence, now) = (self.fence(), self.shell.now);
+        let (event, hint) = self.shell.offsets.answer(sent, result, &fence, now);
         match hint {
             None => {}
             Some(Hint::Rediscover) => self.shell.coordinator_failed(),
@@ -1762,7 +1776,7 @@ impl ClassicMember {
             Some(Hint::Fenced) => self.fenced(),
             Some(Hint::Fatal(error)) => self.fail(error),
         }
-        self.shell.events.push_back(event);
+        self.shell.events.extend(event);
     }
 }
 

@@ -21,7 +21,7 @@ use crate::machine::events::{
     RevokeTicket,
 };
 use crate::machine::metadata::ClusterMetadata;
-use crate::machine::offsets::{self, Fence, Hint, Protocol, SentOffsets};
+use crate::machine::offsets::{Fence, Hint, Protocol, SentOffsets};
 use crate::machine::session;
 use crate::machine::shell::{
     PhaseName, Shell, Skeleton, epoch_lease_bound, millis, phases, skeleton,
@@ -313,6 +313,12 @@ impl ConsumerMember {
     /// The regex subscription (`subscribe_regex`), if that is how the member is subscribed.
     pub fn regex(&self) -> Option<&str> {
         self.regex.as_deref()
+    }
+
+    /// How the close ended, once the member is closed or stopped (`None` while it runs): the
+    /// outcome the driver's `close()` returns ([`CloseOutcome`](crate::machine::events::CloseOutcome)).
+    pub fn close_outcome(&self) -> Option<crate::machine::events::CloseOutcome> {
+        self.shell.close_outcome(self.phase.stopped())
     }
 
     /// The terminal error, once stopped on one.
@@ -936,8 +942,10 @@ impl ConsumerMember {
             reason: "the member lost its epoch".into(),
         });
         let fence = self.fence();
+        let (owned, now) = (self.owned_partitions(), self.shell.now);
         let shell = &mut self.shell;
-        let (body, versions, sent) = shell.offsets.next(&fence, refusal, &mut shell.events)?;
+        let (body, versions, sent) =
+            (shell.offsets).next(&fence, (refusal, &owned), now, &mut shell.events)?;
         let target = Target::Coordinator(coordinator.clone());
         self.push(target, body, versions, Sent::Offsets(sent));
         self.shell.outbound.pop_front()
@@ -1383,6 +1391,7 @@ impl ConsumerMember {
         if code != codes::NONE {
             tracing::info!(code, "leave heartbeat answered with an error");
         }
+        self.shell.leave_answered(&result, code);
         // The -2 leave of an UNRELEASED_INSTANCE_ID recovery answered FENCED_INSTANCE_ID: the
         // instance id is held by another member id (consumerGroupStaticMemberGroupLeave ->
         // throwIfInstanceIdIsFenced), i.e. another process's, not this member's own earlier
@@ -1431,13 +1440,14 @@ impl ConsumerMember {
     }
 
     fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
-        let (event, hint) = offsets::answer(sent, result, &self.fence());
+        let (fence, now) = (self.fence(), self.shell.now);
+        let (event, hint) = self.shell.offsets.answer(sent, result, &fence, now);
         // Only Rediscover comes back for the consumer protocol (the fencing answers of a
         // commit are read as NotMember/Retriable; the heartbeat does the fencing).
         if hint == Some(Hint::Rediscover) {
             self.shell.coordinator_failed();
         }
-        self.shell.events.push_back(event);
+        self.shell.events.extend(event);
     }
 }
 

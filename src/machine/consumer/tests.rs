@@ -1903,12 +1903,7 @@ fn commit_carries_the_member_id_and_current_epoch_at_v9() {
     assert_eq!(c.topics[0].name.as_str(), "t");
     assert_eq!(c.topics[0].partitions[0].partition_index, 0);
     assert_eq!(c.topics[0].partitions[0].committed_offset, 42);
-    h.answer(&out, commit_answer(0));
-    let events = h.take_events();
-    assert!(
-        events.contains(&Event::Committed { id, result: Ok(()) }),
-        "{events:?}"
-    );
+    answered_committed(&mut h, &out, id);
 }
 
 /// A commit for a partition the member does not own (never assigned, or revoked) is refused
@@ -1925,16 +1920,10 @@ fn a_commit_of_a_partition_the_member_does_not_own_is_refused() {
         h.now,
     );
     h.nothing("a refused commit sends nothing");
-    let events = h.take_events();
-    assert!(
-        events.contains(&Event::Committed {
-            id,
-            result: Err(CommitError::NotOwned {
-                partitions: vec![tp("t", 3)]
-            })
-        }),
-        "{events:?}"
-    );
+    let not_owned = CommitError::NotOwned {
+        partitions: vec![tp("t", 3)],
+    };
+    assert_committed(&mut h, id, Err(not_owned));
 }
 
 #[test]
@@ -1992,12 +1981,12 @@ fn stale_member_epoch_is_retriable_in_the_group_and_not_member_after_leaving() {
     h.m.commit(vec![offset("t", 0, 7)], h.now);
     let c = h.one();
     h.answer(&c, commit_answer(113));
-    assert_eq!(
-        committed(&h.take_events()),
-        vec![Err(CommitError::Retriable {
-            code: codes::STALE_MEMBER_EPOCH
-        })]
-    );
+    assert_eq!(committed(&h.take_events()), vec![], "retried, not reported");
+    // Sent again after the backoff (100 ms, ±20 %) with the member's epoch, and answered.
+    h.advance(Duration::from_millis(150));
+    let c = h.one();
+    h.answer(&c, commit_answer(0));
+    assert_eq!(committed(&h.take_events()), vec![Ok(())]);
     // Sent while a member, answered after the member left.
     h.m.commit(vec![offset("t", 0, 7)], h.now);
     let c = h.one();
@@ -2048,6 +2037,145 @@ fn a_fetch_answered_not_coordinator_looks_the_coordinator_up_again() {
         );
         assert!(h.drain().iter().any(is_find_coordinator), "code {code}");
     }
+}
+
+/// Answers the commit `out` without error: commit `id` is reported committed.
+fn answered_committed(h: &mut Harness, out: &Outbound, id: crate::machine::events::CommitId) {
+    h.answer(out, commit_answer(0));
+    assert_committed(h, id, Ok(()));
+}
+
+/// The member reports `result` for commit `id` among its events.
+fn assert_committed(
+    h: &mut Harness,
+    id: crate::machine::events::CommitId,
+    result: Result<(), CommitError>,
+) {
+    let events = h.take_events();
+    assert!(
+        events.contains(&Event::Committed { id, result }),
+        "{events:?}"
+    );
+}
+
+/// Whether `out` is an OffsetCommit.
+fn is_commit(out: &Outbound) -> bool {
+    matches!(body(out), RequestKind::OffsetCommit(_))
+}
+
+/// Answers every heartbeat in `out` as the steady group (epoch 1, nothing new) and returns the
+/// other requests.
+fn steady(h: &mut Harness, out: Vec<Outbound>) -> Vec<Outbound> {
+    let (heartbeats, rest): (Vec<_>, Vec<_>) = out.into_iter().partition(is_heartbeat);
+    for hb in heartbeats {
+        h.hb_answer(&hb, ok(1, 1000, None));
+    }
+    rest
+}
+
+/// A sans-IO program's commit is retried by the member itself: after
+/// COORDINATOR_LOAD_IN_PROGRESS (after the backoff), after NOT_COORDINATOR (after looking the
+/// coordinator up again), and then succeeds.
+#[test]
+fn a_commit_is_retried_after_load_in_progress_and_not_coordinator_then_succeeds() {
+    let mut h = Harness::joined(None);
+    let id = h.m.commit(vec![offset("t", 0, 7)], h.now);
+    let c = h.one();
+    h.answer(&c, commit_answer(codes::COORDINATOR_LOAD_IN_PROGRESS));
+    assert_eq!(committed(&h.take_events()), vec![], "retried, not reported");
+    h.nothing("the retry waits out its backoff");
+    let (at, timer) = h.m.poll_timeout().expect("a deadline");
+    assert_eq!(timer, crate::machine::timer::Timer::Offsets);
+    assert!(at <= h.now + Duration::from_millis(120), "{:?}", at - h.now);
+    h.advance(Duration::from_millis(150));
+    let c = h.one();
+    assert!(is_commit(&c), "{c:?}");
+    h.answer(&c, commit_answer(codes::NOT_COORDINATOR));
+    assert!(
+        h.m.coordinator().is_none(),
+        "NOT_COORDINATOR: looked up again"
+    );
+    let out = h.drain();
+    assert_eq!(committed(&h.events), vec![]);
+    let fc = out
+        .iter()
+        .find(|o| is_find_coordinator(o))
+        .expect("a lookup");
+    h.answer(fc, find_coordinator_answer());
+    // The second backoff: 200 ms, ±20 %.
+    h.advance(Duration::from_millis(250));
+    let out = h.drain();
+    let out = steady(&mut h, out);
+    let c = out.iter().find(|o| is_commit(o)).expect("the commit again");
+    let RequestKind::OffsetCommit(b) = body(c) else {
+        unreachable!()
+    };
+    assert_eq!(b.generation_id_or_member_epoch, 1);
+    answered_committed(&mut h, c, id);
+}
+
+/// A commit answered retriably every time ends in TimedOut once `default.api.timeout.ms` runs
+/// out, having been tried more than once.
+#[test]
+fn a_commit_retried_until_default_api_timeout_ends_timed_out() {
+    let mut c = config(None);
+    c.default_api_timeout = Duration::from_secs(2);
+    let mut h = Harness::joined_with(c);
+    let asked = h.now;
+    h.m.commit(vec![offset("t", 0, 7)], h.now);
+    let mut attempts = 0;
+    let result = loop {
+        let out = h.drain();
+        for out in steady(&mut h, out) {
+            assert!(is_commit(&out), "{out:?}");
+            attempts += 1;
+            h.answer(&out, commit_answer(codes::COORDINATOR_LOAD_IN_PROGRESS));
+        }
+        if let Some(result) = committed(&h.take_events()).pop() {
+            break result;
+        }
+        assert!(h.now - asked < Duration::from_secs(3), "no outcome");
+        h.advance(Duration::from_millis(50));
+    };
+    assert_eq!(
+        result,
+        Err(CommitError::TimedOut {
+            after: Duration::from_secs(2)
+        })
+    );
+    assert!(h.now - asked >= Duration::from_secs(2));
+    assert!(attempts >= 3, "{attempts} attempts");
+}
+
+/// A retry checks ownership again: a rebalance that took the partition away while the commit
+/// waited out its backoff fails it NotOwned, and no OffsetCommit goes out for it.
+#[test]
+fn a_commit_retried_after_a_rebalance_took_its_partition_is_not_owned() {
+    let mut c = config(None);
+    c.retry_backoff = Duration::from_secs(5);
+    c.retry_backoff_max = Duration::from_secs(10);
+    let mut h = Harness::joined_with(c);
+    let id = h.m.commit(vec![offset("t", 0, 7)], h.now);
+    let c = h.one();
+    h.answer(&c, commit_answer(codes::COORDINATOR_LOAD_IN_PROGRESS));
+    // Before the backoff (5 s, ±20 %) ends, t-0 moves away.
+    let (hb, _) = h.regular(Duration::from_secs(1));
+    h.hb_answer(&hb, ok(2, 1000, Some(&[(T, &[1])])));
+    h.nothing("no acknowledgement before the ticket");
+    let mut events = std::mem::take(&mut h.events);
+    let (revoked, ticket) = take_revoking(&mut events);
+    assert_eq!(revoked, vec![tp("t", 0)]);
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let (ack, _) = h.expect_hb();
+    h.hb_answer(&ack, ok(2, 1000, None));
+    assert_eq!(h.m.assignment(), vec![tp("t", 1)]);
+    h.advance(Duration::from_secs(6));
+    let out = h.drain();
+    assert!(!out.iter().any(is_commit), "{out:#?}");
+    let not_owned = CommitError::NotOwned {
+        partitions: vec![tp("t", 0)],
+    };
+    assert_committed(&mut h, id, Err(not_owned));
 }
 
 // ----------------------------------------------------------------------- 10. auto fallback

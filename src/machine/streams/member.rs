@@ -328,6 +328,12 @@ impl StreamsMember {
         self.answered_once
     }
 
+    /// How the close ended, once the member is closed or stopped (`None` while it runs): the
+    /// outcome the driver's `close()` returns ([`CloseOutcome`](crate::machine::events::CloseOutcome)).
+    pub fn close_outcome(&self) -> Option<crate::machine::events::CloseOutcome> {
+        self.shell.close_outcome(self.phase.stopped())
+    }
+
     /// The terminal error, once stopped on one.
     pub fn fatal_error(&self) -> Option<&GroupError> {
         match &self.phase {
@@ -1505,6 +1511,7 @@ impl StreamsMember {
         if code != codes::NONE {
             tracing::info!(code, "leave heartbeat answered with an error");
         }
+        self.shell.leave_answered(&result, code);
         // As the consumer member: a -2 leave of the recovery answered FENCED_INSTANCE_ID means
         // another member id holds the instance id: stop.
         if then == AfterLeave::Rejoin
