@@ -90,6 +90,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use clap::Parser;
 use consumer_membership::ClientConfig;
 use consumer_membership::config::GroupConfig;
 use consumer_membership::driver::{GroupMember, MemberHandle};
@@ -98,6 +99,7 @@ use consumer_membership::machine::events::{CloseOptions, CommitError, CommitOffs
 use consumer_membership::properties;
 use consumer_membership::transport::TcpTransport;
 use fetch::{DataError, FetchOptions, Leaders, OFFSET_OUT_OF_RANGE, OffsetReset, Record};
+use serde_json::Value;
 
 // =============================================================================== arguments
 
@@ -133,24 +135,89 @@ enum Reset {
     None,
 }
 
-#[derive(Debug, Clone)]
+/// The flags. Every valued flag takes the next argument as its value even when it starts with
+/// `-` (as `--max-messages -1` needs), and the last of a repeated flag wins. Usage, help and
+/// the error messages are VerifiableConsumer's (argparse4j's), not clap's: see [`parse_args`].
+#[derive(Debug, Clone, Parser)]
+#[command(name = "verifiable_consumer", args_override_self = true)]
 struct Args {
+    #[arg(long = "bootstrap-server", allow_hyphen_values = true)]
     bootstrap: String,
+    #[arg(long, allow_hyphen_values = true)]
     topic: String,
+    #[arg(long = "group-id", allow_hyphen_values = true)]
     group_id: String,
+    #[arg(long = "group-protocol", allow_hyphen_values = true, default_value = "classic",
+          value_parser = protocol)]
     protocol: Protocol,
+    #[arg(long = "group-remote-assignor", allow_hyphen_values = true)]
     remote_assignor: Option<String>,
+    #[arg(long = "group-instance-id", allow_hyphen_values = true)]
     instance_id: Option<String>,
+    #[arg(long = "max-messages", allow_hyphen_values = true, default_value = "-1",
+          value_parser = integer)]
     max_messages: i32,
+    #[arg(long = "session-timeout", allow_hyphen_values = true, value_parser = integer)]
     session_timeout: Option<i32>,
+    #[arg(long)]
     verbose: bool,
+    #[arg(long = "enable-autocommit")]
     autocommit: bool,
+    #[arg(long = "close-timeout", allow_hyphen_values = true, default_value = "30000",
+          value_parser = close_timeout)]
     close_timeout: i32,
+    #[arg(long = "reset-policy", allow_hyphen_values = true, default_value = "earliest",
+          value_parser = reset)]
     reset: Reset,
+    #[arg(long = "assignment-strategy", allow_hyphen_values = true,
+          default_value = RANGE_ASSIGNOR)]
     assignment_strategy: String,
+    #[arg(long = "consumer.config", allow_hyphen_values = true)]
     consumer_config: Option<PathBuf>,
+    #[arg(long = "command-config", allow_hyphen_values = true)]
     command_config: Option<PathBuf>,
+    #[arg(long, allow_hyphen_values = true, default_value = "1", value_parser = members)]
     members: u32,
+}
+
+fn integer(v: &str) -> Result<i32, String> {
+    v.trim()
+        .parse::<i32>()
+        .map_err(|_| format!("could not convert '{v}' to Integer"))
+}
+
+fn protocol(v: &str) -> Result<Protocol, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "classic" => Ok(Protocol::Classic),
+        "consumer" => Ok(Protocol::Consumer),
+        p => Err(format!("{p:?} is not one of CLASSIC, CONSUMER")),
+    }
+}
+
+fn reset(v: &str) -> Result<Reset, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "earliest" => Ok(Reset::To(OffsetReset::Earliest)),
+        "latest" => Ok(Reset::To(OffsetReset::Latest)),
+        "none" => Ok(Reset::None),
+        p => Err(format!(
+            "{p:?} is not supported; use earliest, latest or none"
+        )),
+    }
+}
+
+fn close_timeout(v: &str) -> Result<i32, String> {
+    match integer(v)? {
+        ms if ms < 0 => Err(format!("{ms} must not be negative")),
+        ms => Ok(ms),
+    }
+}
+
+fn members(v: &str) -> Result<u32, String> {
+    let n = integer(v)?;
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("{n} must be at least 1"))
 }
 
 /// How argument parsing ends when it does not produce [`Args`].
@@ -162,142 +229,50 @@ enum ArgsExit {
     Error(String),
 }
 
+/// Parses the flags (without the program name), with argparse4j's messages for what is wrong.
 fn parse_args(raw: impl IntoIterator<Item = String>) -> Result<Args, ArgsExit> {
     let raw: Vec<String> = raw.into_iter().collect();
     if raw.is_empty() {
         return Err(ArgsExit::Help);
     }
-    let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
-    let mut verbose = false;
-    let mut autocommit = false;
-    const VALUED: &[&str] = &[
-        "--bootstrap-server",
-        "--topic",
-        "--group-protocol",
-        "--group-remote-assignor",
-        "--group-id",
-        "--group-instance-id",
-        "--max-messages",
-        "--session-timeout",
-        "--close-timeout",
-        "--reset-policy",
-        "--assignment-strategy",
-        "--consumer.config",
-        "--command-config",
-        "--members",
-    ];
-    let mut it = raw.into_iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
-            _ => (arg.clone(), None),
+    let program = std::iter::once("verifiable_consumer".to_owned());
+    Args::try_parse_from(program.chain(raw.iter().cloned())).map_err(|e| {
+        use clap::error::{ContextKind, ContextValue, ErrorKind};
+        let context = |kind| match e.get(kind) {
+            Some(ContextValue::String(s)) => s.clone(),
+            Some(ContextValue::Strings(all)) => all.first().cloned().unwrap_or_default(),
+            _ => String::new(),
         };
-        match flag.as_str() {
-            "-h" | "--help" => return Err(ArgsExit::Help),
-            "--verbose" | "--enable-autocommit" => {
-                if inline.is_some() {
-                    return Err(ArgsExit::Error(format!(
-                        "argument {flag}: ignored explicit argument {:?}",
-                        inline.unwrap_or_default()
-                    )));
-                }
-                if flag == "--verbose" {
-                    verbose = true;
-                } else {
-                    autocommit = true;
-                }
+        // clap names a flag with its value placeholder: `--topic <TOPIC>`.
+        let arg = context(ContextKind::InvalidArg);
+        let flag = arg.split(' ').next().unwrap_or_default();
+        ArgsExit::Error(match e.kind() {
+            ErrorKind::DisplayHelp => return ArgsExit::Help,
+            ErrorKind::MissingRequiredArgument => format!("argument {flag} is required"),
+            ErrorKind::UnknownArgument => {
+                // As given, `--bogus=3` included (clap names `--bogus`).
+                let given = raw.iter().find(|r| {
+                    r.strip_prefix(arg.as_str())
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
+                });
+                format!("unrecognized arguments: '{}'", given.unwrap_or(&arg))
             }
-            f => {
-                let Some(&name) = VALUED.iter().find(|n| **n == f) else {
-                    return Err(ArgsExit::Error(format!("unrecognized arguments: '{arg}'")));
-                };
-                let value = match inline {
-                    Some(v) => v,
-                    None => it.next().ok_or_else(|| {
-                        ArgsExit::Error(format!("argument {name}: expected one argument"))
-                    })?,
-                };
-                values.insert(name, value);
-            }
-        }
-    }
-    let required = |name: &str| {
-        values
-            .get(name)
-            .cloned()
-            .ok_or_else(|| ArgsExit::Error(format!("argument {name} is required")))
-    };
-    let int = |name: &str| -> Result<Option<i32>, ArgsExit> {
-        values
-            .get(name)
-            .map(|v| {
-                v.trim().parse::<i32>().map_err(|_| {
-                    ArgsExit::Error(format!(
-                        "argument {name}: could not convert '{v}' to Integer"
-                    ))
-                })
-            })
-            .transpose()
-    };
-    let bootstrap = required("--bootstrap-server")?;
-    let topic = required("--topic")?;
-    let group_id = required("--group-id")?;
-    let protocol = match values
-        .get("--group-protocol")
-        .map(|p| p.to_ascii_lowercase())
-    {
-        None => Protocol::Classic,
-        Some(p) if p == "classic" => Protocol::Classic,
-        Some(p) if p == "consumer" => Protocol::Consumer,
-        Some(p) => {
-            return Err(ArgsExit::Error(format!(
-                "argument --group-protocol: {p:?} is not one of CLASSIC, CONSUMER"
-            )));
-        }
-    };
-    let reset = match values.get("--reset-policy").map(|p| p.to_ascii_lowercase()) {
-        None => Reset::To(OffsetReset::Earliest),
-        Some(p) if p == "earliest" => Reset::To(OffsetReset::Earliest),
-        Some(p) if p == "latest" => Reset::To(OffsetReset::Latest),
-        Some(p) if p == "none" => Reset::None,
-        Some(p) => {
-            return Err(ArgsExit::Error(format!(
-                "argument --reset-policy: {p:?} is not supported; use earliest, latest or none"
-            )));
-        }
-    };
-    let close_timeout = int("--close-timeout")?.unwrap_or(30_000);
-    if close_timeout < 0 {
-        return Err(ArgsExit::Error(format!(
-            "argument --close-timeout: {close_timeout} must not be negative"
-        )));
-    }
-    let members = int("--members")?.unwrap_or(1);
-    if members < 1 {
-        return Err(ArgsExit::Error(format!(
-            "argument --members: {members} must be at least 1"
-        )));
-    }
-    Ok(Args {
-        members: members.unsigned_abs(),
-        bootstrap,
-        topic,
-        group_id,
-        protocol,
-        remote_assignor: values.get("--group-remote-assignor").cloned(),
-        instance_id: values.get("--group-instance-id").cloned(),
-        max_messages: int("--max-messages")?.unwrap_or(-1),
-        session_timeout: int("--session-timeout")?,
-        verbose,
-        autocommit,
-        close_timeout,
-        reset,
-        assignment_strategy: values
-            .get("--assignment-strategy")
-            .cloned()
-            .unwrap_or_else(|| RANGE_ASSIGNOR.to_owned()),
-        consumer_config: values.get("--consumer.config").map(PathBuf::from),
-        command_config: values.get("--command-config").map(PathBuf::from),
+            ErrorKind::InvalidValue => format!("argument {flag}: expected one argument"),
+            ErrorKind::ValueValidation => match std::error::Error::source(&e) {
+                Some(why) => format!("argument {flag}: {why}"),
+                None => format!("argument {flag}: invalid value"),
+            },
+            ErrorKind::TooManyValues => format!(
+                "argument {flag}: ignored explicit argument {:?}",
+                context(ContextKind::InvalidValue)
+            ),
+            _ => e
+                .render()
+                .to_string()
+                .trim_start_matches("error: ")
+                .trim()
+                .to_owned(),
+        })
     })
 }
 
@@ -475,43 +450,28 @@ fn read_properties(path: &std::path::Path) -> Result<BTreeMap<String, String>, S
 
 // =============================================================================== JSON output
 
-/// `s` as a JSON string literal, escaped as Jackson does (quote, backslash, control characters;
-/// everything else, non-ASCII included, as is).
-fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04X}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 tokio::task_local! {
     /// The index of the member whose events this task prints (`--members` > 1).
     static MEMBER: Option<u32>;
 }
 
-/// One JSON object, fields in insertion order.
-struct Obj(String);
+/// One JSON object, fields in insertion order (Java's `@JsonPropertyOrder`; a `serde_json::Map`
+/// would sort them). Keys and values are written by serde_json.
+struct Obj(Vec<(&'static str, Field)>);
+
+enum Field {
+    Value(Value),
+    Objects(Vec<Obj>),
+}
 
 impl Obj {
     fn new() -> Self {
-        Obj(String::from("{"))
+        Obj(Vec::new())
     }
 
     /// An event: `"timestamp"` (ms since the epoch, as Java's `System.currentTimeMillis()`) and
-    /// `"name"` first, as Java's `@JsonPropertyOrder`; then `"timestamp_us"`; then `"member"` when the event comes from one of several members (`--members`).
+    /// `"name"` first, as Java's `@JsonPropertyOrder`; then `"timestamp_us"`; then `"member"`
+    /// when the event comes from one of several members (`--members`).
     fn event(name: &str) -> Self {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -528,48 +488,77 @@ impl Obj {
         }
     }
 
-    fn raw(mut self, key: &str, json: &str) -> Self {
-        if self.0.len() > 1 {
-            self.0.push(',');
-        }
-        self.0.push_str(&quote(key));
-        self.0.push(':');
-        self.0.push_str(json);
+    fn field(mut self, key: &'static str, value: Field) -> Self {
+        self.0.push((key, value));
         self
     }
 
-    fn str(self, key: &str, value: &str) -> Self {
-        self.raw(key, &quote(value))
+    fn str(self, key: &'static str, value: &str) -> Self {
+        self.field(key, Field::Value(Value::from(value)))
     }
 
-    fn opt_str(self, key: &str, value: Option<&str>) -> Self {
-        match value {
-            Some(v) => self.str(key, v),
-            None => self.raw(key, "null"),
-        }
+    fn opt_str(self, key: &'static str, value: Option<&str>) -> Self {
+        self.field(key, Field::Value(Value::from(value)))
     }
 
-    fn num(self, key: &str, value: impl Into<i64>) -> Self {
-        self.raw(key, &value.into().to_string())
+    fn num(self, key: &'static str, value: impl Into<i64>) -> Self {
+        self.field(key, Field::Value(Value::from(value.into())))
     }
 
-    fn bool(self, key: &str, value: bool) -> Self {
-        self.raw(key, if value { "true" } else { "false" })
+    fn bool(self, key: &'static str, value: bool) -> Self {
+        self.field(key, Field::Value(Value::from(value)))
     }
 
-    fn arr(self, key: &str, items: impl IntoIterator<Item = Obj>) -> Self {
-        let items: Vec<String> = items.into_iter().map(Obj::end).collect();
-        self.raw(key, &format!("[{}]", items.join(",")))
+    fn arr(self, key: &'static str, items: impl IntoIterator<Item = Obj>) -> Self {
+        self.field(key, Field::Objects(items.into_iter().collect()))
     }
 
-    fn end(mut self) -> String {
-        self.0.push('}');
-        self.0
+    /// The object as one line of JSON.
+    fn end(self) -> String {
+        let fields: Vec<String> = self
+            .0
+            .into_iter()
+            .map(|(key, value)| {
+                let value = match value {
+                    Field::Value(v) => v.to_string(),
+                    Field::Objects(items) => {
+                        let items: Vec<String> = items.into_iter().map(Obj::end).collect();
+                        format!("[{}]", items.join(","))
+                    }
+                };
+                format!("{}:{value}", Value::from(key))
+            })
+            .collect();
+        jackson_hex(format!("{{{}}}", fields.join(",")))
     }
 
     fn emit(self) {
         emit_line(&self.end());
     }
+}
+
+/// serde_json escapes a control character as `\u001f`, Jackson as `\u001F`: the hex digits of
+/// every `\u` escape in upper case, so that the lines match Java's byte for byte.
+fn jackson_hex(json: String) -> String {
+    if !json.contains("\\u") {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len());
+    let mut chars = json.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '\\' {
+            match chars.next() {
+                Some('u') => {
+                    out.push('u');
+                    out.extend(chars.by_ref().take(4).map(|h| h.to_ascii_uppercase()));
+                }
+                Some(escaped) => out.push(escaped),
+                None => {}
+            }
+        }
+    }
+    out
 }
 
 /// Writes one line to stdout and flushes it (a closed stdout is ignored).
@@ -1437,24 +1426,86 @@ mod tests {
         assert!(a.verbose && !a.autocommit);
         assert_eq!(a.reset, Reset::To(OffsetReset::Earliest));
         assert!(matches!(args(&[]), Err(ArgsExit::Help)));
-        assert!(matches!(args(&["--topic", "t"]), Err(ArgsExit::Error(_))));
-        assert!(matches!(
-            args(&[
-                "--bootstrap-server",
-                "h:1",
-                "--topic",
-                "t",
-                "--group-id",
-                "g",
-                "--bogus"
-            ]),
-            Err(ArgsExit::Error(_))
-        ));
+        assert!(matches!(args(&["-h"]), Err(ArgsExit::Help)));
+        let a = args(&[
+            "--bootstrap-server=h:1",
+            "--topic",
+            "t",
+            "--group-id",
+            "g",
+            "--max-messages",
+            "-1",
+            "--members",
+            "3",
+            "--max-messages",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!((a.max_messages, a.members, a.close_timeout), (5, 3, 30_000));
+        assert_eq!(a.assignment_strategy, RANGE_ASSIGNOR);
+        // What is wrong: `argument_errors_read_as_verifiable_consumer_s`.
+    }
+
+    #[test]
+    fn argument_errors_read_as_verifiable_consumer_s() {
+        let required = [
+            "--bootstrap-server",
+            "h:1",
+            "--topic",
+            "t",
+            "--group-id",
+            "g",
+        ];
+        let cases: &[(&[&str], &str)] = &[
+            (&["--bogus"], "unrecognized arguments: '--bogus'"),
+            (&["--bogus=3"], "unrecognized arguments: '--bogus=3'"),
+            (&["--members"], "argument --members: expected one argument"),
+            (
+                &["--max-messages", "x"],
+                "argument --max-messages: could not convert 'x' to Integer",
+            ),
+            (
+                &["--group-protocol", "Streams"],
+                "argument --group-protocol: \"streams\" is not one of CLASSIC, CONSUMER",
+            ),
+            (
+                &["--reset-policy=any"],
+                "argument --reset-policy: \"any\" is not supported; use earliest, latest or none",
+            ),
+            (
+                &["--close-timeout", "-5"],
+                "argument --close-timeout: -5 must not be negative",
+            ),
+            (
+                &["--members", "0"],
+                "argument --members: 0 must be at least 1",
+            ),
+            (
+                &["--verbose=yes"],
+                "argument --verbose: ignored explicit argument \"yes\"",
+            ),
+        ];
+        let error = |a: &[&str]| match args(a) {
+            Err(ArgsExit::Error(e)) => e,
+            other => panic!("{a:?}: {other:?}"),
+        };
+        assert_eq!(
+            error(&["--topic", "t"]),
+            "argument --bootstrap-server is required"
+        );
+        for (extra, expected) in cases {
+            assert_eq!(
+                error(&[&required[..], extra].concat()),
+                *expected,
+                "{extra:?}"
+            );
+        }
     }
 
     #[test]
     fn json_is_escaped_like_jackson() {
-        assert_eq!(quote("a\"b\\c\n\u{1}é/"), "\"a\\\"b\\\\c\\n\\u0001é/\"");
+        let line = Obj::new().str("key", "a\"b\\c\n\u{1}\u{1b}é/\\u00ab").end();
+        assert_eq!(line, r#"{"key":"a\"b\\c\n\u0001\u001Bé/\\u00ab"}"#);
         let line = Obj::new()
             .str("name", "x")
             .opt_str("key", None)

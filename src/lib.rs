@@ -172,6 +172,7 @@ pub mod config;
 pub mod driver;
 pub mod error;
 pub mod machine;
+pub mod manual;
 pub mod member_id;
 pub mod messages;
 #[cfg(feature = "tokio")]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real Apache Kafka (KRaft) broker for the integration tests, from Maven Central jars
-# only: no Kafka tarball, no Docker. See README.md, "Tests against a real broker".
+# only: no Kafka tarball, no Docker. See doc/manual/real_broker.md.
 #
 #   broker.sh start [--nodes 1|3] [--dir DIR] [--version X.Y.Z]
 #                                               fresh broker/cluster; prints the bootstrap
