@@ -27,8 +27,8 @@
 //! rejoins of the known member, and it ends Stable with its partitions.
 //!
 //! The `GroupMember` driver does not expose the Java policy, so the member is driven here by a
-//! small loop over the public sans-IO `ClassicMember` (the same drive contract as
-//! `driver::run_until`, with commands and the application's polls fed in between).
+//! small loop over the public sans-IO `ClassicMember` (the same drive contract as the driver's
+//! loop, with commands and the application's polls fed in between).
 
 // Without `sim` there is no Java policy, and its checks go unused.
 #![cfg_attr(not(feature = "sim"), allow(dead_code))]

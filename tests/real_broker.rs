@@ -126,13 +126,22 @@ async fn batched_find_coordinator_resolves_several_groups_in_one_request() {
         .await;
     assert_eq!(answer.as_ref().map(|r| r.version).ok(), Some(6));
     lookup.handle_response(first.id, answer, Instant::now());
-    let found = driver::run_until(&mut lookup, &t, |l| {
-        groups
-            .iter()
-            .map(|g| l.coordinator(g).cloned())
-            .collect::<Option<Vec<_>>>()
-    })
-    .await;
+    // The rest of the lookup, driven one request at a time (sleeping out its retry backoff).
+    let found = loop {
+        let known = groups.iter().map(|g| lookup.coordinator(g).cloned());
+        if let Some(found) = known.collect::<Option<Vec<_>>>() {
+            break found;
+        }
+        if let Some(out) = lookup.poll_request() {
+            let answer = t.send(out.target, out.request, out.timeout).await;
+            lookup.handle_response(out.id, answer, Instant::now());
+        } else if let Some((at, _)) = lookup.poll_timeout() {
+            tokio::time::sleep_until(at.into()).await;
+            lookup.handle_timeout(Instant::now());
+        } else {
+            panic!("the lookup stopped with coordinators unknown");
+        }
+    };
     assert!(found.iter().all(|c| c.node_id == 1), "{found:?}");
 }
 

@@ -1,17 +1,16 @@
-//! The tokio face of the KIP-1071 streams member ([`StreamsMember`]): the same drive loop, close
-//! tracking and command channel as [`GroupMember`](super::GroupMember).
+//! The tokio face of the KIP-1071 streams member ([`StreamsMember`]): [`StreamsGroupMember`],
+//! its [`StreamsMemberHandle`] and its [`StreamsSnapshot`], on the same member loop, command
+//! channel and event stream as [`GroupMember`](super::GroupMember).
 
 use std::collections::BTreeMap;
-use std::ops::ControlFlow;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::{
-    Commands, Events, LeaveWatch, Loop, MemberCommand, Polling, Waiting, after_close,
-    close_options, draw_identity, drive, spawn_task,
-};
+use super::{CloseOutcome, Commands, EventStream, MemberTask, draw_identity, now, start};
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError};
 use crate::machine::events::{CloseOptions, MemberState, Reason, RevokeTicket};
@@ -21,8 +20,6 @@ use crate::machine::streams::{
 };
 use crate::request::Outbound;
 use crate::transport::Transport;
-
-use super::CloseOutcome;
 
 enum StreamsCommand {
     Poll(oneshot::Sender<Result<(), ApiMisuse>>),
@@ -34,14 +31,7 @@ enum StreamsCommand {
     ),
     LeaveGroup(oneshot::Sender<Result<(), ApiMisuse>>),
     RequestShutdown(oneshot::Sender<Result<(), ApiMisuse>>),
-    Close(CloseOptions, oneshot::Sender<CloseOutcome>),
     Snapshot(oneshot::Sender<StreamsSnapshot>),
-}
-
-impl MemberCommand for StreamsCommand {
-    fn close(options: CloseOptions, tx: oneshot::Sender<CloseOutcome>) -> Self {
-        StreamsCommand::Close(options, tx)
-    }
 }
 
 /// A point-in-time view of a streams member.
@@ -74,9 +64,10 @@ pub struct StreamsSnapshot {
 /// counter [`TASK_GUARD_INTERVENTIONS_TOTAL`](crate::metrics::TASK_GUARD_INTERVENTIONS_TOTAL)
 /// and emits [`StreamsEvent::GuardIntervened`].
 ///
-/// Calls go through a [`StreamsMemberHandle`] (the member derefs to one; [`handle`](Self::handle)
-/// clones it for other tasks). Waiting in [`next_event`](Self::next_event) counts as the
-/// application polling (`max.poll.interval.ms`). The task ends after
+/// The member has the calls of its [`StreamsMemberHandle`] itself; [`handle`](Self::handle)
+/// gives a clonable one for other tasks. Events come from [`next_event`](Self::next_event) or,
+/// as a [`Stream`](futures_core::Stream), from the member itself; waiting for the next event
+/// counts as the application polling (`max.poll.interval.ms`). The task ends after
 /// [`StreamsEvent::Closed`], after [`StreamsEvent::Fatal`], or when the member and every handle
 /// are dropped (it then closes with [`CloseOptions::Default`]); events still arrive after
 /// [`close`](StreamsMemberHandle::close): drain them until `None`.
@@ -122,7 +113,7 @@ pub struct StreamsSnapshot {
 #[derive(Debug)]
 pub struct StreamsGroupMember {
     handle: StreamsMemberHandle,
-    events: mpsc::UnboundedReceiver<StreamsEvent>,
+    events: EventStream<StreamsEvent>,
 }
 
 /// The command side of a [`StreamsGroupMember`]: cheap to clone, usable from any task.
@@ -176,20 +167,15 @@ impl StreamsGroupMember {
         member: StreamsMember,
         runtime: Option<&tokio::runtime::Handle>,
     ) -> Self {
-        let (commands, command_rx) = Commands::new(member.config().request_timeout);
-        let (event_tx, events) = mpsc::unbounded_channel();
-        let group = member.config().group_id.clone();
-        let polling = commands.polling.clone();
-        spawn_task(
+        let request_timeout = member.config().request_timeout;
+        let task = StreamsTask {
+            group: member.config().group_id.clone(),
+        };
+        let (commands, events) = start(
             runtime,
-            run(
-                member,
-                group,
-                transport,
-                (command_rx, polling),
-                event_tx.clone(),
-            ),
-            event_tx,
+            transport,
+            (member, task),
+            request_timeout,
             StreamsEvent::Fatal,
         );
         Self {
@@ -203,18 +189,60 @@ impl StreamsGroupMember {
         self.handle.clone()
     }
 
-    /// The next event; `None` once the member's task ended. Waiting here counts as the
-    /// application polling (`max.poll.interval.ms`). Cancel-safe.
+    /// The next event; `None` once the member's task ended (after [`StreamsEvent::Closed`] or
+    /// [`StreamsEvent::Fatal`]). Waiting here counts as the application polling
+    /// (`max.poll.interval.ms`). Cancel-safe.
     pub async fn next_event(&mut self) -> Option<StreamsEvent> {
-        let _waiting = Waiting::begin(&self.handle.commands.polling);
-        self.events.recv().await
+        self.events.next().await
+    }
+
+    /// See [`StreamsMemberHandle::poll`].
+    pub async fn poll(&self) -> Result<(), ApiMisuse> {
+        self.handle.poll().await
+    }
+
+    /// See [`StreamsMemberHandle::complete_revocation`].
+    pub async fn complete_revocation(&self, ticket: RevokeTicket) -> Result<(), ApiMisuse> {
+        self.handle.complete_revocation(ticket).await
+    }
+
+    /// See [`StreamsMemberHandle::set_task_offsets`].
+    pub async fn set_task_offsets(
+        &self,
+        offsets: BTreeMap<TaskId, i64>,
+        end_offsets: BTreeMap<TaskId, i64>,
+    ) -> Result<(), ApiMisuse> {
+        self.handle.set_task_offsets(offsets, end_offsets).await
+    }
+
+    /// See [`StreamsMemberHandle::leave_group`].
+    pub async fn leave_group(&self) -> Result<(), ApiMisuse> {
+        self.handle.leave_group().await
+    }
+
+    /// See [`StreamsMemberHandle::request_shutdown`].
+    pub async fn request_shutdown(&self) -> Result<(), ApiMisuse> {
+        self.handle.request_shutdown().await
+    }
+
+    /// See [`StreamsMemberHandle::snapshot`].
+    pub async fn snapshot(&self) -> Option<StreamsSnapshot> {
+        self.handle.snapshot().await
+    }
+
+    /// See [`StreamsMemberHandle::close`]. Keep reading events after it until `None`.
+    pub async fn close(&self, options: CloseOptions) -> CloseOutcome {
+        self.handle.close(options).await
     }
 }
 
-impl std::ops::Deref for StreamsGroupMember {
-    type Target = StreamsMemberHandle;
-    fn deref(&self) -> &StreamsMemberHandle {
-        &self.handle
+impl futures_core::Stream for StreamsGroupMember {
+    type Item = StreamsEvent;
+
+    /// The events of [`next_event`](StreamsGroupMember::next_event), with the same polling
+    /// rule.
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamsEvent>> {
+        self.events.poll_next(cx)
     }
 }
 
@@ -276,29 +304,34 @@ fn member(
     streams: StreamsConfig,
     process: StreamsProcess,
 ) -> Result<StreamsMember, ConfigError> {
-    StreamsMember::new(draw_identity(group), streams, process, super::now())
+    StreamsMember::new(draw_identity(group), streams, process, now())
 }
 
-/// The tokio side of a [`StreamsGroupMember`].
-struct StreamsLoop {
+/// What a [`StreamsGroupMember`]'s task does of its own: it joins at once, and counts the task
+/// guard's interventions and the lease's expiries.
+struct StreamsTask {
     group: String,
-    events: Events<StreamsEvent>,
-    leave: LeaveWatch,
 }
 
-impl Loop<StreamsMember> for StreamsLoop {
+impl MemberTask for StreamsTask {
+    type Machine = StreamsMember;
+    type Event = StreamsEvent;
     type Command = StreamsCommand;
-    type Output = ();
+
+    fn start(&mut self, member: &mut StreamsMember, now: Instant) {
+        // A fresh member always joins (it is neither stopped nor closing).
+        let _ = member.join(now);
+    }
 
     fn sent(&mut self, out: &Outbound, _now: Instant) {
         tracing::trace!(id = %out.id, target = %out.target, api = ?out.request.api_key(), "sending");
     }
 
-    fn polled(&mut self, member: &mut StreamsMember, at: Instant) {
+    fn polled(member: &mut StreamsMember, at: Instant) {
         member.poll(at);
     }
 
-    fn event(&mut self, member: &mut StreamsMember, event: StreamsEvent) {
+    fn event(&mut self, _member: &mut StreamsMember, event: StreamsEvent) -> Option<StreamsEvent> {
         match &event {
             // The guard logged the intervention (a `warn` line); count it.
             StreamsEvent::GuardIntervened(i) => {
@@ -312,66 +345,25 @@ impl Loop<StreamsMember> for StreamsLoop {
                 reason: Reason::LeaseExpired,
                 ..
             } => crate::metrics::streams_lease_expired(&self.group),
-            StreamsEvent::Closed | StreamsEvent::Fatal(_) => {
-                self.leave.closed(member.close_outcome())
-            }
             _ => {}
         }
-        self.events.send(event);
+        Some(event)
     }
 
-    fn idle(&mut self, _member: &mut StreamsMember) -> ControlFlow<()> {
-        self.leave.finish()
+    fn ends(event: &StreamsEvent) -> bool {
+        matches!(event, StreamsEvent::Closed | StreamsEvent::Fatal(_))
     }
 
-    fn command(
-        &mut self,
-        member: &mut StreamsMember,
-        command: Option<StreamsCommand>,
-    ) -> ControlFlow<()> {
-        let now = super::now();
-        let Some(options) = close_options(command, |c| self.apply(member, c, now)) else {
-            return ControlFlow::Continue(());
-        };
-        member.close(options, now);
-        after_close(member.state())
-    }
-}
-
-impl StreamsLoop {
-    fn new(
-        group: String,
-        events: mpsc::UnboundedSender<StreamsEvent>,
-        polling: Arc<Polling>,
-    ) -> Self {
-        let events = Events {
-            tx: events,
-            polling,
-        };
-        let leave = LeaveWatch::default();
-        Self {
-            group,
-            events,
-            leave,
-        }
+    fn close_outcome(member: &StreamsMember) -> Option<CloseOutcome> {
+        member.close_outcome()
     }
 
-    /// Carries out `command`; a close is left to the caller, with its options.
-    fn apply(
-        &mut self,
-        member: &mut StreamsMember,
-        command: StreamsCommand,
-        now: Instant,
-    ) -> Option<CloseOptions> {
+    fn apply(&mut self, member: &mut StreamsMember, command: StreamsCommand, now: Instant) {
         let stopped = |m: &StreamsMember| match m.state() {
             MemberState::Fatal | MemberState::Closed => Err(ApiMisuse::Stopped),
             _ => Ok(()),
         };
         match command {
-            StreamsCommand::Close(options, tx) => {
-                self.leave.closing.push(tx);
-                return Some(options);
-            }
             StreamsCommand::Poll(tx) => {
                 member.poll(now);
                 drop(tx.send(stopped(member)))
@@ -401,34 +393,22 @@ impl StreamsLoop {
                 process_id: member.process().process_id(),
             })),
         }
-        None
     }
-}
 
-async fn run<T: Transport>(
-    mut member: StreamsMember,
-    group: String,
-    transport: Arc<T>,
-    (commands, polling): (mpsc::UnboundedReceiver<StreamsCommand>, Arc<Polling>),
-    events: mpsc::UnboundedSender<StreamsEvent>,
-) {
-    let mut l = StreamsLoop::new(group, events, polling.clone());
-    // A fresh member always joins (it is neither stopped nor closing).
-    let _ = member.join(super::now());
-    drive(
-        &mut member,
-        &transport,
-        &mut l,
-        Some(commands),
-        Some(polling),
-    )
-    .await
+    fn close(member: &mut StreamsMember, options: CloseOptions, now: Instant) -> MemberState {
+        member.close(options, now);
+        member.state()
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use std::ops::ControlFlow;
 
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use tokio::sync::mpsc;
+
+    use super::super::{Loop, MemberLoop};
     use super::*;
     use crate::error::GroupError;
     use crate::machine::streams::{Intervention, Subtopology};
@@ -442,13 +422,14 @@ mod tests {
             vec![Subtopology::new("0", ["in".to_string()])],
         );
         let process = StreamsProcess::new("p", None);
-        StreamsMember::new(
-            config,
-            StreamsConfig::new(topology),
-            process,
-            super::super::now(),
-        )
-        .unwrap()
+        StreamsMember::new(config, StreamsConfig::new(topology), process, now()).unwrap()
+    }
+
+    fn streams_loop(events: mpsc::UnboundedSender<StreamsEvent>) -> MemberLoop<StreamsTask> {
+        let task = StreamsTask {
+            group: "app".into(),
+        };
+        MemberLoop::new(task, events, Arc::default())
     }
 
     fn intervention(kind: InterventionKind) -> StreamsEvent {
@@ -464,7 +445,7 @@ mod tests {
     #[test]
     fn guard_interventions_are_counted_by_kind_and_reach_the_application() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut l = StreamsLoop::new("app".into(), tx, Arc::default());
+        let mut l = streams_loop(tx);
         let mut m = member();
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
@@ -512,7 +493,7 @@ mod tests {
             StreamsEvent::Fatal(GroupError::StreamsProtocolUnsupported),
         ] {
             let (tx, _rx) = mpsc::unbounded_channel();
-            let mut l = StreamsLoop::new("app".into(), tx, Arc::default());
+            let mut l = streams_loop(tx);
             let mut m = member();
             let (close_tx, mut close_rx) = oneshot::channel();
             l.leave.closing.push(close_tx);
