@@ -368,7 +368,7 @@ mod sim {
     use consumer_membership::machine::consumer::ConsumerMember;
     use consumer_membership::machine::events::MemberState;
     use consumer_membership::machine::member::Member;
-    use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+    use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
     use kafka_protocol::messages::ApiKey;
     use rand::{RngCore, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -392,7 +392,7 @@ mod sim {
 
     /// `None` once every member is Stable, the coordinator holds exactly them and the
     /// assignment checks out; else why not.
-    fn converged(w: &World, handles: &[MemberHandle], partitions: usize) -> Option<String> {
+    fn converged(w: &World, handles: &[MemberSlot], partitions: usize) -> Option<String> {
         let unstable = handles
             .iter()
             .filter(|h| w.member(**h).state() != MemberState::Stable)

@@ -28,7 +28,7 @@ use consumer_membership::machine::classic::ClassicMember;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::sim::codes;
 use consumer_membership::sim::coordinator::{AppendFault, GroupState, Residence};
-use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 
 const SEED: u64 = 16;
 
@@ -61,7 +61,7 @@ fn setup(rule: Rule) -> impl FnOnce(&mut ClassicMember) {
     }
 }
 
-fn stable_pair(rule: Rule) -> (World, MemberHandle, MemberHandle) {
+fn stable_pair(rule: Rule) -> (World, MemberSlot, MemberSlot) {
     let mut w = World::new(SimConfig::new(SEED).with_topic("t", 4).with_topic("u", 2));
     let a = w
         .add_classic("a", config("inst-a", 1), setup(rule))
@@ -83,9 +83,9 @@ fn stable_pair(rule: Rule) -> (World, MemberHandle, MemberHandle) {
 fn replace_during_rebalance_then_move(
     w: &mut World,
     x: String,
-    b: MemberHandle,
-    join: impl FnOnce(&mut World) -> MemberHandle,
-) -> (String, MemberHandle) {
+    b: MemberSlot,
+    join: impl FnOnce(&mut World) -> MemberSlot,
+) -> (String, MemberSlot) {
     let generation = w.coordinator().generation();
     w.note("b changes its subscription: the group prepares a rebalance");
     w.subscribe(b, &["t", "u"]);
@@ -126,7 +126,7 @@ fn replace_during_rebalance_then_move(
     (x, holder)
 }
 
-fn scenario(rule: Rule) -> (World, MemberHandle, String) {
+fn scenario(rule: Rule) -> (World, MemberSlot, String) {
     let (mut w, a, b) = stable_pair(rule);
     let x = w.member(a).member_id();
     w.note("a's process crashes");
@@ -142,7 +142,7 @@ fn scenario(rule: Rule) -> (World, MemberHandle, String) {
     (w, a, x)
 }
 
-fn ends_fenced(w: &World, h: MemberHandle) -> bool {
+fn ends_fenced(w: &World, h: MemberSlot) -> bool {
     w.alive(h)
         && w.member(h).state() == MemberState::Fatal
         && matches!(
@@ -152,7 +152,7 @@ fn ends_fenced(w: &World, h: MemberHandle) -> bool {
 }
 
 /// The fence came from node 2, after it loaded X: the scenario reached the broker's rule.
-fn check_fenced_by_the_new_coordinator(w: &World, a: MemberHandle, x: &str) {
+fn check_fenced_by_the_new_coordinator(w: &World, a: MemberSlot, x: &str) {
     w.check(w.coordinator().node_id() == 2, "the coordinator is node 2");
     w.check(
         w.trace()

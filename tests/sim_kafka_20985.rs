@@ -25,7 +25,7 @@ use std::time::Duration;
 use consumer_membership::config::GroupConfig;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::sim::codes;
-use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 
 const STALL: Duration = Duration::from_secs(15);
 
@@ -49,7 +49,7 @@ fn line_of(w: &World, needles: &[&str]) -> Option<usize> {
 }
 
 /// Runs the seed's sequence; returns the world and the member.
-fn scenario(java_policy: bool) -> (World, MemberHandle) {
+fn scenario(java_policy: bool) -> (World, MemberSlot) {
     let mut w = World::new(SimConfig::new(20985).with_topic("t", 4));
     let m = w
         .add_classic("m", config(), |c| c.set_java_reset_policy(java_policy))

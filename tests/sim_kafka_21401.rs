@@ -23,7 +23,7 @@ use consumer_membership::machine::streams::{
 };
 use consumer_membership::request::Api;
 use consumer_membership::sim::coordinator::streams::{MemberView, OwnershipIndex, Task};
-use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 
 /// A 22-character member id starting with `prefix`, so ids sort as `streams::scenario::ids`.
 fn id(prefix: &str) -> MemberId {
@@ -135,10 +135,10 @@ fn settle(w: &mut World, what: &str) {
 
 /// Slots: C, B, A1, A2, A3.
 struct Slots {
-    b: MemberHandle,
-    a1: MemberHandle,
-    a2: MemberHandle,
-    a3: MemberHandle,
+    b: MemberSlot,
+    a1: MemberSlot,
+    a2: MemberSlot,
+    a3: MemberSlot,
 }
 
 /// What a run saw: the instants of double ownership within one process, and per step the
@@ -236,7 +236,7 @@ fn run(index: OwnershipIndex, process: fn(&str) -> StreamsProcess) -> Run {
     // 7. B leaves for good; 8. A3 joins on Pnew before anyone else heartbeats: right when both
     // A1 and A2 heard a heartbeat answer within the last second (their next ones are ~30 s
     // away).
-    let recent = |w: &World, h: MemberHandle| {
+    let recent = |w: &World, h: MemberSlot| {
         w.seen(h).iter().any(|s| {
             s.api == Api::STREAMS_GROUP_HEARTBEAT && s.at + Duration::from_secs(1) > w.elapsed()
         })
@@ -273,7 +273,7 @@ fn run(index: OwnershipIndex, process: fn(&str) -> StreamsProcess) -> Run {
     }
 }
 
-fn holds(w: &World, h: MemberHandle) -> consumer_membership::machine::streams::StreamsTasks {
+fn holds(w: &World, h: MemberSlot) -> consumer_membership::machine::streams::StreamsTasks {
     w.member(h)
         .streams()
         .expect("a streams member")

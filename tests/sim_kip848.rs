@@ -12,7 +12,7 @@ use consumer_membership::machine::events::CloseOptions;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::machine::member::Member;
 use consumer_membership::sim::network::NetConfig;
-use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 
 fn consumer(w: &World, id: u8, instance: Option<&str>) -> Member {
     let mut c = GroupConfig::new("g");
@@ -30,7 +30,7 @@ fn world(seed: u64) -> World {
     World::new(SimConfig::new(seed).with_topic("t", 4))
 }
 
-fn add(w: &mut World, id: u8, instance: Option<&str>) -> MemberHandle {
+fn add(w: &mut World, id: u8, instance: Option<&str>) -> MemberSlot {
     let m = consumer(w, id, instance);
     w.add_member(&format!("k{id}"), Box::new(m))
 }

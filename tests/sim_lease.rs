@@ -17,7 +17,7 @@ use consumer_membership::machine::member::Member;
 use consumer_membership::machine::streams::{
     InternalTopic, StreamsConfig, StreamsProcess, StreamsTopology, Subtopology,
 };
-use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 
 /// The session timeout of every protocol here; with a 1 s heartbeat interval the lease holds
 /// 9 s from the send of the last answered heartbeat.
@@ -65,7 +65,7 @@ fn config(protocol: Protocol, n: u8, assumed_session: Duration) -> GroupConfig {
     c
 }
 
-fn world(protocol: Protocol, assumed_session: Duration) -> (World, MemberHandle, MemberHandle) {
+fn world(protocol: Protocol, assumed_session: Duration) -> (World, MemberSlot, MemberSlot) {
     let mut sim = SimConfig::new(7).with_topic("t", 4);
     sim.coordinator.consumer_session_timeout = SESSION;
     sim.coordinator.consumer_heartbeat_interval = INTERVAL;
@@ -77,7 +77,7 @@ fn world(protocol: Protocol, assumed_session: Duration) -> (World, MemberHandle,
         sim.group_id = "app".into();
     }
     let mut w = World::new(sim);
-    let add = |w: &mut World, n: u8| -> MemberHandle {
+    let add = |w: &mut World, n: u8| -> MemberSlot {
         let name = format!("m{n}");
         let c = config(protocol, n, assumed_session);
         match protocol {
@@ -126,7 +126,7 @@ fn settled(w: &World, protocol: Protocol) -> bool {
 }
 
 /// The first event of `h` at or after `since` whose text contains `what`, and its time.
-fn first_event(w: &World, h: MemberHandle, since: Duration, what: &str) -> Option<Duration> {
+fn first_event(w: &World, h: MemberSlot, since: Duration, what: &str) -> Option<Duration> {
     w.events(h)
         .iter()
         .find(|(at, e)| *at >= since && e.contains(what))
@@ -149,7 +149,7 @@ fn run(protocol: Protocol, fault: Fault) -> Outcome {
 /// [`run`] with members that assume the group's session timeout is `assumed_session`.
 fn run_assuming(protocol: Protocol, fault: Fault, assumed_session: Duration) -> Outcome {
     let (mut w, ours, other) = world(protocol, assumed_session);
-    let name = |h: MemberHandle| format!("m{}", h.0 + 1);
+    let name = |h: MemberSlot| format!("m{}", h.0 + 1);
     let before: Vec<TopicPartition> = w.ownership()[&name(ours)].clone();
     w.check(!before.is_empty(), "our member owns partitions");
     let member_id = w.member(ours).member_id();

@@ -9,10 +9,10 @@ use std::time::Duration;
 use consumer_membership::config::GroupConfig;
 use consumer_membership::machine::events::MemberState;
 use consumer_membership::sim::network::NetConfig;
-use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 use kafka_protocol::messages::ApiKey;
 
-fn stable_member(seed: u64, net: NetConfig) -> (World, MemberHandle) {
+fn stable_member(seed: u64, net: NetConfig) -> (World, MemberSlot) {
     let mut sim = SimConfig::new(seed).with_topic("t", 4);
     sim.net = net;
     let mut w = World::new(sim);
@@ -38,7 +38,7 @@ fn lines_with<'a>(w: &'a World, needles: &[&str]) -> Vec<&'a String> {
         .collect()
 }
 
-fn recovers(w: &mut World, h: MemberHandle, id: &str) {
+fn recovers(w: &mut World, h: MemberSlot, id: &str) {
     let ok = w.run_until(
         |w| w.member(h).state() == MemberState::Stable,
         Duration::from_secs(30),

@@ -41,7 +41,7 @@ use consumer_membership::sim::codes;
 use consumer_membership::sim::coordinator::{AppendFault, AppendFaults};
 use consumer_membership::sim::coordinator::{BrokerProfile, BrokerRules, ServerAssignor};
 use consumer_membership::sim::network::NetConfig;
-use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -58,7 +58,7 @@ struct Spec {
 
 /// A fresh process for `spec`: a classic member (with the Java reset policy when asked), or a
 /// consumer-protocol member.
-fn add_or_restart(w: &mut World, h: Option<MemberHandle>, spec: &Spec) -> MemberHandle {
+fn add_or_restart(w: &mut World, h: Option<MemberSlot>, spec: &Spec) -> MemberSlot {
     if spec.config.protocol == GroupProtocol::Consumer {
         // A KIP-1082 member id drawn from the process's seed, so a schedule replays.
         let mut bytes = [0u8; 16];
@@ -175,7 +175,7 @@ fn broker_rules(rng: &mut ChaCha8Rng) -> (BrokerRules, Option<ServerAssignor>) {
 }
 
 /// Builds the world for `seed` and schedules its faults.
-fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>) {
+fn build(seed: u64, trace: bool) -> (World, Vec<MemberSlot>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5eed);
     let mut sim = SimConfig::new(seed).with_topic("t", 6).with_topic("u", 3);
     sim.trace = trace;

@@ -35,7 +35,7 @@ use consumer_membership::machine::streams::{
 };
 use consumer_membership::sim::coordinator::streams::OwnershipIndex;
 use consumer_membership::sim::network::NetConfig;
-use consumer_membership::sim::world::{MemberHandle, SimConfig, World};
+use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -86,12 +86,12 @@ struct Shape {
 /// A fresh member for `slot` in `process`, with a member id drawn from `id_seed`.
 fn start(
     w: &mut World,
-    h: Option<MemberHandle>,
+    h: Option<MemberSlot>,
     slot: &Slot,
     shape: &Shape,
     process: &StreamsProcess,
     id_seed: u64,
-) -> MemberHandle {
+) -> MemberSlot {
     let mut bytes = [0u8; 16];
     ChaCha8Rng::seed_from_u64(id_seed).fill(&mut bytes);
     let mut c = GroupConfig::new("app");
@@ -135,7 +135,7 @@ fn new_process(plan: &mut Plan, seed: u64) -> usize {
 
 /// Starts a new member in slot `i` (handle `h`) in its current process; a member still alive
 /// there (not closed) dies without a leave: a crash.
-fn restart(w: &mut World, plan: &Shared, i: usize, h: MemberHandle, id_seed: u64) {
+fn restart(w: &mut World, plan: &Shared, i: usize, h: MemberSlot, id_seed: u64) {
     let p = plan.borrow();
     let process = p.processes[p.home[i]].clone();
     let (slot, shape) = (p.slots[i].clone(), p.shape.clone());
@@ -144,7 +144,7 @@ fn restart(w: &mut World, plan: &Shared, i: usize, h: MemberHandle, id_seed: u64
 }
 
 /// Builds the world for `seed` and schedules its events.
-fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>, Shared) {
+fn build(seed: u64, trace: bool) -> (World, Vec<MemberSlot>, Shared) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5743_ea35);
     let partitions = rng.random_range(2..=4);
     let two = rng.random_bool(0.4);
@@ -322,7 +322,7 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberHandle>, Shared) {
 /// UNRELEASED_INSTANCE_ID answered while a member id of another process held the instance id (a
 /// predecessor that crashed, or whose -2 leave failed: the broker refuses the instance id until
 /// that session expires, and a member that never registered stops, as the Java client does).
-fn legit_fatal(w: &World, h: MemberHandle, e: &GroupError) -> bool {
+fn legit_fatal(w: &World, h: MemberSlot, e: &GroupError) -> bool {
     match e {
         GroupError::FencedInstanceId { .. } => true,
         GroupError::UnreleasedInstanceId { .. } => w.unreleased_by_other_process(h),
@@ -332,7 +332,7 @@ fn legit_fatal(w: &World, h: MemberHandle, e: &GroupError) -> bool {
 
 /// Every live member that did not stop on a legitimate fatal error is Stable with nothing
 /// withheld, and the coordinator's group (members in an epoch >= 0) holds exactly them.
-fn settled(w: &World, handles: &[MemberHandle]) -> bool {
+fn settled(w: &World, handles: &[MemberSlot]) -> bool {
     let mut ids = BTreeSet::new();
     for h in handles {
         if !w.alive(*h) {
@@ -369,7 +369,7 @@ fn settled(w: &World, handles: &[MemberHandle]) -> bool {
 /// lost (its connection reset), the member's target keeps the task for good; the guard then
 /// withholds it forever while another local member holds it, and the member stays Reconciling.
 /// Empty unless every member that is not settled is such a member.
-fn stale_targets(w: &World, handles: &[MemberHandle]) -> Vec<String> {
+fn stale_targets(w: &World, handles: &[MemberSlot]) -> Vec<String> {
     let views = w.coordinator().streams().members("app");
     let mut stale = Vec::new();
     for h in handles {

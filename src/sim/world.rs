@@ -239,7 +239,7 @@ impl SimConfig {
 
 /// A slot in the world: one process at a time (see [`World::restart`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MemberHandle(pub usize);
+pub struct MemberSlot(pub usize);
 
 /// An answer a process received.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -553,7 +553,7 @@ impl World {
     ///
     /// # Panics
     /// When the slot's process is dead.
-    pub fn member(&self, h: MemberHandle) -> &dyn SimMember {
+    pub fn member(&self, h: MemberSlot) -> &dyn SimMember {
         self.procs[self.slots[h.0]]
             .member
             .as_deref()
@@ -561,17 +561,17 @@ impl World {
     }
 
     /// Whether the slot's process is alive.
-    pub fn alive(&self, h: MemberHandle) -> bool {
+    pub fn alive(&self, h: MemberSlot) -> bool {
         self.procs[self.slots[h.0]].member.is_some()
     }
 
     /// The slots.
-    pub fn handles(&self) -> Vec<MemberHandle> {
-        (0..self.slots.len()).map(MemberHandle).collect()
+    pub fn handles(&self) -> Vec<MemberSlot> {
+        (0..self.slots.len()).map(MemberSlot).collect()
     }
 
     /// The answers the slot's current process received.
-    pub fn seen(&self, h: MemberHandle) -> &[Seen] {
+    pub fn seen(&self, h: MemberSlot) -> &[Seen] {
         &self.procs[self.slots[h.0]].seen
     }
 
@@ -579,12 +579,12 @@ impl World {
     /// answered while a member id of another process held the instance id (the broker's rule
     /// for a new member id; a fatal error is then the Java client's behaviour too), rather than
     /// the process's own earlier registration.
-    pub fn unreleased_by_other_process(&self, h: MemberHandle) -> bool {
+    pub fn unreleased_by_other_process(&self, h: MemberSlot) -> bool {
         self.procs[self.slots[h.0]].unreleased_elsewhere
     }
 
     /// Whether any process of the slot (current or earlier) received `code`.
-    pub fn ever_seen(&self, h: MemberHandle, code: i16) -> bool {
+    pub fn ever_seen(&self, h: MemberSlot, code: i16) -> bool {
         self.procs
             .iter()
             .filter(|p| p.slot == h.0)
@@ -592,7 +592,7 @@ impl World {
     }
 
     /// The events of the slot's current process, with their times.
-    pub fn events(&self, h: MemberHandle) -> &[(Duration, String)] {
+    pub fn events(&self, h: MemberSlot) -> &[(Duration, String)] {
         &self.procs[self.slots[h.0]].events
     }
 
@@ -696,13 +696,13 @@ impl World {
     // ------------------------------------------------------------------ members
 
     /// Adds a member in a new slot.
-    pub fn add_member(&mut self, name: &str, member: Box<dyn SimMember>) -> MemberHandle {
+    pub fn add_member(&mut self, name: &str, member: Box<dyn SimMember>) -> MemberSlot {
         let slot = self.slots.len();
         let proc = self.new_process(name.to_owned(), slot, member);
         self.slots.push(proc);
         self.touch(proc);
         self.log(|| format!("{name}: process started"));
-        MemberHandle(slot)
+        MemberSlot(slot)
     }
 
     /// Adds a classic member built from `config` (seeded from the world when it has no seed);
@@ -712,7 +712,7 @@ impl World {
         name: &str,
         config: GroupConfig,
         setup: impl FnOnce(&mut ClassicMember),
-    ) -> Result<MemberHandle, ConfigError> {
+    ) -> Result<MemberSlot, ConfigError> {
         let member = self.build_classic(config, setup)?;
         Ok(self.add_member(name, Box::new(member)))
     }
@@ -741,7 +741,7 @@ impl World {
         config: GroupConfig,
         streams: StreamsConfig,
         process: StreamsProcess,
-    ) -> Result<MemberHandle, ConfigError> {
+    ) -> Result<MemberSlot, ConfigError> {
         let member = self.build_streams(config, streams, process)?;
         Ok(self.add_member(name, Box::new(member)))
     }
@@ -749,7 +749,7 @@ impl World {
     /// Restarts the slot with a streams member (see [`World::add_streams`]).
     pub fn restart_streams(
         &mut self,
-        h: MemberHandle,
+        h: MemberSlot,
         config: GroupConfig,
         streams: StreamsConfig,
         process: StreamsProcess,
@@ -843,7 +843,7 @@ impl World {
 
     /// Kills the slot's process: its member is dropped without a word, its connections close;
     /// what it already sent still reaches the broker.
-    pub fn kill(&mut self, h: MemberHandle) {
+    pub fn kill(&mut self, h: MemberSlot) {
         let p = self.slots[h.0];
         if self.procs[p].member.take().is_none() {
             return;
@@ -860,7 +860,7 @@ impl World {
     }
 
     /// Replaces the slot's process with a new one running `member` (the old one is killed first).
-    pub fn restart(&mut self, h: MemberHandle, member: Box<dyn SimMember>) {
+    pub fn restart(&mut self, h: MemberSlot, member: Box<dyn SimMember>) {
         self.kill(h);
         let base = self.procs[self.slots[h.0]]
             .name
@@ -878,7 +878,7 @@ impl World {
     /// Restarts the slot with a classic member built from `config`.
     pub fn restart_classic(
         &mut self,
-        h: MemberHandle,
+        h: MemberSlot,
         config: GroupConfig,
         setup: impl FnOnce(&mut ClassicMember),
     ) -> Result<(), ConfigError> {
@@ -890,7 +890,7 @@ impl World {
     /// Runs a command on the slot's member at the current time, then drains its outputs.
     pub fn with<R>(
         &mut self,
-        h: MemberHandle,
+        h: MemberSlot,
         what: &str,
         f: impl FnOnce(&mut dyn SimMember, Instant) -> R,
     ) -> Option<R> {
@@ -905,7 +905,7 @@ impl World {
     }
 
     /// Subscribes the slot's member to `topics`.
-    pub fn subscribe(&mut self, h: MemberHandle, topics: &[&str]) {
+    pub fn subscribe(&mut self, h: MemberSlot, topics: &[&str]) {
         let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
         let what = format!("subscribe {topics:?}");
         self.with(h, &what, |m, now| {
@@ -914,12 +914,12 @@ impl World {
     }
 
     /// Unsubscribes the slot's member.
-    pub fn unsubscribe(&mut self, h: MemberHandle) {
+    pub fn unsubscribe(&mut self, h: MemberSlot) {
         self.with(h, "unsubscribe", |m, now| m.unsubscribe(now));
     }
 
     /// Closes the slot's member.
-    pub fn close(&mut self, h: MemberHandle, options: CloseOptions) {
+    pub fn close(&mut self, h: MemberSlot, options: CloseOptions) {
         let what = format!("close {options:?}");
         self.with(h, &what, |m, now| m.close(options, now));
         // The close takes every revocation ticket back: the application stopped processing
@@ -930,7 +930,7 @@ impl World {
     }
 
     /// Commits offset `offset` for every partition the slot's member owns.
-    pub fn commit_owned(&mut self, h: MemberHandle, offset: i64) {
+    pub fn commit_owned(&mut self, h: MemberSlot, offset: i64) {
         self.with(h, "commit owned partitions", |m, now| {
             let offsets = m
                 .assignment()
@@ -946,7 +946,7 @@ impl World {
     }
 
     /// Whether the application of the slot polls (see [`SimConfig::app_polls`]).
-    pub fn set_polling(&mut self, h: MemberHandle, on: bool) {
+    pub fn set_polling(&mut self, h: MemberSlot, on: bool) {
         let p = self.slots[h.0];
         self.procs[p].polling = on;
         let name = self.procs[p].name.clone();
@@ -961,7 +961,7 @@ impl World {
     /// Closes the slot's coordinator connections (the client drops them): requests in flight on
     /// them fail with `Disconnected`; the broker processes what it has of them as it does for
     /// any connection the client closed (see [`super::network`]).
-    pub fn drop_connections(&mut self, h: MemberHandle) {
+    pub fn drop_connections(&mut self, h: MemberSlot) {
         let p = self.slots[h.0];
         self.touch(p);
         for c in self.conns_of(p, |r| matches!(r, Route::Coordinator(_))) {
@@ -975,7 +975,7 @@ impl World {
     /// them (requests already with its handlers are processed, their answers dropped), and the
     /// client sees them fail one delay later, after the answers already on their way: every
     /// request in flight on them fails with `Disconnected`.
-    pub fn reset_connections(&mut self, h: MemberHandle) {
+    pub fn reset_connections(&mut self, h: MemberSlot) {
         let p = self.slots[h.0];
         let now = self.now;
         for c in self.conns_of(p, |_| true) {
@@ -990,7 +990,7 @@ impl World {
 
     /// For `d`, every answer to the slot's process is lost on its way (the broker read and
     /// processed the requests; the connections stay up): its requests in flight time out.
-    pub fn drop_answers(&mut self, h: MemberHandle, d: Duration) {
+    pub fn drop_answers(&mut self, h: MemberSlot, d: Duration) {
         let p = self.slots[h.0];
         self.procs[p].deaf_until = Some(self.now + d);
         let name = self.procs[p].name.clone();
@@ -1000,7 +1000,7 @@ impl World {
     /// The slot's process is not driven for `d` (starved of CPU): no timer fires and no answer
     /// is handed to it meanwhile. Then its timers catch up first (`handle_timeout`), and the
     /// answers that arrived meanwhile follow, in order.
-    pub fn starve(&mut self, h: MemberHandle, d: Duration) {
+    pub fn starve(&mut self, h: MemberSlot, d: Duration) {
         let p = self.slots[h.0];
         let until = self.now + d;
         self.procs[p].frozen_until = Some(until);

@@ -124,7 +124,7 @@ pub struct CoordinatorConfig {
     /// Streams groups (KIP-1071): session timeout, heartbeat interval, standby replicas and the
     /// task ownership index ([`streams::OwnershipIndex`]; the broker's per-process one by
     /// default).
-    pub streams: streams::StreamsConfig,
+    pub streams: streams::StreamsGroupSettings,
 }
 
 impl CoordinatorConfig {
@@ -149,7 +149,7 @@ impl CoordinatorConfig {
             keep_log: true,
             seed: 0,
             rules: BrokerRules::default(),
-            streams: streams::StreamsConfig::default(),
+            streams: streams::StreamsGroupSettings::default(),
         }
     }
 }

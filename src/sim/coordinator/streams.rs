@@ -90,7 +90,7 @@ pub enum OwnershipIndex {
 
 /// Settings of [`StreamsGroups`] (the broker's defaults).
 #[derive(Debug, Clone)]
-pub struct StreamsConfig {
+pub struct StreamsGroupSettings {
     /// `group.streams.session.timeout.ms` (45 s).
     pub session_timeout: Duration,
     /// `group.streams.heartbeat.interval.ms` (5 s).
@@ -107,7 +107,7 @@ pub struct StreamsConfig {
     pub ownership_index: OwnershipIndex,
 }
 
-impl Default for StreamsConfig {
+impl Default for StreamsGroupSettings {
     fn default() -> Self {
         Self {
             session_timeout: Duration::from_millis(45_000),
@@ -185,7 +185,7 @@ fn blank(x: &str) -> bool {
 /// The streams groups of one coordinator.
 #[derive(Debug, Clone)]
 pub struct StreamsGroups {
-    config: StreamsConfig,
+    config: StreamsGroupSettings,
     groups: BTreeMap<String, Group>,
     /// Internal topics created for MISSING_INTERNAL_TOPICS answers: name -> partitions.
     internal_topics: BTreeMap<String, i32>,
@@ -200,7 +200,7 @@ pub struct StreamsGroups {
 
 impl StreamsGroups {
     /// No groups yet.
-    pub fn new(config: StreamsConfig) -> Self {
+    pub fn new(config: StreamsGroupSettings) -> Self {
         Self {
             config,
             groups: BTreeMap::new(),
@@ -212,7 +212,7 @@ impl StreamsGroups {
     }
 
     /// The settings.
-    pub fn config(&self) -> &StreamsConfig {
+    pub fn config(&self) -> &StreamsGroupSettings {
         &self.config
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::{GroupId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{MemberView, OwnershipIndex, StreamsConfig, StreamsGroups, Task};
+use super::{MemberView, OwnershipIndex, StreamsGroupSettings, StreamsGroups, Task};
 use crate::messages::streams_group_heartbeat_request as req;
 use crate::messages::streams_group_heartbeat_response as resp;
 use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
@@ -94,7 +94,7 @@ fn from_ids(list: &[resp::TaskIds]) -> BTreeSet<Task> {
 impl Script {
     /// A group `app` with `topology`, on `topics`, starting at `now`.
     pub fn new(
-        config: StreamsConfig,
+        config: StreamsGroupSettings,
         topics: BTreeMap<String, i32>,
         topology: req::Topology,
         now: Instant,
@@ -255,10 +255,10 @@ pub mod ids {
 /// its standbys; B leaves with -1; A3 joins on Pnew. Requests are one second apart from `start`.
 pub fn kafka_21401(index: OwnershipIndex, start: Instant) -> Kafka21401 {
     use ids::*;
-    let config = StreamsConfig {
+    let config = StreamsGroupSettings {
         num_standby_replicas: 2,
         ownership_index: index,
-        ..StreamsConfig::default()
+        ..StreamsGroupSettings::default()
     };
     let topics = BTreeMap::from([("input".to_owned(), 3), ("store-changelog".to_owned(), 3)]);
     let mut sc = Script::new(config, topics, one_stateful_subtopology(), start);

@@ -329,9 +329,9 @@ fn topics3() -> BTreeMap<String, i32> {
 }
 
 fn script(standby: u32) -> Script {
-    let config = StreamsConfig {
+    let config = StreamsGroupSettings {
         num_standby_replicas: standby,
-        ..StreamsConfig::default()
+        ..StreamsGroupSettings::default()
     };
     Script::new(
         config,
@@ -449,7 +449,7 @@ fn session_expiry_removes_members_and_static_members_after_minus_two() {
 
 #[test]
 fn statuses_and_internal_topic_creation() {
-    let config = StreamsConfig::default();
+    let config = StreamsGroupSettings::default();
     let mut sc = Script::new(
         config,
         BTreeMap::new(),
@@ -499,7 +499,12 @@ fn incorrectly_partitioned_copartitioned_topics() {
                 ]),
         ]);
     let topics = BTreeMap::from([("left".to_owned(), 3), ("right".to_owned(), 2)]);
-    let mut sc = Script::new(StreamsConfig::default(), topics, topology, Instant::now());
+    let mut sc = Script::new(
+        StreamsGroupSettings::default(),
+        topics,
+        topology,
+        Instant::now(),
+    );
     let a = sc.join("d1", None, "P1");
     let status = a.status.unwrap();
     assert_eq!(status[0].status_code, 2);
