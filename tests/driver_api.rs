@@ -1,6 +1,7 @@
 //! The driver's public contract, end to end over the in-memory transport and a scripted
-//! one-member classic coordinator: what `close()` reports, events as a `Stream`, calls after
-//! `close()`, and errors that convert into `consumer_membership::Error`.
+//! one-member classic coordinator: what `close()` reports, events as a `Stream` (the streams
+//! member's too), calls after `close()`, and errors that convert into
+//! `consumer_membership::Error`.
 
 use std::pin::Pin;
 use std::sync::atomic::AtomicI16;
@@ -289,20 +290,60 @@ async fn a_static_member_that_stays_in_the_group_reports_no_leave_due() {
     );
 }
 
-#[tokio::test]
-async fn events_are_a_stream() {
-    use futures_core::Stream;
-    let t = Arc::new(coordinator(0));
-    let mut m = assigned(&t, config()).await;
-    let _ = m.close(CloseOptions::RemainInGroup).await;
+/// A closed member's events, read as a `Stream` until it ends (within 20 s).
+async fn drain_stream<S: futures_core::Stream + Unpin>(member: &mut S) -> Vec<S::Item> {
     let mut events = Vec::new();
     let ended = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(e) = std::future::poll_fn(|cx| Pin::new(&mut m).poll_next(cx)).await {
+        while let Some(e) = std::future::poll_fn(|cx| Pin::new(&mut *member).poll_next(cx)).await {
             events.push(e);
         }
     });
     ended.await.expect("the stream ends after close");
+    events
+}
+
+#[tokio::test]
+async fn events_are_a_stream() {
+    let t = Arc::new(coordinator(0));
+    let mut m = assigned(&t, config()).await;
+    let _ = m.close(CloseOptions::RemainInGroup).await;
+    let events = drain_stream(&mut m).await;
     assert_eq!(events.last(), Some(&Event::Closed), "{events:?}");
+}
+
+/// A streams member is a `Stream` of its events as a `GroupMember` is, with its handle's calls
+/// on itself: closed before it ever reached a coordinator (every connection refused), its stream
+/// ends after `Closed`.
+#[tokio::test]
+async fn streams_events_are_a_stream() {
+    use consumer_membership::streams::{
+        StreamsConfig, StreamsEvent, StreamsGroupMember, StreamsProcess, StreamsTopology,
+        Subtopology,
+    };
+    let t = Arc::new(MemoryTransport::new(
+        |_: &_, _: RequestBody, _: i16| -> Result<ResponseKind, TransportError> {
+            Err(TransportError::Connect {
+                addr: "127.0.0.1:9092".into(),
+                reason: "refused".into(),
+            })
+        },
+    ));
+    let topology = StreamsTopology::new(0, vec![Subtopology::new("0", ["in".to_string()])]);
+    let mut m = StreamsGroupMember::start(
+        t,
+        GroupConfig::new("app"),
+        StreamsConfig::new(topology),
+        StreamsProcess::new("p", None),
+    )
+    .expect("valid config");
+    assert!(m.snapshot().await.is_some(), "the member's task runs");
+    let _ = m.close(CloseOptions::Default).await;
+    let events = drain_stream(&mut m).await;
+    assert!(
+        matches!(events.last(), Some(StreamsEvent::Closed)),
+        "{events:?}"
+    );
+    assert_eq!(m.poll().await, Err(ApiMisuse::Stopped));
 }
 
 /// A whole loop in a function returning `consumer_membership::Error`: every call's error
@@ -437,7 +478,7 @@ async fn a_task_that_panics_ends_the_events_with_a_typed_fatal() {
     ));
     let mut m = GroupMember::start(t, config()).expect("valid config");
     m.subscribe(["t".to_string()]).await.expect("subscribed");
-    let events = drain(&mut m).await;
+    let events = drain_stream(&mut m).await;
     match events.last() {
         Some(Event::Fatal(consumer_membership::GroupError::TaskEnded { reason })) => {
             assert!(reason.contains("transport exploded"), "{reason}")
@@ -474,7 +515,7 @@ async fn close_with_an_unread_revocation_leaves_at_once() {
         "{:?}",
         started.elapsed()
     );
-    let events = drain(&mut m).await;
+    let events = drain_stream(&mut m).await;
     assert!(
         events.iter().any(|e| matches!(e, Event::Revoking { .. })),
         "the Revoking event was still unread: {events:?}"
