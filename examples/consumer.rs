@@ -209,7 +209,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     start_positions(&handle, &transport, &added, &mut positions, config.request_timeout).await;
                 }
                 Some(Event::Revoking { partitions, ticket }) => {
-                    // Commit what was consumed of the partitions going away, then hand the ticket back.
+                    // Fetching is this loop's own, so it stopped already: commit what was consumed
+                    // of the partitions going away, then hand the ticket back, even if the
+                    // commit failed (`commit` prints the failure).
                     commit(&handle, &positions, Some(&partitions)).await;
                     for p in &partitions {
                         positions.remove(p);
@@ -270,7 +272,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Where to start each newly assigned partition: its committed offset, else the earliest.
+/// Where to start each newly assigned partition: its committed offset, else (no commit:
+/// `offset: None`) where `auto.offset.reset=earliest` says, the log start offset.
 async fn start_positions(
     handle: &MemberHandle,
     transport: &TcpTransport,

@@ -1,5 +1,6 @@
-//! The join loop of the crate's front page as a program: joins a group, reads the committed
-//! offsets of what it is assigned, commits before handing a revocation back, and closes.
+//! The join loop of the crate's front page as a program, without a record client: joins a
+//! group, reads the committed offsets of what it is assigned, commits before handing a
+//! revocation back (and hands it back when that commit failed), and closes.
 //!
 //! ```text
 //! cargo run --example quickstart -- 127.0.0.1:9092 my-group my-topic [classic|consumer] [seconds]
@@ -17,7 +18,8 @@ use consumer_membership::{
     GroupProtocol, TcpTransport, TopicPartition,
 };
 
-/// The next offset to read of each owned partition.
+/// The next offset to read of each owned partition that has one: its committed offset (this
+/// program reads no records, so it never moves).
 type Positions = BTreeMap<TopicPartition, i64>;
 
 /// What a run did.
@@ -70,13 +72,23 @@ pub async fn run(
                 match event {
                     Event::Assigned { added, .. } => {
                         report.assigned.extend(added.iter().cloned());
+                        // A partition with no commit comes back with `offset: None`. A program
+                        // that reads records starts it where auto.offset.reset says (the front
+                        // page's `Records::log_offset`); this one reads none, so it has no
+                        // position there, and nothing to commit for it.
                         for (tp, c) in member.committed(added).await? {
-                            positions.insert(tp, c.offset.unwrap_or(0));
+                            if let Some(offset) = c.offset {
+                                positions.insert(tp, offset);
+                            }
                         }
                     }
                     Event::Revoking { partitions, ticket } => {
-                        member.commit(offsets(&positions, &partitions)).await?;
-                        report.commits += 1;
+                        // Nothing to stop here (no records are processed): commit, then hand
+                        // the ticket back even if the commit failed (see `Event::Revoking`).
+                        match member.commit(offsets(&positions, &partitions)).await {
+                            Ok(()) => report.commits += 1,
+                            Err(error) => eprintln!("revocation commit: {error}"),
+                        }
                         positions.retain(|tp, _| !partitions.contains(tp));
                         member.complete_revocation(ticket).await?;
                         report.revocations += 1;

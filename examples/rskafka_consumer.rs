@@ -39,7 +39,7 @@ use clap::Parser;
 use consumer_membership::config::{SaslMechanism, SecurityProtocol};
 use consumer_membership::{
     ClientConfig, CloseOptions, CloseOutcome, CommitOffset, Event, GroupConfig, GroupMember,
-    MemberHandle, TcpTransport, TopicPartition, properties,
+    MemberHandle, OffsetReset, TcpTransport, TopicPartition, properties,
 };
 use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
@@ -177,6 +177,7 @@ pub async fn run(
                     for tp in added {
                         let (topic, retry) = (tp.topic.to_string(), UnknownTopicHandling::Retry);
                         let pc = records.partition_client(topic, tp.partition, retry).await?;
+                        // No commit yet (`offset: None`): where auto.offset.reset says.
                         let start = match starts.get(&tp).and_then(|c| c.offset) {
                             Some(offset) => offset,
                             None => pc.get_offset(reset).await?,
@@ -198,6 +199,8 @@ pub async fn run(
                     }
                 }
                 Some(Event::Revoking { partitions, ticket }) => {
+                    // Stop, commit, hand back; a failed commit is reported by `commit` and the
+                    // ticket goes back anyway (else the member stalls until max.poll.interval.ms).
                     let stopped = stop_fetchers(&mut fetchers, &partitions, "revoked", log).await;
                     commit(&handle, stopped, &mut committed, Some(&partitions), log).await;
                     member.complete_revocation(ticket).await?;
@@ -348,13 +351,11 @@ async fn commit(
 pub fn load(path: &std::path::Path) -> Result<(ClientConfig, GroupConfig, OffsetAt), BoxError> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let (props, mut rest) = properties::split_properties(properties::parse_properties(&text)?);
-    let reset = match rest.remove("auto.offset.reset").as_deref().map(str::trim) {
-        Some("earliest") => OffsetAt::Earliest,
-        Some("latest") | None => OffsetAt::Latest,
-        Some(other) => {
-            return Err(format!("auto.offset.reset={other}: not earliest or latest").into());
-        }
+    let reset = match properties::offset_reset(&rest)? {
+        OffsetReset::Earliest => OffsetAt::Earliest,
+        OffsetReset::Latest => OffsetAt::Latest,
     };
+    rest.remove("auto.offset.reset");
     if !rest.is_empty() {
         eprintln!("unused properties: {:?}", rest.keys().collect::<Vec<_>>());
     }

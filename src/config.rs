@@ -328,7 +328,13 @@ pub struct ClientConfig {
     pub bootstrap_servers: Vec<String>,
     /// `client.id`, sent in every request header (default `"consumer-membership"`).
     pub client_id: String,
-    /// `request.timeout.ms` (default 30 s).
+    /// `request.timeout.ms` (default 30 s) of the requests the transport sends of its own
+    /// accord (the refresh of its broker list, [`TcpTransport::broker_versions`]) and of
+    /// [`find_coordinator`](crate::driver::find_coordinator). Not a member's requests: each
+    /// carries its own timeout, [`GroupConfig::request_timeout`], which
+    /// [`Transport::send`](crate::transport::Transport::send) honours (connecting included).
+    ///
+    /// [`TcpTransport::broker_versions`]: crate::transport::TcpTransport::broker_versions
     pub request_timeout: Duration,
     /// `default.api.timeout.ms` (default 60 s): the bound of a blocking lookup such as
     /// [`find_coordinator`](crate::driver::find_coordinator), retries included.
@@ -342,9 +348,14 @@ pub struct ClientConfig {
     /// request fails. A request's own timeout never stretches it: a JoinGroup that may be
     /// parked for minutes still gives up on a broker that does not accept it within this.
     pub socket_connection_setup_timeout: Duration,
-    /// `retry.backoff.ms` (default 100 ms).
+    /// `retry.backoff.ms` (default 100 ms): the first retry delay of
+    /// [`find_coordinator`](crate::driver::find_coordinator). A member's retries follow
+    /// [`GroupConfig::retry_backoff`]; reconnecting to a broker follows
+    /// [`reconnect_backoff`](Self::reconnect_backoff).
     pub retry_backoff: Duration,
-    /// `retry.backoff.max.ms` (default 1 s).
+    /// `retry.backoff.max.ms` (default 1 s): the longest retry delay of
+    /// [`find_coordinator`](crate::driver::find_coordinator) (a member's:
+    /// [`GroupConfig::retry_backoff_max`]).
     pub retry_backoff_max: Duration,
     /// Largest response frame accepted, in bytes (default 100 MiB, the broker's
     /// `socket.request.max.bytes`); a larger size prefix fails the connection before any
@@ -413,7 +424,8 @@ impl ClientConfig {
     );
 
     setter!(
-        /// Sets `request.timeout.ms` (default 30 s).
+        /// Sets `request.timeout.ms` (default 30 s) of the transport's own requests (see
+        /// [`request_timeout`](Self::request_timeout)).
         with_request_timeout => request_timeout: Duration
     );
 
@@ -440,12 +452,14 @@ impl ClientConfig {
     );
 
     setter!(
-        /// Sets `retry.backoff.ms` (default 100 ms).
+        /// Sets `retry.backoff.ms` (default 100 ms) of `find_coordinator` (see
+        /// [`retry_backoff`](Self::retry_backoff)).
         with_retry_backoff => retry_backoff: Duration
     );
 
     setter!(
-        /// Sets `retry.backoff.max.ms` (default 1 s).
+        /// Sets `retry.backoff.max.ms` (default 1 s) of `find_coordinator` (see
+        /// [`retry_backoff_max`](Self::retry_backoff_max)).
         with_retry_backoff_max => retry_backoff_max: Duration
     );
 
@@ -783,6 +797,78 @@ impl std::fmt::Display for GroupProtocol {
     }
 }
 
+/// `auto.offset.reset`: where a partition with no committed offset starts reading, by Kafka's
+/// names. The one rule for a newly assigned partition: its committed offset when
+/// [`committed`](crate::driver::GroupMember::committed) returns one
+/// ([`CommittedOffset::offset`](crate::CommittedOffset::offset) is `Some`), else the offset this
+/// names in the partition's log, which the record client looks up (ListOffsets; rskafka's
+/// `OffsetAt::Earliest` / `OffsetAt::Latest`). Never a fixed offset such as 0: once retention
+/// moved the log start past it, a fetch from there fails with OFFSET_OUT_OF_RANGE.
+///
+/// This crate fetches no records; it only names the policy (parsed from a properties file by
+/// [`properties::offset_reset`](crate::properties::offset_reset)).
+///
+/// ```
+/// use consumer_membership::config::OffsetReset;
+///
+/// assert_eq!("earliest".parse::<OffsetReset>()?, OffsetReset::Earliest);
+/// assert_eq!(OffsetReset::default(), OffsetReset::Latest); // Kafka's default
+/// assert_eq!(OffsetReset::Earliest.list_offsets_timestamp(), -2);
+/// # Ok::<(), consumer_membership::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffsetReset {
+    /// `earliest`: the log start offset, the oldest record retention kept. A new group reads
+    /// what the topic still holds.
+    Earliest,
+    /// `latest` (Kafka's default): the log end offset. A new group reads only the records
+    /// produced after its members started the partition.
+    #[default]
+    Latest,
+}
+
+impl OffsetReset {
+    /// The `auto.offset.reset` value: `earliest` or `latest`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+        }
+    }
+
+    /// The timestamp a ListOffsets request asks for to find this offset (-2 earliest, -1
+    /// latest).
+    pub const fn list_offsets_timestamp(self) -> i64 {
+        match self {
+            OffsetReset::Earliest => -2,
+            OffsetReset::Latest => -1,
+        }
+    }
+}
+
+impl std::str::FromStr for OffsetReset {
+    type Err = ConfigError;
+
+    /// `earliest` or `latest` (surrounding blanks ignored). Kafka's `none` and `by_duration:`
+    /// are refused: with them, decide yourself what a partition without a commit does.
+    fn from_str(value: &str) -> Result<Self, ConfigError> {
+        match value.trim() {
+            "earliest" => Ok(OffsetReset::Earliest),
+            "latest" => Ok(OffsetReset::Latest),
+            other => Err(ConfigError {
+                key: "auto.offset.reset",
+                rule: format!("{other:?} is not earliest or latest"),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for OffsetReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Group membership settings (Kafka's consumer config names in the docs and errors).
 ///
 /// Built with [`GroupConfig::new`] and the `with_*` methods (each names its Kafka property and
@@ -845,15 +931,23 @@ pub struct GroupConfig {
     pub assignors: Vec<Arc<dyn Assignor>>,
     /// `client.rack`, sent in the subscription (v3; default none).
     pub rack_id: Option<String>,
-    /// `request.timeout.ms` (default 30 s).
+    /// `request.timeout.ms` (default 30 s): the timeout of every request the member sends
+    /// (coordinator lookup, heartbeats, joins, commits, offset fetches, metadata; a classic
+    /// JoinGroup waits at least `max.poll.interval.ms` + 5 s, as Java's), handed to
+    /// [`Transport::send`](crate::transport::Transport::send) with each request; and how long
+    /// the driver's `close()` waits for the member to close. It governs the member's requests
+    /// whatever the transport's [`ClientConfig::request_timeout`] says.
     pub request_timeout: Duration,
     /// `default.api.timeout.ms` (default 60 s): how long a commit or committed-offsets call may
     /// take in all, waiting for a coordinator and the member's retries included, before it fails
     /// with [`CommitError::TimedOut`](crate::machine::events::CommitError::TimedOut).
     pub default_api_timeout: Duration,
-    /// `retry.backoff.ms` (default 100 ms).
+    /// `retry.backoff.ms` (default 100 ms): the first delay of the member's KIP-580 retry
+    /// backoff (coordinator lookup, heartbeats and joins after a retriable error, commits and
+    /// offset fetches). It governs the member whatever [`ClientConfig::retry_backoff`] says.
     pub retry_backoff: Duration,
-    /// `retry.backoff.max.ms` (default 1 s).
+    /// `retry.backoff.max.ms` (default 1 s): the ceiling of that backoff; also how soon the
+    /// member checks again for a subscribed topic that is missing or has no partitions.
     pub retry_backoff_max: Duration,
     /// `metadata.max.age.ms` (default 5 min): how often the leader checks whether the
     /// subscribed topics' partitions changed (sooner, after `retry.backoff.max.ms`, while a
@@ -1003,7 +1097,8 @@ impl GroupConfig {
     );
 
     setter!(
-        /// Sets `request.timeout.ms` (default 30 s).
+        /// Sets `request.timeout.ms` (default 30 s) of the member's requests (see
+        /// [`request_timeout`](Self::request_timeout)).
         with_request_timeout => request_timeout: Duration
     );
 
@@ -1014,12 +1109,14 @@ impl GroupConfig {
     );
 
     setter!(
-        /// Sets `retry.backoff.ms` (default 100 ms).
+        /// Sets `retry.backoff.ms` (default 100 ms) of the member (see
+        /// [`retry_backoff`](Self::retry_backoff)).
         with_retry_backoff => retry_backoff: Duration
     );
 
     setter!(
-        /// Sets `retry.backoff.max.ms` (default 1 s).
+        /// Sets `retry.backoff.max.ms` (default 1 s) of the member (see
+        /// [`retry_backoff_max`](Self::retry_backoff_max)).
         with_retry_backoff_max => retry_backoff_max: Duration
     );
 

@@ -16,35 +16,43 @@
 //!
 //! # The join loop
 //!
-//! A [`GroupMember`] runs on tokio. Subscribe, then read events: commit the partitions being
-//! revoked before handing their ticket back, never commit partitions that were lost, and drain
-//! the events after `close()` until `None`.
+//! A [`GroupMember`] runs on tokio. Subscribe, then read events: start each assigned partition
+//! at its committed offset, else where `auto.offset.reset` says ([`OffsetReset`]); on a
+//! revocation stop, commit and hand the ticket back, in that order and even if the commit
+//! failed ([`Event::Revoking`]); never commit partitions that were lost; drain the events after
+//! `close()` until `None`. The records come from a client of your own (the manual's
+//! [`rskafka`](manual::rskafka) page has one); here it is the `Records` trait.
 //!
 //! ```no_run
 //! use consumer_membership::{
 //!     ClientConfig, CloseOptions, CommitOffset, Event, GroupConfig, GroupMember, GroupProtocol,
-//!     TcpTransport, TopicPartition,
+//!     OffsetReset, TcpTransport, TopicPartition,
 //! };
-//! use std::{collections::BTreeMap, sync::Arc, time::Duration};
+//! use std::{sync::Arc, time::Duration};
 //!
-//! /// The next offset to read of each owned partition (a fetch loop, not shown, advances them).
-//! type Positions = BTreeMap<TopicPartition, i64>;
-//!
-//! fn offsets(positions: &Positions, partitions: &[TopicPartition]) -> Vec<CommitOffset> {
-//!     let at = |tp: &TopicPartition| positions.get(tp).map(|&offset| (tp.clone(), offset));
-//!     let commit = |(partition, offset)| CommitOffset { partition, offset, metadata: None };
-//!     partitions.iter().filter_map(at).map(commit).collect()
+//! /// Your record client: one fetch-and-process task per owned partition.
+//! trait Records {
+//!     /// The offset `reset` names in the partition's log (ListOffsets: its log start offset
+//!     /// for `Earliest`, its log end offset for `Latest`).
+//!     async fn log_offset(&self, tp: &TopicPartition, reset: OffsetReset) -> i64;
+//!     /// Starts fetching and processing `tp` from `offset`.
+//!     fn start(&mut self, tp: TopicPartition, offset: i64);
+//!     /// Stops the tasks of `partitions`, waits until they stopped, and returns for each the
+//!     /// position after its last processed record (none if it processed none).
+//!     async fn stop(&mut self, partitions: &[TopicPartition]) -> Vec<CommitOffset>;
+//!     /// The partitions being processed.
+//!     fn owned(&self) -> Vec<TopicPartition>;
 //! }
 //!
-//! # async fn run() -> Result<(), consumer_membership::Error> {
+//! # async fn run(mut records: impl Records) -> Result<(), consumer_membership::Error> {
 //! let client = ClientConfig::new("127.0.0.1:9092")?;
 //! let group = GroupConfig::new("orders")
 //!     .with_instance_id("orders-worker-1")
 //!     .with_protocol(GroupProtocol::Consumer); // KIP-848; or Classic, or Auto
+//! let reset = OffsetReset::Earliest; // auto.offset.reset; Kafka's default is Latest
 //! let mut member = GroupMember::start(Arc::new(TcpTransport::new(client)), group)?;
 //! member.subscribe(["orders".to_string()]).await?;
 //!
-//! let mut positions = Positions::new();
 //! let deadline = tokio::time::sleep(Duration::from_secs(60));
 //! tokio::pin!(deadline);
 //! loop {
@@ -52,21 +60,29 @@
 //!     tokio::select! {
 //!         event = member.next_event() => match event {
 //!             Some(Event::Assigned { added, .. }) => {
-//!                 let committed = member.committed(added).await?;
-//!                 for (tp, c) in committed {
-//!                     positions.insert(tp, c.offset.unwrap_or(0));
+//!                 let committed = member.committed(added.clone()).await?;
+//!                 for tp in added {
+//!                     // No commit yet: `offset: None`. Start where auto.offset.reset says.
+//!                     let offset = match committed.get(&tp).and_then(|c| c.offset) {
+//!                         Some(offset) => offset,
+//!                         None => records.log_offset(&tp, reset).await,
+//!                     };
+//!                     records.start(tp, offset);
 //!                 }
 //!             }
 //!             Some(Event::Revoking { partitions, ticket }) => {
-//!                 // Commit first: the ticket is the promise that this member is done with them.
-//!                 member.commit(offsets(&positions, &partitions)).await?;
-//!                 positions.retain(|tp, _| !partitions.contains(tp));
+//!                 // Stop, commit what was processed, hand back: even if the commit failed
+//!                 // (the next owner then starts from the last commit that went through).
+//!                 let processed = records.stop(&partitions).await;
+//!                 if let Err(error) = member.commit(processed).await {
+//!                     eprintln!("commit of {partitions:?} failed: {error}");
+//!                 }
 //!                 member.complete_revocation(ticket).await?;
 //!             }
 //!             Some(Event::Lost { partitions, reason }) => {
-//!                 // Another member may own them already: drop them without committing.
+//!                 // Another member may own them already: stop them without committing.
 //!                 eprintln!("lost {partitions:?}: {reason}");
-//!                 positions.retain(|tp, _| !partitions.contains(tp));
+//!                 drop(records.stop(&partitions).await);
 //!             }
 //!             Some(Event::TopicsMissing { topics }) => eprintln!("not created yet: {topics:?}"),
 //!             Some(Event::Fatal(error)) => return Err(error.into()),
@@ -76,8 +92,9 @@
 //!         _ = &mut deadline => break,
 //!     }
 //! }
-//! let owned: Vec<TopicPartition> = positions.keys().cloned().collect();
-//! if let Err(error) = member.commit(offsets(&positions, &owned)).await {
+//! let owned = records.owned();
+//! let processed = records.stop(&owned).await;
+//! if let Err(error) = member.commit(processed).await {
 //!     // E.g. RebalanceInProgress: close anyway; the next owner starts from the last commit.
 //!     eprintln!("final commit: {error}");
 //! }
@@ -183,7 +200,7 @@ pub mod request;
 pub mod sim;
 pub mod transport;
 
-pub use config::{ClientConfig, GroupConfig, GroupProtocol};
+pub use config::{ClientConfig, GroupConfig, GroupProtocol, OffsetReset};
 #[cfg(feature = "tokio")]
 pub use driver::{GroupMember, MemberHandle, Snapshot};
 

@@ -54,7 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{
-    ClientConfig, GroupConfig, GroupProtocol, SaslMechanism, Secret, SecurityProtocol,
+    ClientConfig, GroupConfig, GroupProtocol, OffsetReset, SaslMechanism, Secret, SecurityProtocol,
 };
 use crate::error::ConfigError;
 use crate::machine::classic::assignor::{self, Assignor};
@@ -149,6 +149,25 @@ pub fn split_properties(
         .filter_map(|key| props.remove_entry(*key))
         .collect();
     (ours, props)
+}
+
+/// `auto.offset.reset` of the data-plane half of [`split_properties`] (Kafka's default,
+/// [`OffsetReset::Latest`], when absent): where a partition without a committed offset starts.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use consumer_membership::config::OffsetReset;
+/// use consumer_membership::properties::offset_reset;
+///
+/// let data_plane = BTreeMap::from([("auto.offset.reset".to_string(), "earliest".to_string())]);
+/// assert_eq!(offset_reset(&data_plane)?, OffsetReset::Earliest);
+/// assert_eq!(offset_reset(&BTreeMap::new())?, OffsetReset::Latest);
+/// # Ok::<(), consumer_membership::ConfigError>(())
+/// ```
+pub fn offset_reset(props: &BTreeMap<String, String>) -> Result<OffsetReset, ConfigError> {
+    props
+        .get("auto.offset.reset")
+        .map_or(Ok(OffsetReset::default()), |value| value.parse())
 }
 
 /// Builds the transport's and the member's configs from Kafka's property names (see the module

@@ -269,22 +269,7 @@ pub fn leaders_from(response: &Response) -> Result<Leaders, DataError> {
 // ------------------------------------------------------------------------------- list offsets
 
 /// Where to start a partition that has no committed offset (`auto.offset.reset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OffsetReset {
-    /// The log start offset.
-    Earliest,
-    /// The log end offset (high watermark).
-    Latest,
-}
-
-impl OffsetReset {
-    fn timestamp(self) -> i64 {
-        match self {
-            OffsetReset::Earliest => -2,
-            OffsetReset::Latest => -1,
-        }
-    }
-}
+pub use consumer_membership::OffsetReset;
 
 /// The earliest or latest offset of each of `partitions`, all led by `leader`.
 pub async fn list_offsets<T: Transport>(
@@ -313,7 +298,7 @@ pub async fn list_offsets<T: Transport>(
                                 .map(|p| {
                                     ListOffsetsPartition::default()
                                         .with_partition_index(p)
-                                        .with_timestamp(reset.timestamp())
+                                        .with_timestamp(reset.list_offsets_timestamp())
                                 })
                                 .collect(),
                         )

@@ -113,9 +113,12 @@ pub struct Snapshot {
 ///     match event {
 ///         Event::Assigned { added, .. } => println!("now consuming {added:?}"),
 ///         Event::Revoking { partitions, ticket } => {
-///             // Commit what was processed of `partitions`, then hand the ticket back.
+///             // Stop processing `partitions`, commit what was processed of them, then hand
+///             // the ticket back even if the commit failed (see `Event::Revoking`).
 ///             let offsets: Vec<CommitOffset> = Vec::new();
-///             member.commit(offsets).await?;
+///             if let Err(e) = member.commit(offsets).await {
+///                 eprintln!("commit of {partitions:?} failed: {e}");
+///             }
 ///             member.complete_revocation(ticket).await?;
 ///         }
 ///         Event::Fatal(e) => return Err(e.into()),
@@ -226,6 +229,10 @@ impl GroupMember {
 
     /// The next event; `None` once the member's task ended (after [`Event::Closed`] or a fatal
     /// error). Waiting here counts as the application polling (`max.poll.interval.ms`).
+    ///
+    /// Never [`Event::Committed`] nor [`Event::OffsetsFetched`]: those are the sans-IO machine's
+    /// answers to its `commit` and `fetch_offsets`; the member's task consumes them to answer
+    /// [`commit`](Self::commit) and [`committed`](Self::committed), which return their outcome.
     ///
     /// Cancel-safe: a `next_event()` dropped before it finished (a `select!` branch that lost)
     /// loses no event.
@@ -341,7 +348,8 @@ impl MemberHandle {
         self.call(Command::Poll).await
     }
 
-    /// Hands back a revocation ticket (after committing the revoked partitions).
+    /// Hands back a revocation ticket: after stopping the revoked partitions and trying to
+    /// commit them, whether that commit succeeded or not (see [`Event::Revoking`]).
     pub async fn complete_revocation(&self, ticket: RevokeTicket) -> Result<(), ApiMisuse> {
         self.call(|tx| Command::CompleteRevocation(ticket, tx))
             .await
@@ -360,6 +368,12 @@ impl MemberHandle {
 
     /// Fetches committed offsets of `partitions` (retriable failures retried by the member like
     /// commits, bounded by `default.api.timeout.ms` likewise).
+    ///
+    /// A partition with no committed offset comes back with
+    /// [`offset: None`](crate::CommittedOffset::offset) (Kafka's coordinator answers for every
+    /// partition asked); read `map.get(&tp).and_then(|c| c.offset)`, which also covers a
+    /// partition a coordinator left out, and start those where `auto.offset.reset` says
+    /// ([`OffsetReset`](crate::config::OffsetReset)).
     pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
         self.ask(|tx| Command::Fetch(partitions, tx))
             .await

@@ -8,13 +8,13 @@ use crate::error::GroupError;
 
 pub use super::state::{MemberState, Reason};
 
-/// Proof that the application finished with partitions being revoked (committed their offsets).
-/// Only the member creates tickets, and [`complete_revocation`] consumes one, so a member cannot
+/// Proof that the application finished with partitions being revoked (stopped processing them and
+/// tried to commit their positions; see [`Event::Revoking`]). Only the member creates tickets, and [`complete_revocation`] consumes one, so a member cannot
 /// acknowledge or rejoin before the application said it is done.
 ///
 /// [`complete_revocation`]: crate::machine::classic::ClassicMember::complete_revocation
 #[derive(PartialEq, Eq)]
-#[must_use = "hand the ticket back with complete_revocation once offsets are committed"]
+#[must_use = "hand the ticket back with complete_revocation once the commit was tried, even if it failed"]
 pub struct RevokeTicket {
     pub(crate) id: u64,
 }
@@ -63,9 +63,15 @@ impl CommitOffset {
 }
 
 /// A committed offset as the coordinator returned it.
+///
+/// An offset fetch (`committed()` of the driver, `fetch_offsets` of the sans-IO members) maps
+/// each partition the coordinator answered for; Kafka's coordinator answers for every partition
+/// asked, and one with no commit comes back as `offset: None` (the wire's -1), not absent. Treat
+/// an absent partition as `None` too (`map.get(&tp).and_then(|c| c.offset)`): both mean "start
+/// where `auto.offset.reset` says" ([`OffsetReset`](crate::config::OffsetReset)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommittedOffset {
-    /// The committed offset, `None` when nothing was committed.
+    /// The committed offset (the next record to consume), `None` when nothing was committed.
     pub offset: Option<i64>,
     /// Its metadata.
     pub metadata: Option<String>,
@@ -205,8 +211,18 @@ pub enum Event {
         /// The generation the assignment belongs to.
         generation: i32,
     },
-    /// The member gives up `partitions` in a rebalance. Commit their offsets, stop processing
-    /// them, then hand the ticket back; the member rejoins only after that.
+    /// The member gives up `partitions` in a rebalance; it rejoins only once the ticket is
+    /// back. In this order, so that no record is processed twice nor skipped:
+    ///
+    /// 1. stop processing `partitions` and wait until their processing stopped (a record still
+    ///    in flight after the commit would be processed again by the next owner);
+    /// 2. commit, for each, the position after the last record processed (the offset of that
+    ///    record plus one; nothing for a partition with no record processed since its start);
+    /// 3. hand the ticket back with `complete_revocation`, **whether the commit succeeded or
+    ///    not**. A failed commit (the group moved on, the coordinator is unreachable,
+    ///    `default.api.timeout.ms` ran out) costs only reprocessing from the last commit that
+    ///    went through; keeping the ticket stalls the member: it neither acknowledges nor
+    ///    rejoins, and loses its partitions when `max.poll.interval.ms` runs out.
     Revoking {
         /// The partitions given up.
         partitions: Vec<TopicPartition>,
@@ -239,14 +255,20 @@ pub enum Event {
         /// The generation (classic) or member epoch now.
         generation: i32,
     },
-    /// A commit finished.
+    /// A commit finished. An event of the sans-IO members (the answer to
+    /// `commit(offsets, now)`, matched by its [`CommitId`]): a
+    /// [`GroupMember`](crate::driver::GroupMember) never yields it, its `commit()` returns this
+    /// outcome instead.
     Committed {
         /// Which commit.
         id: CommitId,
         /// Its outcome.
         result: Result<(), CommitError>,
     },
-    /// An offset fetch finished.
+    /// An offset fetch finished. An event of the sans-IO members (the answer to
+    /// `fetch_offsets(partitions, now)`, matched by its [`FetchId`]): a
+    /// [`GroupMember`](crate::driver::GroupMember) never yields it, its `committed()` returns
+    /// this outcome instead.
     OffsetsFetched {
         /// Which fetch.
         id: FetchId,
