@@ -58,7 +58,7 @@ impl Member {
     pub fn set_java_reset_policy(&mut self, on: bool) {
         match self {
             Member::Classic(m) => m.set_java_reset_policy(on),
-            Member::Consumer(m) => m.java_reset_policy = on,
+            Member::Consumer(m) => m.proto.java_reset_policy = on,
         }
     }
 
@@ -67,7 +67,7 @@ impl Member {
     pub fn java_reset_policy(&self) -> bool {
         match self {
             Member::Classic(m) => m.java_reset_policy(),
-            Member::Consumer(m) => m.java_reset_policy,
+            Member::Consumer(m) => m.proto.java_reset_policy,
         }
     }
 
@@ -265,7 +265,7 @@ impl Member {
                 // refused heartbeats) arrive after this; their ids must not be the new member's.
                 classic.offset_request_ids(FALLBACK_REQUEST_IDS);
                 #[cfg(feature = "sim")]
-                classic.set_java_reset_policy(c.java_reset_policy);
+                classic.set_java_reset_policy(c.proto.java_reset_policy);
                 if !topics.is_empty() {
                     let _ = classic.subscribe(topics, now);
                 }

@@ -51,6 +51,7 @@
 pub mod classic;
 pub mod consumer;
 pub mod coordinator;
+pub mod epoch;
 pub mod events;
 pub mod member;
 pub mod metadata;

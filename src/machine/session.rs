@@ -63,7 +63,7 @@ const DESCRIBE_VERSIONS: RangeInclusive<i16> = 1..=4;
 
 /// The config names of one protocol: the group config, then the broker's default.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Keys {
+pub struct Keys {
     group: &'static str,
     broker: &'static str,
 }

@@ -41,14 +41,16 @@ pub(crate) trait PhaseName {
     fn fatal(error: GroupError) -> Self;
     /// Why a commit or fetch is refused once the member stopped: `None` while it runs.
     fn stop_error(&self) -> Option<crate::machine::events::CommitError>;
+    /// The terminal error, once stopped on one.
+    fn error(&self) -> Option<&GroupError>;
 }
 
-/// Implements [`PhaseName`] for a member's `Phase` from its variants (each with the pattern
-/// of its fields), each the [`MemberState`] variant of the same name; `Closed` and
-/// `Fatal(GroupError)` are the stopped ones.
+/// Implements [`PhaseName`] for a member's `Phase` (generic over the parameters in `<..>`, if
+/// any) from its variants (each with the pattern of its fields), each the [`MemberState`]
+/// variant of the same name; `Closed` and `Fatal(GroupError)` are the stopped ones.
 macro_rules! phases {
-    ($($variant:ident $({ $($named:tt)* })? $(( $($unnamed:tt)* ))?),* $(,)?) => {
-        impl $crate::machine::shell::PhaseName for Phase {
+    (<$($g:ident),*> $($variant:ident $({ $($named:tt)* })? $(( $($unnamed:tt)* ))?),* $(,)?) => {
+        impl<$($g),*> $crate::machine::shell::PhaseName for Phase<$($g),*> {
             fn state(&self) -> $crate::machine::events::MemberState {
                 match self {
                     $(Phase::$variant $({ $($named)* })? $(( $($unnamed)* ))? => {
@@ -65,6 +67,13 @@ macro_rules! phases {
                 Phase::Fatal(error)
             }
 
+            fn error(&self) -> Option<&$crate::error::GroupError> {
+                match self {
+                    Phase::Fatal(error) => Some(error),
+                    _ => None,
+                }
+            }
+
             fn stop_error(&self) -> Option<$crate::machine::events::CommitError> {
                 use $crate::machine::events::CommitError;
                 match self {
@@ -74,6 +83,9 @@ macro_rules! phases {
                 }
             }
         }
+    };
+    ($($rest:tt)*) => {
+        $crate::machine::shell::phases!(<> $($rest)*);
     };
 }
 pub(crate) use phases;
@@ -300,20 +312,14 @@ pub(crate) trait Skeleton {
     /// The application gave its partitions up itself (close, unsubscribe): [`Event::Revoked`].
     fn release_owned(&mut self) {
         let partitions = self.take_owned();
-        if !partitions.is_empty() {
-            self.shell().events.push_back(Event::Revoked { partitions });
-        }
+        self.shell().report_revoked(partitions);
     }
 
     /// The member lost its partitions without a revocation (fenced, stopped, poll timeout):
     /// [`Event::Lost`].
     fn lose_owned(&mut self, reason: Reason) {
         let partitions = self.take_owned();
-        if !partitions.is_empty() {
-            self.shell()
-                .events
-                .push_back(Event::Lost { partitions, reason });
-        }
+        self.shell().report_lost(partitions, reason);
     }
 }
 
@@ -791,6 +797,20 @@ impl<S> Shell<S> {
     /// answer to its leave said, or [`CloseOutcome::NotDue`] when no leave was answered.
     pub(crate) fn close_outcome(&self, stopped: bool) -> Option<CloseOutcome> {
         stopped.then(|| self.left.clone().unwrap_or(CloseOutcome::NotDue))
+    }
+
+    /// The application gave `partitions` up itself: [`Event::Revoked`] (none: no event).
+    pub(crate) fn report_revoked(&mut self, partitions: Vec<TopicPartition>) {
+        if !partitions.is_empty() {
+            self.events.push_back(Event::Revoked { partitions });
+        }
+    }
+
+    /// The member lost `partitions` without a revocation: [`Event::Lost`] (none: no event).
+    pub(crate) fn report_lost(&mut self, partitions: Vec<TopicPartition>, reason: Reason) {
+        if !partitions.is_empty() {
+            self.events.push_back(Event::Lost { partitions, reason });
+        }
     }
 
     /// Fails every queued commit (not the fetches) with `e`.

@@ -324,10 +324,7 @@ impl ClassicMember {
 
     /// The terminal error, once the member stopped on one.
     pub fn fatal_error(&self) -> Option<&GroupError> {
-        match &self.phase {
-            Phase::Fatal(e) => Some(e),
-            _ => None,
-        }
+        self.phase.error()
     }
 
     /// The protocol: [`GroupProtocol::Classic`].

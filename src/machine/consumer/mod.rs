@@ -48,7 +48,8 @@
 
 mod member;
 
-pub use member::{ConsumerMember, UNRELEASED_RECOVERIES};
+pub use super::epoch::UNRELEASED_RECOVERIES;
+pub use member::{ConsumerMember, ConsumerProtocol};
 
 #[cfg(test)]
 mod tests;

@@ -72,8 +72,9 @@ mod topology;
 
 use std::collections::BTreeMap;
 
+pub use super::epoch::UNRELEASED_RECOVERIES;
 pub use guard::{Intervention, InterventionKind, Interventions, StreamsProcess};
-pub use member::{GUARD_RECHECK, StreamsConfig, StreamsMember, UNRELEASED_RECOVERIES};
+pub use member::{GUARD_RECHECK, StreamsConfig, StreamsMember, StreamsProtocol};
 pub use topology::{
     EndpointPartitions, InternalTopic, RefusedTasks, StatusCode, StreamsStatus, StreamsTasks,
     StreamsTopology, Subtopology, TaskId, TaskRole, UserEndpoint,
