@@ -11,6 +11,8 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use crate::error::TransportError;
 use crate::request::{Api, Request, RequestBody, Response, ResponseBody};
 
+mod layout;
+
 /// The API versions a broker advertised in its ApiVersions answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BrokerVersions(HashMap<i16, RangeInclusive<i16>>);
@@ -157,7 +159,7 @@ pub fn decode_response(
     // room for it (see `layout`): the published kafka-protocol 0.18.0 does not cap them. An API
     // or version without a layout fails here. The streams-group decoders check their own.
     if let Some(kafka) = api.kafka() {
-        super::layout::check_sizes(kafka, version, &frame).map_err(decode_err)?;
+        layout::check_sizes(kafka, version, &frame).map_err(decode_err)?;
     } else if !api.versions().contains(&version) {
         return Err(decode_err(format!(
             "{api:?} v{version} responses are not decoded"
@@ -171,7 +173,7 @@ pub fn decode_response(
 /// Decodes a request frame (without size prefix) as a broker would: header, then body (feature
 /// `sim`: kafka-protocol's `broker` half).
 ///
-/// For in-process peers ([`MemoryTransport`](super::MemoryTransport), the simulation) reading
+/// For in-process peers (`MemoryTransport`, the simulation) reading
 /// frames [`encode_request`] made: unlike [`decode_response`] it does not walk the body first, so
 /// it is not meant for bytes from the network.
 #[cfg(any(test, feature = "sim"))]
@@ -237,7 +239,7 @@ pub fn build(
     // The streams-group answers need no walk (their decoders check sizes themselves): every
     // version this crate encodes is safe to decode.
     let walked = match api.kafka() {
-        Some(kafka) => super::layout::known_versions(kafka),
+        Some(kafka) => layout::known_versions(kafka),
         None => Some((*api.versions().start(), *api.versions().end())),
     }
     .map(|(lo, hi)| *ours.start().max(&lo)..=*ours.end().min(&hi))
@@ -248,7 +250,7 @@ pub fn build(
         None => {
             let reason = api
                 .kafka()
-                .and_then(|kafka| super::layout::no_layout(kafka, version))
+                .and_then(|kafka| layout::no_layout(kafka, version))
                 .unwrap_or_else(|| format!("no size layout for {api:?} v{ours:?} responses"));
             return Err(TransportError::Decode {
                 api,

@@ -284,8 +284,8 @@ fn random_subset(rng: &mut ChaCha8Rng, names: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// 100 members x 1000 partitions (10 topics of 100), all subscribed to everything. src/machine may
-/// not read a clock (tests/sans_io_boundary.rs), so the time is not asserted here; the test is
+/// 100 members x 1000 partitions (10 topics of 100), all subscribed to everything. core/src/machine may
+/// not read a clock (core/clippy.toml), so the time is not asserted here; the test is
 /// named `*_is_fast` so `cargo test --lib is_fast` times it, and the algorithms are O(P log P).
 pub(super) fn assert_fast(assignor: &dyn Assignor) {
     let topic_names: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();

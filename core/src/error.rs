@@ -247,8 +247,7 @@ impl TransportError {
 
     /// The error in a [`Broker`](Self::Broker) naming `addr`, when it is about what the peer
     /// sent or did and names no broker itself (what the TCP transport returns).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn at_broker(self, addr: &str) -> TransportError {
+    pub fn at_broker(self, addr: &str) -> TransportError {
         let names_none = self.is_persistent()
             || matches!(
                 self,

@@ -41,7 +41,7 @@ impl Broker {
         let mut config = CoordinatorConfig::new("g");
         config.topics = vec![("t".into(), 6), ("u".into(), 3)];
         config.rules = rules;
-        let now = Instant::now();
+        let now = crate::testutil::epoch();
         Self {
             c: SimCoordinator::new(config, now),
             now,

@@ -1,6 +1,7 @@
 //! The sans-IO core: state machines fed with events and an injected `now`, returning the requests
 //! to send and the deadlines to wake up at. Nothing here touches a socket, an async runtime, a
-//! clock or a global random source; `tests/sans_io_boundary.rs` fails the build if it does.
+//! clock or a global random source: the crate has no runtime or socket dependency, and its
+//! `clippy.toml` makes `cargo clippy` fail on a clock read or an OS random draw.
 //!
 //! Every machine has the same shape (the drive contract):
 //! - inputs: `handle_response(id, result, now)`, `handle_timeout(now)`, commands;

@@ -2,7 +2,7 @@
 //! timeouts and statuses.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_protocol::messages::{GroupId, TopicName};
 
@@ -159,7 +159,7 @@ fn double_holdings(members: &[MemberView]) -> Vec<(String, Task)> {
 
 #[test]
 fn kafka_21401_per_process_index_grants_active_beside_standby() {
-    let run = kafka_21401(OwnershipIndex::PerProcess, Instant::now());
+    let run = kafka_21401(OwnershipIndex::PerProcess, crate::testutil::epoch());
     assert_steps_1_to_7(&run.steps);
     // After step 6 the index has lost A2's standby 0_2 on Pnew.
     assert_eq!(
@@ -185,7 +185,7 @@ fn kafka_21401_per_process_index_grants_active_beside_standby() {
 
 #[test]
 fn kafka_21401_per_member_index_withholds_until_released() {
-    let run = kafka_21401(OwnershipIndex::PerMember, Instant::now());
+    let run = kafka_21401(OwnershipIndex::PerMember, crate::testutil::epoch());
     assert_steps_1_to_7(&run.steps);
     // 8. Active 0_2 is withheld from A3 while A2 holds standby 0_2 on Pnew.
     assert_eq!(answer_active(&run.a3_answer), Some(set(&[])));
@@ -337,7 +337,7 @@ fn script(standby: u32) -> Script {
         config,
         topics3(),
         one_stateful_subtopology(),
-        Instant::now(),
+        crate::testutil::epoch(),
     )
 }
 
@@ -454,7 +454,7 @@ fn statuses_and_internal_topic_creation() {
         config,
         BTreeMap::new(),
         one_stateful_subtopology(),
-        Instant::now(),
+        crate::testutil::epoch(),
     );
     // No source topic.
     let a = sc.join("d1", None, "P1");
@@ -499,7 +499,12 @@ fn incorrectly_partitioned_copartitioned_topics() {
                 ]),
         ]);
     let topics = BTreeMap::from([("left".to_owned(), 3), ("right".to_owned(), 2)]);
-    let mut sc = Script::new(StreamsConfig::default(), topics, topology, Instant::now());
+    let mut sc = Script::new(
+        StreamsConfig::default(),
+        topics,
+        topology,
+        crate::testutil::epoch(),
+    );
     let a = sc.join("d1", None, "P1");
     let status = a.status.unwrap();
     assert_eq!(status[0].status_code, 2);

@@ -29,6 +29,14 @@ impl fmt::Debug for RevokeTicket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommitId(pub(crate) u64);
 
+impl CommitId {
+    /// The id numbered `n`, for code that consumes commit ids without a machine to emit them
+    /// (tests of a driver or a metrics recorder).
+    pub const fn from_raw(n: u64) -> Self {
+        Self(n)
+    }
+}
+
 /// Identifies an offset fetch; its outcome arrives as [`Event::OffsetsFetched`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FetchId(pub(crate) u64);

@@ -19,7 +19,7 @@
 //!   jumps to the next deadline. One `step()` is one delivered frame, read, processed request,
 //!   answer or timer; the trace has one line per step and replays identically from the seed.
 //!   The invariants it checks after every step ([`world::World::violations`]) are in
-//!   `src/sim/invariants.rs`.
+//!   `core/src/sim/invariants.rs`.
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -73,6 +73,9 @@ impl MemberId {
     /// # Panics
     /// Only if the operating system has no random source at all (the same condition under which
     /// `uuid::Uuid::new_v4` panics); a client cannot make safe ids without one.
+    // The one OS random draw in this crate: the driver's (or the application's), never a
+    // machine's, which derive ids from their seed.
+    #[allow(clippy::disallowed_methods)]
     pub fn generate() -> Self {
         loop {
             let bytes = *uuid::Uuid::new_v4().as_bytes();

@@ -696,8 +696,8 @@ mod tests {
     fn forged_huge_array_count_is_an_error_quickly() {
         // "Quickly": the walk refuses a count larger than the bytes left before kafka-protocol
         // (which does not cap it) reserves room, so none of these allocates more than the input;
-        // without the walk the first one aborts the process. (No clock here: src/machine may not
-        // read one, see tests/sans_io_boundary.rs.)
+        // without the walk the first one aborts the process. (No clock here: core/src/machine may not
+        // read one, see core/clippy.toml.)
         // Subscription: v3, topics count i32::MAX and nothing else.
         let mut forged = vec![0, 3];
         forged.extend_from_slice(&i32::MAX.to_be_bytes());

@@ -192,7 +192,7 @@ impl ConsumerMember {
     /// A member of `config.group_id`; not yet subscribed. Its KIP-1082 member id is
     /// `config.member_id`, else one derived from `config.seed` ([`MemberId::from_seed`]): the core
     /// reads no random source of its own. With neither, the configuration is refused (see
-    /// [`GroupConfig::seed`]); [`GroupMember::start`](crate::driver::GroupMember::start) fills
+    /// [`GroupConfig::seed`]); `GroupMember::start` fills
     /// the member id from the OS CSPRNG.
     pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
         let member_id = match config.member_id {

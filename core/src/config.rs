@@ -95,6 +95,17 @@ pub enum SaslMechanism {
     ScramSha512,
 }
 
+impl SaslMechanism {
+    /// The mechanism's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
 /// A secret that never shows in `Debug` output or logs.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -285,8 +296,7 @@ impl SecurityConfig {
 
     /// What these settings allow that weakens the connection, for a warning: host names not
     /// verified over TLS, a SASL PLAIN password sent in cleartext.
-    #[cfg(feature = "tokio")]
-    pub(crate) fn weaknesses(&self) -> Vec<&'static str> {
+    pub fn weaknesses(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
         if self.protocol.uses_tls() && !self.ssl_verify_hostname {
             out.push(
@@ -331,7 +341,7 @@ pub struct ClientConfig {
     /// `request.timeout.ms` (default 30 s).
     pub request_timeout: Duration,
     /// `default.api.timeout.ms` (default 60 s): the bound of a blocking lookup such as
-    /// [`find_coordinator`](crate::driver::find_coordinator), retries included.
+    /// `find_coordinator`, retries included.
     pub default_api_timeout: Duration,
     /// `reconnect.backoff.ms` (default 50 ms).
     pub reconnect_backoff: Duration,
@@ -788,7 +798,7 @@ impl std::fmt::Display for GroupProtocol {
 /// Built with [`GroupConfig::new`] and the `with_*` methods (each names its Kafka property and
 /// default), or from Java-style properties with [`crate::properties::from_properties`]. Nothing is
 /// checked until [`validate`](Self::validate) (which every member constructor and
-/// [`GroupMember::start`](crate::driver::GroupMember::start) run):
+/// `GroupMember::start` run):
 ///
 /// ```
 /// use std::time::Duration;
@@ -876,14 +886,14 @@ pub struct GroupConfig {
     ///   the configuration ([`ConfigError`] with key `seed`) rather than fall back to a value
     ///   shared by every member.
     ///
-    /// [`GroupMember::start`](crate::driver::GroupMember::start) fills a missing seed from the
+    /// `GroupMember::start` fills a missing seed from the
     /// OS RNG (and a missing member id from the OS CSPRNG), so driver users set neither.
     pub seed: Option<u64>,
     /// The KIP-1082 member id of the consumer protocol (also under `auto`): the same id on every
     /// heartbeat of this member instance. Give each member instance its own. No Kafka property:
     /// the Java client generates it (default `None`).
     ///
-    /// `None`: [`GroupMember::start`](crate::driver::GroupMember::start) draws one from the OS
+    /// `None`: `GroupMember::start` draws one from the OS
     /// CSPRNG ([`MemberId::generate`]); the sans-IO core, which reads no random source, derives
     /// one from [`seed`](Self::seed) ([`MemberId::from_seed`]). The classic protocol's member id
     /// is the broker's; there this id only seeds the jitter when `seed` is `None`.

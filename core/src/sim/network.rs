@@ -1163,7 +1163,7 @@ mod tests {
     ) -> (ChaCha8Rng, Network, Instant, ConnId) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut n = Network::new(config);
-        let now = Instant::now();
+        let now = crate::testutil::epoch();
         let a = n.open(0, ConnKind::Coordinator, now);
         for correlation in 1..=count {
             n.send(a, heartbeat(correlation), now, &mut rng);
@@ -1188,7 +1188,7 @@ mod tests {
     fn explicit_choices_keep_the_rules() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut n = Network::new(quiet());
-        let now = Instant::now();
+        let now = crate::testutil::epoch();
         let a = n.open(0, ConnKind::Coordinator, now);
         let b = n.open(1, ConnKind::Coordinator, now);
         for (conn, correlation) in [(a, 1), (a, 2), (b, 1)] {
@@ -1354,7 +1354,7 @@ mod tests {
                 reorder_window: Duration::from_millis(10),
                 ..quiet()
             });
-            let t0 = Instant::now();
+            let t0 = crate::testutil::epoch();
             let a = n.open(0, ConnKind::Coordinator, t0);
             let b = n.open(1, ConnKind::Coordinator, t0);
             n.send(a, heartbeat(1), t0, &mut rng);
@@ -1389,7 +1389,7 @@ mod tests {
             max_idle: Some(idle),
             ..quiet()
         });
-        let t0 = Instant::now();
+        let t0 = crate::testutil::epoch();
         let a = n.open(0, ConnKind::Bootstrap, t0);
         let b = n.open(1, ConnKind::Coordinator, t0);
         let c = n.open(2, ConnKind::Coordinator, t0);

@@ -1,6 +1,6 @@
 //! The client's connection rules, sans-IO: which connection a request goes on, the requests in
 //! flight on each connection (matched to their answers by correlation id), when they time out,
-//! and what a failed connection takes with it. [`TcpTransport`](super::TcpTransport) keeps each
+//! and what a failed connection takes with it. `TcpTransport` keeps each
 //! of its connections' requests in a [`Pipeline`]; a client that runs its connections itself
 //! (the simulation's `World`, the model checker) keeps all of them in [`Connections`].
 //!

@@ -348,7 +348,7 @@ impl ClassicMember {
     /// so simulations and tests can show the difference. Off unless set (this crate's policy:
     /// the member id is kept); never for production. See also
     /// [`Member::set_java_reset_policy`](crate::machine::member::Member::set_java_reset_policy)
-    /// and [`GroupMember::start_member`](crate::driver::GroupMember::start_member) (the driver).
+    /// and `GroupMember::start_member` (the driver).
     #[cfg(feature = "sim")]
     pub fn set_java_reset_policy(&mut self, on: bool) {
         self.java_reset_policy = on;
