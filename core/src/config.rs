@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::assignor::{Assignor, CooperativeSticky, Range};
 use crate::error::ConfigError;
-use crate::machine::classic::assignor::{Assignor, CooperativeSticky, Range};
 use crate::member_id::MemberId;
 
 /// A chainable `with_*` method setting one field: `Some(..)` an optional field, `impl Into<T>`
@@ -134,7 +134,7 @@ impl std::fmt::Debug for Secret {
 /// with the `with_*` methods:
 ///
 /// ```
-/// use consumer_membership::config::{SaslMechanism, Secret, SecurityConfig, SecurityProtocol};
+/// use consumer_membership_core::config::{SaslMechanism, Secret, SecurityConfig, SecurityProtocol};
 ///
 /// let security = SecurityConfig::default()
 ///     .with_protocol(SecurityProtocol::SaslSsl)
@@ -323,13 +323,13 @@ impl SecurityConfig {
 ///
 /// ```
 /// use std::time::Duration;
-/// use consumer_membership::ClientConfig;
+/// use consumer_membership_core::ClientConfig;
 ///
 /// let client = ClientConfig::new("kafka-1:9092,kafka-2:9092")?
 ///     .with_client_id("orders-service")
 ///     .with_request_timeout(Duration::from_secs(10));
 /// client.validate()?;
-/// # Ok::<(), consumer_membership::ConfigError>(())
+/// # Ok::<(), consumer_membership_core::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -637,13 +637,13 @@ mod tests {
         fn name(&self) -> &str {
             self.0
         }
-        fn protocol(&self) -> crate::machine::classic::assignor::RebalanceProtocol {
-            crate::machine::classic::assignor::RebalanceProtocol::Eager
+        fn protocol(&self) -> crate::assignor::RebalanceProtocol {
+            crate::assignor::RebalanceProtocol::Eager
         }
         fn assign(
             &self,
             _: &std::collections::BTreeMap<String, i32>,
-            _: &[crate::machine::classic::assignor::MemberMetadata],
+            _: &[crate::assignor::MemberMetadata],
         ) -> std::collections::BTreeMap<String, Vec<crate::machine::TopicPartition>> {
             Default::default()
         }
@@ -802,15 +802,15 @@ impl std::fmt::Display for GroupProtocol {
 ///
 /// ```
 /// use std::time::Duration;
-/// use consumer_membership::config::GroupConfig;
-/// use consumer_membership::machine::classic::assignor::CooperativeSticky;
+/// use consumer_membership_core::config::GroupConfig;
+/// use consumer_membership_core::machine::classic::assignor::CooperativeSticky;
 ///
 /// let group = GroupConfig::new("orders")
 ///     .with_instance_id("orders-worker-1")
 ///     .with_session_timeout(Duration::from_secs(30))
 ///     .with_assignor(CooperativeSticky);
 /// group.validate()?;
-/// # Ok::<(), consumer_membership::ConfigError>(())
+/// # Ok::<(), consumer_membership_core::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -987,8 +987,8 @@ impl GroupConfig {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use consumer_membership::config::GroupConfig;
-    /// use consumer_membership::machine::classic::assignor::{CooperativeSticky, Range};
+    /// use consumer_membership_core::config::GroupConfig;
+    /// use consumer_membership_core::machine::classic::assignor::{CooperativeSticky, Range};
     ///
     /// let group = GroupConfig::new("g").with_assignors([Arc::new(CooperativeSticky) as _, Arc::new(Range) as _]);
     /// assert_eq!(group.assignor_names(), ["cooperative-sticky", "range"]);

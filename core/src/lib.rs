@@ -16,10 +16,13 @@
 //!
 //! - [`machine`]: the state machines (classic, KIP-848 consumer, KIP-1071 streams) and their
 //!   events; their module docs hold the state diagrams and the identity rules;
-//! - [`request`], [`wire`], [`messages`]: what the machines send and are answered, and its
-//!   encoding at the negotiated versions, with bounded decoding of every answer;
+//! - [`wire`]: what the machines send and are answered ([`request`], re-exported at the root as
+//!   it always was, like [`messages`]), and its encoding at the negotiated versions, with bounded
+//!   decoding of every answer;
 //! - [`connections`]: the client's connection rules (one request in flight per connection, what
 //!   a reset takes with it), shared by every transport;
+//! - [`assignor`]: the classic protocol's client-side assignors (range, round-robin,
+//!   cooperative-sticky) and the trait for your own;
 //! - [`config`], [`error`], [`member_id`], [`backoff`], [`properties`];
 //! - [`sim`] (feature `sim`): the deterministic simulation (a simulated coordinator, network and
 //!   virtual time) the machines are tested in.
@@ -28,30 +31,31 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod assignor;
 pub mod backoff;
-mod bounded;
 pub mod config;
 pub mod connections;
 pub mod error;
 pub mod machine;
 pub mod member_id;
-pub mod messages;
+mod partition;
 pub mod properties;
-pub mod request;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod wire;
+
+pub use wire::{messages, request};
 
 pub use config::{ClientConfig, GroupConfig, GroupProtocol};
 pub use error::{ApiMisuse, ConfigError, Error, GroupError, TransportError};
 /// The Kafka protocol types of the version this crate speaks.
 pub use kafka_protocol;
-pub use machine::TopicPartition;
 pub use machine::events::{
     CloseOptions, CloseOutcome, CommitError, CommitOffset, CommittedOffset, Event, MemberState,
     Reason, RevokeTicket,
 };
 pub use member_id::MemberId;
+pub use partition::{IntoTopicName, TopicPartition};
 
 #[cfg(test)]
 pub(crate) mod testutil {

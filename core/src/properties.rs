@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use consumer_membership::properties::from_properties;
+//! use consumer_membership_core::properties::from_properties;
 //!
 //! let props: BTreeMap<String, String> = [
 //!     ("bootstrap.servers", "kafka-1:9092,kafka-2:9092"),
@@ -17,7 +17,7 @@
 //! let (client, group) = from_properties(&props)?;
 //! assert_eq!(client.bootstrap_servers.len(), 2);
 //! assert_eq!(group.assignor_names(), ["cooperative-sticky"]);
-//! # Ok::<(), consumer_membership::ConfigError>(())
+//! # Ok::<(), consumer_membership_core::ConfigError>(())
 //! ```
 //!
 //! The keys are those of [`KEYS`]; any other key is an error naming it (this crate covers group
@@ -53,11 +53,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::assignor::{self, Assignor};
 use crate::config::{
     ClientConfig, GroupConfig, GroupProtocol, SaslMechanism, Secret, SecurityProtocol,
 };
 use crate::error::ConfigError;
-use crate::machine::classic::assignor::{self, Assignor};
 
 /// Every key [`from_properties`] understands.
 pub const KEYS: &[&str] = &[
@@ -126,7 +126,7 @@ const JAVA_ASSIGNORS: &[(&str, &str)] = &[
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use consumer_membership::properties::{from_properties, split_properties};
+/// use consumer_membership_core::properties::{from_properties, split_properties};
 ///
 /// let props: BTreeMap<String, String> = [
 ///     ("bootstrap.servers", "kafka-1:9092"),
@@ -139,7 +139,7 @@ const JAVA_ASSIGNORS: &[(&str, &str)] = &[
 /// let (membership, data_plane) = split_properties(props);
 /// let (client, group) = from_properties(&membership)?;
 /// assert_eq!(data_plane["auto.offset.reset"], "earliest");
-/// # Ok::<(), consumer_membership::ConfigError>(())
+/// # Ok::<(), consumer_membership_core::ConfigError>(())
 /// ```
 pub fn split_properties(
     mut props: BTreeMap<String, String>,

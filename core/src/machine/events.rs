@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::TopicPartition;
+pub use crate::error::CommitError;
 use crate::error::GroupError;
 
 pub use super::state::{MemberState, Reason};
@@ -77,89 +78,6 @@ pub struct CommittedOffset {
     pub offset: Option<i64>,
     /// Its metadata.
     pub metadata: Option<String>,
-}
-
-/// Why a commit or an offset fetch failed. Nothing is retried silently and nothing is reported as
-/// committed unless the coordinator said so.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CommitError {
-    /// The group is rebalancing; commit again after the rebalance (the Java client's
-    /// `RebalanceInProgressException`).
-    #[error("the group is rebalancing; commit again once the member is stable")]
-    RebalanceInProgress,
-    /// The member is not (or no longer) in the group with the generation the commit used: the
-    /// partitions may already belong to another member (`CommitFailedException`).
-    #[error("commit rejected: the member is not part of the group's current generation ({reason})")]
-    NotMember {
-        /// What happened.
-        reason: String,
-    },
-    /// The member's membership lease ran out ([`Reason::LeaseExpired`]): no heartbeat was
-    /// answered within the session timeout less one heartbeat interval, so the coordinator may
-    /// have given the partitions to another member. Refused locally, without asking the
-    /// coordinator, until the member is confirmed in the group again; the partitions were
-    /// reported [`Event::Lost`] and must not be committed.
-    #[error("commit refused: the membership lease expired; the partitions were reported lost")]
-    LeaseExpired,
-    /// Another process holds the static member's instance id.
-    #[error("commit rejected: another member holds group.instance.id {instance_id:?}")]
-    FencedInstanceId {
-        /// The instance id.
-        instance_id: String,
-    },
-    /// A retriable condition (coordinator moving or loading). The member retries these itself
-    /// until `default.api.timeout.ms` runs out ([`TimedOut`](Self::TimedOut)); one reaches the
-    /// application only from a member that stopped meanwhile.
-    #[error("retriable error {code} ({name})", name = crate::error::error_name(*.code))]
-    Retriable {
-        /// The Kafka error code.
-        code: i16,
-    },
-    /// A partition-level or request-level error that will not go away by retrying.
-    #[error("{partition:?}: error {code} ({name})", name = crate::error::error_name(*.code))]
-    Rejected {
-        /// The partition, if the error is per partition.
-        partition: Option<TopicPartition>,
-        /// The Kafka error code.
-        code: i16,
-    },
-    /// The member does not own these partitions now (never assigned, revoked or lost): a commit
-    /// for them could overwrite the progress of the member that owns them. Checked at every
-    /// attempt, so a commit retried across a rebalance never goes out under the new generation
-    /// or epoch for partitions that moved.
-    #[error("commit refused: the member does not own {partitions:?}")]
-    NotOwned {
-        /// The partitions of the commit the member does not own.
-        partitions: Vec<TopicPartition>,
-    },
-    /// The member is closed (`close()` was called, or its task ended).
-    #[error("the member is closed")]
-    Closed,
-    /// The member stopped for good on this error (see [`Event::Fatal`]).
-    #[error("the member stopped: {0}")]
-    Fatal(GroupError),
-    /// No outcome within `default.api.timeout.ms` (no coordinator reachable, or retriable
-    /// errors throughout), as the Java client's `commitSync` / `committed` throw
-    /// `TimeoutException`. A commit that timed out may still be applied later.
-    #[error("no outcome within default.api.timeout.ms ({after:?})")]
-    TimedOut {
-        /// The timeout that ran out.
-        after: std::time::Duration,
-    },
-    /// The request could not be delivered.
-    #[error(transparent)]
-    Transport(#[from] crate::error::TransportError),
-}
-
-impl CommitError {
-    /// Whether sending the same commit again may succeed.
-    pub fn is_retriable(&self) -> bool {
-        matches!(
-            self,
-            CommitError::Retriable { .. } | CommitError::Transport(_)
-        )
-    }
 }
 
 /// How a member leaves when it closes (KIP-1092's `GroupMembershipOperation`).

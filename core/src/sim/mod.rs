@@ -23,9 +23,9 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use consumer_membership::config::GroupConfig;
-//! use consumer_membership::machine::events::MemberState;
-//! use consumer_membership::sim::world::{SimConfig, World};
+//! use consumer_membership_core::config::GroupConfig;
+//! use consumer_membership_core::machine::events::MemberState;
+//! use consumer_membership_core::sim::world::{SimConfig, World};
 //!
 //! let mut world = World::new(SimConfig::new(7).with_topic("t", 4));
 //! let mut config = GroupConfig::new("g").with_instance_id("i1");

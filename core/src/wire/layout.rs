@@ -1,4 +1,4 @@
-//! The size pre-check of every response body this crate decodes: a walk (`crate::bounded`) over
+//! The size pre-check of every response body this crate decodes: a walk (`crate::wire::bounded`) over
 //! the body that reads each array count and each string and bytes length exactly where
 //! kafka-protocol 0.18.0's decoder reads it, and fails when one claims more than the bytes left.
 //!
@@ -40,7 +40,7 @@
 
 use kafka_protocol::messages::ApiKey;
 
-use crate::bounded::{Cursor, Walk};
+use crate::wire::bounded::{Cursor, Walk};
 
 /// The versions of `api` this module has a layout for; `None` for an API it does not know.
 pub(super) fn known_versions(api: ApiKey) -> Option<(i16, i16)> {

@@ -48,9 +48,12 @@
 //! | rejoin that skipped generations (heartbeats stalled while the group rebalanced) | what it owned is reported `Lost`: a static member that did not rejoin stays in the group with its old subscription, so another member may have been given those partitions | keeps them (cooperative) |
 //! | close / unsubscribe while a revocation ticket is out | partitions not under the ticket are released at once; a dynamic member's LeaveGroup waits for the ticket (or `max.poll.interval.ms`), heartbeats and commits go on meanwhile | `onPartitionsRevoked` runs inside the call |
 
-pub mod assignor;
 mod member;
-pub mod subscription;
+
+/// The assignors (at the crate root: the configuration names them too).
+pub use crate::assignor;
+/// The consumer-protocol bytes of JoinGroup and SyncGroup (part of the wire codec).
+pub use crate::wire::subscription;
 
 pub use member::ClassicMember;
 

@@ -24,13 +24,13 @@ use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::ApiMisuse;
 use crate::error::{GroupError, TransportError, codes};
 use crate::machine::TopicPartition;
-use crate::machine::classic::subscription::Subscription;
 use crate::machine::events::{
     CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason, RevokeTicket,
 };
 use crate::machine::member::Member;
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
 use crate::request::{Broker, Outbound, Request, Response, ResponseBody, Target};
+use crate::wire::subscription::Subscription;
 
 /// base64url("foobarbazqux1234") without padding: a valid 22-character member id.
 const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";

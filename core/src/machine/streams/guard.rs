@@ -83,7 +83,7 @@ struct Inner {
 /// keeps two members of the process from holding one task at once (the guard).
 ///
 /// ```
-/// use consumer_membership::machine::streams::{StreamsProcess, UserEndpoint};
+/// use consumer_membership_core::machine::streams::{StreamsProcess, UserEndpoint};
 ///
 /// let process = StreamsProcess::new("8b1c...-uuid", Some(UserEndpoint::new("10.0.0.7", 8080)));
 /// let same = process.clone(); // hand one to each member

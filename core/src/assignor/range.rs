@@ -6,7 +6,7 @@ use super::{
     Assignor, MemberMetadata, RebalanceProtocol, assignable_topics, empty_assignment, member_order,
     unique_members,
 };
-use crate::machine::TopicPartition;
+use crate::partition::TopicPartition;
 
 pub(super) const NAME: &str = "range";
 

@@ -24,8 +24,8 @@ use crate::messages::{
 /// It prints (`Debug` and `Display`) as kafka-protocol's `ApiKey` does:
 ///
 /// ```
-/// use consumer_membership::kafka_protocol::messages::ApiKey;
-/// use consumer_membership::request::Api;
+/// use consumer_membership_core::kafka_protocol::messages::ApiKey;
+/// use consumer_membership_core::request::Api;
 ///
 /// assert_eq!(format!("{:?}", Api::from(ApiKey::JoinGroup)), "JoinGroup");
 /// assert_eq!(Api::STREAMS_GROUP_HEARTBEAT.to_string(), "StreamsGroupHeartbeat");
@@ -288,8 +288,8 @@ pub enum Request {
     /// [`TransportError::Decode`] before it is sent.
     ///
     /// ```
-    /// use consumer_membership::kafka_protocol::messages::{ListOffsetsRequest, RequestKind};
-    /// use consumer_membership::request::Request;
+    /// use consumer_membership_core::kafka_protocol::messages::{ListOffsetsRequest, RequestKind};
+    /// use consumer_membership_core::request::Request;
     ///
     /// let body = ListOffsetsRequest::default().with_replica_id((-1).into());
     /// let request = Request::Raw {
@@ -297,7 +297,7 @@ pub enum Request {
     ///     versions: 1..=10,
     ///     fit: None,
     /// };
-    /// assert_eq!(request.api_key(), consumer_membership::kafka_protocol::messages::ApiKey::ListOffsets);
+    /// assert_eq!(request.api_key(), consumer_membership_core::kafka_protocol::messages::ApiKey::ListOffsets);
     /// assert_eq!(request.api_key().to_string(), "ListOffsets");
     /// ```
     Raw {

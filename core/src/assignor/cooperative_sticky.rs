@@ -8,8 +8,8 @@ use super::{
     Assignor, MemberMetadata, RebalanceProtocol, assignable_topics, empty_assignment,
     partition_count, unique_members,
 };
-use crate::machine::TopicPartition;
-use crate::machine::classic::subscription::Subscription;
+use crate::partition::TopicPartition;
+use crate::wire::subscription::Subscription;
 
 pub(super) const NAME: &str = "cooperative-sticky";
 

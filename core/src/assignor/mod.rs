@@ -14,8 +14,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::subscription::Subscription;
-use crate::machine::TopicPartition;
+use crate::partition::TopicPartition;
+use crate::wire::subscription::Subscription;
 
 mod cooperative_sticky;
 mod range;
@@ -96,9 +96,9 @@ pub struct MemberMetadata {
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use consumer_membership::config::GroupConfig;
-/// use consumer_membership::machine::TopicPartition;
-/// use consumer_membership::machine::classic::assignor::{
+/// use consumer_membership_core::config::GroupConfig;
+/// use consumer_membership_core::machine::TopicPartition;
+/// use consumer_membership_core::machine::classic::assignor::{
 ///     Assignor, MemberMetadata, RebalanceProtocol,
 /// };
 ///
@@ -144,11 +144,11 @@ pub struct MemberMetadata {
 /// let members = [MemberMetadata {
 ///     member_id: "m-1".into(),
 ///     instance_id: None,
-///     subscription: consumer_membership::machine::classic::subscription::Subscription::new(["t"]),
+///     subscription: consumer_membership_core::machine::classic::subscription::Subscription::new(["t"]),
 /// }];
 /// let plan = AllToFirst.assign(&BTreeMap::from([("t".to_string(), 2)]), &members);
 /// assert_eq!(plan["m-1"], [TopicPartition::new("t", 0), TopicPartition::new("t", 1)]);
-/// # Ok::<(), consumer_membership::ConfigError>(())
+/// # Ok::<(), consumer_membership_core::ConfigError>(())
 /// ```
 pub trait Assignor: Send + Sync + std::fmt::Debug {
     /// The protocol name in JoinGroup (see **Names** above): non-empty, the same on every member

@@ -6,8 +6,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Assignor, MemberMetadata};
-use crate::machine::TopicPartition;
-use crate::machine::classic::subscription::Subscription;
+use crate::partition::TopicPartition;
+use crate::wire::subscription::Subscription;
 
 pub(super) type Result = BTreeMap<String, Vec<TopicPartition>>;
 

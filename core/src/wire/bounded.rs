@@ -1,5 +1,5 @@
 //! A bounded walk over Kafka-encoded bytes, shared by the response size check
-//! (`transport::layout`) and the consumer-protocol bytes (`machine::classic::subscription`).
+//! (`wire::layout`) and the consumer-protocol bytes (`machine::classic::subscription`).
 //!
 //! kafka-protocol 0.18.0 reserves room for `count` elements before it decodes an array, so a
 //! forged count (2^32 elements in a 12-byte answer) aborts the process on the failed allocation.

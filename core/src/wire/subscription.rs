@@ -9,7 +9,7 @@
 //! therefore ignored, at every version, as Java does.
 //!
 //! The bytes come from other members (through the coordinator), so they are walked
-//! (`crate::bounded`) before kafka-protocol decodes them: an array count or a string or bytes
+//! (`crate::wire::bounded`) before kafka-protocol decodes them: an array count or a string or bytes
 //! length claiming more than the bytes left is a [`ProtocolError::Malformed`], and nothing is
 //! allocated for it (kafka-protocol 0.18.0 would reserve room for any count it reads).
 
@@ -22,8 +22,8 @@ use kafka_protocol::messages::consumer_protocol_subscription as wire_subscriptio
 use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::bounded::{Cursor, Walk};
-use crate::machine::TopicPartition;
+use crate::partition::TopicPartition;
+use crate::wire::bounded::{Cursor, Walk};
 
 /// The newest `ConsumerProtocolSubscription` / `ConsumerProtocolAssignment` version this crate
 /// knows; it is what [`Subscription::encode`] and [`Assignment::encode`] write (Java's
