@@ -10,7 +10,7 @@
 //! `group.protocol`, `group.instance.id`, `security.protocol`, `sasl.*`, `ssl.*`, ... see
 //! `consumer_membership::properties`) plus `auto.offset.reset` (`earliest` or `latest`, the
 //! default); other keys are reported as unused. Both clients get its TLS settings (the same
-//! rustls config: `SecurityConfig::tls_client_config`) and SASL settings. Compressed batches other
+//! rustls config: `transport::tls_client_config`) and SASL settings. Compressed batches other
 //! than gzip and snappy need rskafka's `compression-lz4` and `compression-zstd` features.
 //!
 //! `--membership-thread` runs the membership on a runtime of its own, on a thread named
@@ -372,7 +372,7 @@ async fn rskafka_client(config: &ClientConfig) -> Result<Client, BoxError> {
         s.protocol,
         SecurityProtocol::Ssl | SecurityProtocol::SaslSsl
     ) {
-        builder = builder.tls_config(s.tls_client_config()?);
+        builder = builder.tls_config(consumer_membership::transport::tls_client_config(s)?);
     }
     if let (Some(mechanism), Some(user), Some(password)) =
         (s.sasl_mechanism, &s.sasl_username, &s.sasl_password)

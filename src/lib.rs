@@ -172,8 +172,12 @@
 //!
 //! # Layers
 //!
-//! - [`machine`]: the sans-IO state machines (their module docs hold the state diagrams and the
-//!   identity rules);
+//! - [`machine`], [`request`], [`config`], [`error`] and the other modules of the sans-IO core
+//!   come from the crate [`consumer_membership_core`] (re-exported here under the same paths):
+//!   the state machines (their module docs hold the state diagrams and the identity rules), what
+//!   they send and are answered, and the wire codec. It has no runtime, socket or clock crate
+//!   among its dependencies, and its clippy configuration forbids clock reads and OS random draws;
+//!   use it alone to run the machines on a runtime of your own;
 //! - [`transport`]: the [`Transport`](transport::Transport) trait, a tokio TCP implementation of
 //!   the Kafka wire protocol (TLS and SASL included) and an in-memory one;
 //! - [`driver`]: runs a machine over a transport on tokio ([`GroupMember`]).
@@ -182,23 +186,19 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod backoff;
-mod bounded;
-pub mod config;
 #[cfg(feature = "tokio")]
 pub mod driver;
-pub mod error;
-pub mod machine;
 pub mod manual;
-pub mod member_id;
-pub mod messages;
 #[cfg(feature = "tokio")]
 pub mod metrics;
-pub mod properties;
-pub mod request;
-#[cfg(feature = "sim")]
-pub mod sim;
 pub mod transport;
+
+// The sans-IO core (consumer-membership-core), under the paths this crate has always had.
+#[cfg(feature = "sim")]
+pub use consumer_membership_core::sim;
+pub use consumer_membership_core::{
+    backoff, config, error, machine, member_id, messages, properties, request,
+};
 
 pub use config::{ClientConfig, GroupConfig, GroupProtocol, OffsetReset};
 #[cfg(feature = "tokio")]
@@ -207,12 +207,10 @@ pub use driver::{GroupMember, MemberHandle, Snapshot};
 /// Streams groups (KIP-1071): the sans-IO member and its types ([`machine::streams`]) and, with
 /// feature `tokio`, the member on tokio ([`StreamsGroupMember`](streams::StreamsGroupMember)).
 ///
-/// A facade of re-exports (named through `super::`, not `crate::`: the sans-IO boundary test
-/// follows every `crate::` path of src/lib.rs, and this one leads to the driver on purpose).
 pub mod streams {
     #[cfg(feature = "tokio")]
-    pub use super::driver::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
-    pub use super::machine::streams::*;
+    pub use crate::driver::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
+    pub use crate::machine::streams::*;
 }
 pub use error::{ApiMisuse, ConfigError, Error, GroupError, TransportError};
 /// The Kafka protocol types of the version this crate speaks (for requests of your own through
@@ -226,29 +224,6 @@ pub use machine::events::{
 pub use member_id::MemberId;
 #[cfg(feature = "tokio")]
 pub use transport::TcpTransport;
-
-#[cfg(test)]
-pub(crate) mod testutil {
-    /// A base instant for tests of the sans-IO core, which may not read the clock itself.
-    pub(crate) fn epoch() -> std::time::Instant {
-        std::time::Instant::now()
-    }
-
-    /// Asserts that the first of `events` is an [`Event::Lost`](crate::Event::Lost) for the
-    /// membership lease: a member driven again after a stall reports it before anything else.
-    pub(crate) fn assert_lease_lost_first(events: &[crate::Event]) {
-        assert!(
-            matches!(
-                events.first(),
-                Some(crate::Event::Lost {
-                    reason: crate::Reason::LeaseExpired,
-                    ..
-                })
-            ),
-            "the lease's Lost comes first: {events:?}"
-        );
-    }
-}
 
 /// The README's Rust examples, compiled and run as doctests.
 #[cfg(doctest)]

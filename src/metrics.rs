@@ -350,6 +350,8 @@ impl MemberMetrics {
                 self.rebalance.get_or_insert(now);
                 self.failure_counted = false;
             }
+            // A state the core adds later: the next state this recorder knows decides.
+            _ => {}
         }
     }
 
@@ -446,6 +448,7 @@ fn commit_error_reason(e: &CommitError) -> &'static str {
         CommitError::Closed | CommitError::Fatal(_) => "stopped",
         CommitError::Transport(_) => "transport",
         CommitError::TimedOut { .. } => "timed_out",
+        _ => "other",
     }
 }
 
@@ -829,7 +832,7 @@ mod tests {
             ] {
                 m.on_event(
                     &Event::Committed {
-                        id: CommitId(1),
+                        id: CommitId::from_raw(1),
                         result,
                     },
                     t0,
@@ -925,10 +928,10 @@ mod tests {
                 (9, ApiKey::Metadata, Err(TransportError::Closed), 19),
             ];
             for (id, api, _, _) in &answers {
-                m.on_request(RequestId(*id), *api, t0);
+                m.on_request(RequestId::from_raw(*id), *api, t0);
             }
             for (id, _, result, ms) in &answers {
-                m.on_response(RequestId(*id), result, t0 + *ms * MS);
+                m.on_response(RequestId::from_raw(*id), result, t0 + *ms * MS);
             }
             // The streams heartbeat feeds the heartbeat sensor too; a describe feeds none.
             let streams = [
@@ -946,12 +949,12 @@ mod tests {
                 ),
             ];
             for (id, api, result, ms) in &streams {
-                m.on_request(RequestId(*id), *api, t0);
-                m.on_response(RequestId(*id), result, t0 + *ms * MS);
+                m.on_request(RequestId::from_raw(*id), *api, t0);
+                m.on_response(RequestId::from_raw(*id), result, t0 + *ms * MS);
             }
             // Unknown and repeated ids are ignored.
-            m.on_response(RequestId(1), &answers[0].2, t0 + 100 * MS);
-            m.on_response(RequestId(99), &answers[0].2, t0 + 100 * MS);
+            m.on_response(RequestId::from_raw(1), &answers[0].2, t0 + 100 * MS);
+            m.on_response(RequestId::from_raw(99), &answers[0].2, t0 + 100 * MS);
             assert!(m.in_flight.is_empty());
         });
         assert_eq!(
@@ -968,7 +971,7 @@ mod tests {
         let t0 = Instant::now();
         let mut m = MemberMetrics::new("g", GroupProtocol::Classic, t0);
         for id in 0..(3 * MAX_IN_FLIGHT as u64) {
-            m.on_request(RequestId(id), ApiKey::Heartbeat, t0);
+            m.on_request(RequestId::from_raw(id), ApiKey::Heartbeat, t0);
         }
         assert!(m.in_flight.len() <= MAX_IN_FLIGHT);
     }

@@ -541,7 +541,7 @@ async fn r01_broker_api_versions_and_find_coordinator() {
         b.release,
         b.source
     );
-    // The classic member's ranges (src/machine/classic/member.rs) all have a common version.
+    // The classic member's ranges (core/src/machine/classic/member.rs) all have a common version.
     let mut negotiated = Vec::new();
     for (api, ours) in [
         (ApiKey::JoinGroup, 5..=9),

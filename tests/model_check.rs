@@ -5,8 +5,8 @@
 //! # What is explored
 //! The checked system is the crate's sans-IO members ([`ClassicMember`] and [`ConsumerMember`]
 //! through the [`Member`] facade) and the simulated coordinator ([`SimCoordinator`], the broker
-//! rules of `src/sim/coordinator/`), connected by the simulation's own network ([`Network`],
-//! `src/sim/network.rs`, the one `sim::world::World` runs on) with its rules:
+//! rules of `core/src/sim/coordinator/`), connected by the simulation's own network ([`Network`],
+//! `core/src/sim/network.rs`, the one `sim::world::World` runs on) with its rules:
 //! - the broker reads one request per connection and reads the next only after the answer went
 //!   out; group requests are processed in the order they were READ (one coordinator queue);
 //!   FindCoordinator / Metadata are answered by the broker's own handlers;
@@ -257,7 +257,7 @@ struct Flags {
 }
 
 /// The system: members, the simulated coordinator and the simulation's network
-/// (`src/sim/network.rs`: connections, the coordinator queue, answers in transit).
+/// (`core/src/sim/network.rs`: connections, the coordinator queue, answers in transit).
 struct ModelWorld {
     setup: Setup,
     now: Instant,

@@ -256,7 +256,7 @@ async fn an_untrusted_broker_certificate_is_a_typed_tls_error() {
     }
 }
 
-/// rskafka over the same TLS settings as the member: `SecurityConfig::tls_client_config` is the
+/// rskafka over the same TLS settings as the member: `transport::tls_client_config` is the
 /// rustls config the transport uses; with the broker's CA rskafka reads the cluster's topics
 /// over SASL_SSL, with an untrusted CA it never gets them.
 #[cfg_attr(
@@ -280,7 +280,8 @@ async fn a_data_plane_client_connects_with_the_members_tls_config() {
     };
     let rskafka = |ca: &PathBuf| {
         let c = scram(ca);
-        let tls = c.security.tls_client_config().expect("the CA file reads");
+        let tls = consumer_membership::transport::tls_client_config(&c.security)
+            .expect("the CA file reads");
         let credentials = rskafka::client::Credentials::new(e.user.clone(), e.password.clone());
         rskafka::client::ClientBuilder::new(c.bootstrap_servers.clone())
             .tls_config(tls)
@@ -301,7 +302,7 @@ async fn a_data_plane_client_connects_with_the_members_tls_config() {
         "an untrusted CA must be refused: {refused:?}"
     );
     let missing = scram(&PathBuf::from("/nonexistent/ca.pem"));
-    match missing.security.tls_client_config() {
+    match consumer_membership::transport::tls_client_config(&missing.security) {
         Err(TransportError::Tls { reason }) => assert!(reason.contains("/nonexistent/ca.pem")),
         other => panic!("expected a TLS error naming the file, got {other:?}"),
     }

@@ -8,8 +8,6 @@
 
 #[cfg(feature = "tokio")]
 mod conn;
-pub mod connections;
-mod layout;
 #[cfg(feature = "sim")]
 mod memory;
 #[cfg(feature = "tokio")]
@@ -18,7 +16,6 @@ mod sasl;
 mod tcp;
 #[cfg(feature = "tls")]
 mod tls;
-pub mod wire;
 
 use std::future::Future;
 use std::time::Duration;
@@ -27,6 +24,14 @@ use std::time::Duration;
 pub use memory::{Handler, MemoryTransport};
 #[cfg(feature = "tokio")]
 pub use tcp::TcpTransport;
+#[cfg(feature = "tls")]
+pub use tls::tls_client_config;
+
+/// The client's connection rules, shared with the simulation and the model checker (from the
+/// sans-IO core).
+pub use consumer_membership_core::connections;
+/// The Kafka framing, header versions and version negotiation (from the sans-IO core).
+pub use consumer_membership_core::wire;
 
 use crate::error::TransportError;
 use crate::request::{Request, Response, Target};

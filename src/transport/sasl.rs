@@ -33,17 +33,6 @@ const MIN_ITERATIONS: u32 = 4096;
 /// milliseconds at most in a release build. (The Java client checks only the minimum.)
 const MAX_ITERATIONS: u32 = 16384;
 
-impl SaslMechanism {
-    /// The mechanism's name on the wire.
-    pub fn name(self) -> &'static str {
-        match self {
-            SaslMechanism::Plain => "PLAIN",
-            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
-            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
-        }
-    }
-}
-
 fn auth_error(mechanism: SaslMechanism, reason: impl Into<String>) -> TransportError {
     TransportError::Authentication {
         mechanism: mechanism.name(),
@@ -100,6 +89,10 @@ pub(crate) async fn authenticate(
         SaslMechanism::ScramSha512 => {
             scram::<Sha512>(conn, mechanism, username, password, timeout).await
         }
+        _ => Err(auth_error(
+            mechanism,
+            "this transport does not implement the mechanism",
+        )),
     }
 }
 

@@ -22,22 +22,20 @@ fn tls_error(reason: impl Into<String>) -> TransportError {
     }
 }
 
-// The accessor lives here, beside the transport it describes, so that the configuration the
-// sans-IO core reads does not reach the transport.
-impl SecurityConfig {
-    /// The rustls client settings the TCP transport connects with: the CA bundle of
-    /// `ssl.ca.location` (else the system roots), the client certificate and key when both are
-    /// set, host names verified unless `ssl.endpoint.identification.algorithm` is empty. Hand
-    /// them to a data-plane client on the same rustls 0.23 (rskafka's `tls_config`, for one),
-    /// so records and membership trust the same brokers the same way.
-    ///
-    /// # Errors
-    ///
-    /// [`TransportError::Tls`] naming the file that cannot be read or
-    /// the setting that is wrong (a certificate without its key), or when no CA is trusted.
-    pub fn tls_client_config(&self) -> Result<Arc<rustls::ClientConfig>, crate::TransportError> {
-        client_config(self).map(Arc::new)
-    }
+/// The rustls client settings the TCP transport connects with for `security`: the CA bundle of
+/// `ssl.ca.location` (else the system roots), the client certificate and key when both are set,
+/// host names verified unless `ssl.endpoint.identification.algorithm` is empty. Hand them to a
+/// data-plane client on the same rustls 0.23 (rskafka's `tls_config`, for one), so records and
+/// membership trust the same brokers the same way.
+///
+/// # Errors
+///
+/// [`TransportError::Tls`] naming the file that cannot be read or the setting that is wrong (a
+/// certificate without its key), or when no CA is trusted.
+pub fn tls_client_config(
+    security: &SecurityConfig,
+) -> Result<Arc<rustls::ClientConfig>, TransportError> {
+    client_config(security).map(Arc::new)
 }
 
 /// Builds the connector once per transport; bad files are a typed TLS error naming the file.
@@ -46,7 +44,7 @@ pub(crate) fn connector(security: &SecurityConfig) -> Result<TlsConnector, Trans
 }
 
 /// The rustls client settings `security` describes (see
-/// [`SecurityConfig::tls_client_config`]).
+/// [`tls_client_config`]).
 pub(crate) fn client_config(
     security: &SecurityConfig,
 ) -> Result<rustls::ClientConfig, TransportError> {

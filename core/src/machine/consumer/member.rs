@@ -1,0 +1,688 @@
+//! The consumer member's state machine: the KIP-848 protocol's own part of an
+//! [`EpochMember`]; its rules are the docs of the parent module.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+use kafka_protocol::messages::{
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, RequestKind,
+    ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use crate::config::GroupConfig;
+use crate::error::{ApiMisuse, ConfigError, GroupError, TransportError};
+use crate::machine::TopicPartition;
+use crate::machine::epoch::{EpochMember, EpochProtocol, Phase, Sent, epoch_answer, member_id_of};
+use crate::machine::events::{
+    CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, Reason,
+};
+use crate::machine::metadata::ClusterMetadata;
+use crate::machine::offsets::{Fence, Hint, Protocol, SentOffsets};
+use crate::machine::session;
+use crate::machine::shell::{PhaseName, Skeleton, millis};
+use crate::machine::timer::{Timer, after};
+use crate::member_id::MemberId;
+use crate::request::{Api, Broker, Outbound, Reply, Request, Response, ResponseBody};
+
+/// ConsumerGroupHeartbeat v1: client-generated member ids are mandatory (KIP-1082).
+const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 1..=1;
+/// OffsetCommit / OffsetFetch v9 are the first a consumer-protocol member may use (names, not ids).
+const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
+const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
+
+/// The fields a heartbeat carried; once answered they are what the broker knows, so later
+/// heartbeats leave unchanged fields out (protocol.md §6.3).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SentFields {
+    topics: Option<Vec<String>>,
+    regex: Option<String>,
+    rebalance_timeout: i32,
+    assignor: Option<String>,
+    owned: BTreeSet<(Uuid, i32)>,
+}
+
+/// The consumer protocol's own requests.
+#[derive(Debug, Clone)]
+pub struct ConsumerSent(Own);
+
+#[derive(Debug, Clone)]
+enum Own {
+    Metadata,
+    Offsets(SentOffsets),
+}
+
+/// The KIP-848 consumer protocol's part of a [`ConsumerMember`]: its subscription, its
+/// partitions by topic id, and what the broker knows of them.
+#[derive(Debug)]
+pub struct ConsumerProtocol {
+    /// Test only: the Java reset policy a classic member built by the `auto` fallback runs.
+    #[cfg(feature = "sim")]
+    pub(crate) java_reset_policy: bool,
+    topics: BTreeSet<String>,
+    regex: Option<String>,
+    /// Owned partitions by topic id (what acknowledgements carry).
+    owned: BTreeSet<(Uuid, i32)>,
+    /// The latest target assignment from the coordinator, sanitised (shared with a
+    /// reconciliation rather than copied).
+    target: Option<Arc<BTreeSet<(Uuid, i32)>>>,
+    /// Topic names by id, each shared by the partitions named with it.
+    names: BTreeMap<Uuid, Arc<str>>,
+    /// What the broker knows; `None` makes the next heartbeat full.
+    known: Option<SentFields>,
+    metadata_in_flight: bool,
+    /// Ask for the subscribed topics' metadata right after the coordinator lookup: the broker
+    /// assigns by topic id, and knowing the names before the first assignment arrives saves a
+    /// round trip on the join and rejoin path.
+    prefetch_metadata: bool,
+    /// The owned partitions as of the last answered heartbeat (what the broker last read from
+    /// this member). Unlike the other known fields it survives a failed heartbeat.
+    acked_owned: Option<BTreeSet<(Uuid, i32)>>,
+}
+
+/// A KIP-848 consumer-protocol member (sans-IO), with the same inputs, outputs and events as
+/// [`ClassicMember`](crate::machine::classic::ClassicMember); its state diagram and identity
+/// rules are the docs of [`machine::consumer`](crate::machine::consumer), what it shares with
+/// the other epoch-heartbeat members those of [`machine::epoch`](crate::machine::epoch).
+pub type ConsumerMember = EpochMember<ConsumerProtocol>;
+
+impl ConsumerProtocol {
+    fn named(&self, (id, p): &(Uuid, i32)) -> Option<TopicPartition> {
+        self.names.get(id).map(|n| TopicPartition::new(n, *p))
+    }
+}
+
+epoch_answer!(ConsumerGroupHeartbeatResponse, |r| r.member_id.as_deref());
+
+impl EpochProtocol for ConsumerProtocol {
+    const API: Api = Api::of(ApiKey::ConsumerGroupHeartbeat);
+    const SESSION: session::Keys = session::CONSUMER;
+    /// What the heartbeat carried, and whether it listed the owned partitions (full, or they
+    /// changed).
+    type Heartbeat = (SentFields, bool);
+    type Revoking = BTreeSet<(Uuid, i32)>;
+    type Sent = ConsumerSent;
+    type Answer = ConsumerGroupHeartbeatResponse;
+
+    fn decode(response: Response) -> Option<Self::Answer> {
+        match response.body {
+            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn error_code(response: &Response) -> Option<i16> {
+        match &response.body {
+            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => Some(r.error_code),
+            _ => None,
+        }
+    }
+
+    fn unsupported() -> GroupError {
+        GroupError::ConsumerProtocolUnsupported
+    }
+
+    fn heartbeat(m: &mut ConsumerMember) -> (Request, Self::Heartbeat) {
+        m.heartbeat_request()
+    }
+
+    fn leave(m: &ConsumerMember, epoch: i32) -> Request {
+        heartbeat_request(m.base_heartbeat(epoch))
+    }
+
+    fn reported_owned(sent: &Self::Heartbeat) -> bool {
+        sent.1
+    }
+
+    fn answered(
+        m: &mut ConsumerMember,
+        sent_epoch: i32,
+        (fields, _): Self::Heartbeat,
+        r: ConsumerGroupHeartbeatResponse,
+    ) {
+        m.accept(r.member_epoch);
+        let p = &mut m.proto;
+        // What this heartbeat carried is what the broker knows now.
+        let mut known = p.known.take().unwrap_or_default();
+        if sent_epoch == 0 {
+            known = fields;
+        } else {
+            known.rebalance_timeout = fields.rebalance_timeout;
+            known.topics = fields.topics;
+            known.regex = fields.regex;
+            known.assignor = fields.assignor;
+            known.owned = fields.owned;
+        }
+        p.acked_owned = Some(known.owned.clone());
+        p.known = Some(known);
+        if let Some(a) = r.assignment {
+            // Sanitised: sorted, no duplicates, no negative partitions.
+            let target: BTreeSet<(Uuid, i32)> = a
+                .topic_partitions
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .filter(|p| **p >= 0)
+                        .map(move |p| (t.topic_id, *p))
+                })
+                .collect();
+            p.target = Some(Arc::new(target));
+        }
+    }
+
+    fn has_target(&self) -> bool {
+        self.target.is_some()
+    }
+
+    fn reconcile(m: &mut ConsumerMember) {
+        m.reconcile();
+    }
+
+    fn forget_sent(&mut self, _refused: bool) {
+        self.known = None;
+    }
+
+    fn reset(&mut self) {
+        self.known = None;
+        self.acked_owned = None;
+        self.target = None;
+    }
+
+    fn subscribed(&self) -> bool {
+        !self.topics.is_empty() || self.regex.is_some()
+    }
+
+    fn unsubscribed(&mut self) {
+        self.topics.clear();
+        self.regex = None;
+    }
+
+    fn revoked(m: &mut ConsumerMember, revoking: Self::Revoking) {
+        for tp in revoking {
+            m.proto.owned.remove(&tp);
+        }
+    }
+
+    fn release_except(m: &mut ConsumerMember, revoking: &Self::Revoking) {
+        let p = &mut m.proto;
+        let released: Vec<(Uuid, i32)> = (p.owned.iter())
+            .filter(|tp| !revoking.contains(tp))
+            .cloned()
+            .collect();
+        if !released.is_empty() {
+            let partitions = released.iter().filter_map(|tp| p.named(tp)).collect();
+            for tp in &released {
+                p.owned.remove(tp);
+            }
+            m.shell.events.push_back(Event::Revoked { partitions });
+        }
+    }
+
+    // Everything the application holds, the partitions of an outstanding revocation ticket
+    // included: a member that is fenced or leaves on a poll timeout while the application still
+    // revokes them has lost those too (the broker drops their pending revocation), as the Java
+    // client's onPartitionsLost covers them. Released partitions leave `owned` before this runs
+    // (`complete_revocation`, `release_except`), so a release never names a ticket's partitions.
+    fn take_owned(m: &mut ConsumerMember) -> Vec<TopicPartition> {
+        let p = &mut m.proto;
+        let mut partitions: Vec<TopicPartition> =
+            p.owned.iter().filter_map(|tp| p.named(tp)).collect();
+        partitions.sort();
+        p.owned.clear();
+        partitions
+    }
+
+    /// What the member may commit: what it owns (the partitions being revoked stay owned until
+    /// the ticket is back).
+    fn committable(m: &ConsumerMember) -> BTreeSet<TopicPartition> {
+        let p = &m.proto;
+        p.owned.iter().filter_map(|tp| p.named(tp)).collect()
+    }
+
+    fn on_timers(m: &mut ConsumerMember) {
+        if m.shell.expired(Timer::MetadataRefresh)
+            && matches!(
+                m.phase,
+                Phase::Reconciling | Phase::Stable | Phase::Acknowledging
+            )
+        {
+            m.reconcile();
+        }
+    }
+
+    fn acts_on(m: &ConsumerMember, timer: Timer) -> bool {
+        timer != Timer::MetadataRefresh || !m.proto.metadata_in_flight
+    }
+
+    fn poll_first(m: &mut ConsumerMember, needed: bool) -> Option<Outbound> {
+        if m.proto.prefetch_metadata && needed {
+            m.proto.prefetch_metadata = false;
+            m.request_metadata();
+            return m.shell.outbound.pop_front();
+        }
+        None
+    }
+
+    fn poll_coordinator(m: &mut ConsumerMember, coordinator: &Broker) -> Option<Outbound> {
+        m.build_offsets(coordinator)
+    }
+
+    fn on_own(m: &mut ConsumerMember, sent: ConsumerSent, result: Reply) {
+        match sent.0 {
+            Own::Metadata => m.on_metadata(result),
+            Own::Offsets(sent) => m.on_offsets(sent, result),
+        }
+    }
+}
+
+/// ConsumerGroupHeartbeat `r`, as the member sends it.
+fn heartbeat_request(r: ConsumerGroupHeartbeatRequest) -> Request {
+    Request::Raw {
+        body: Box::new(RequestKind::ConsumerGroupHeartbeat(r)),
+        versions: HEARTBEAT_VERSIONS,
+        fit: None,
+    }
+}
+
+impl ConsumerMember {
+    /// A member of `config.group_id`; not yet subscribed. Its KIP-1082 member id is
+    /// `config.member_id`, else one derived from `config.seed` ([`MemberId::from_seed`]): the core
+    /// reads no random source of its own. With neither, the configuration is refused (see
+    /// [`GroupConfig::seed`]); `GroupMember::start` fills
+    /// the member id from the OS CSPRNG.
+    pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
+        let member_id = member_id_of(&config)?;
+        Self::with_member_id(config, member_id, now)
+    }
+
+    /// A member with the given id, whatever `config.member_id` says (the member's
+    /// [`config`](Self::config) then names `member_id`). Without `config.seed`, the backoff
+    /// jitter is seeded from the id's bytes.
+    pub fn with_member_id(
+        config: GroupConfig,
+        member_id: MemberId,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        // The config (with the member id) is also what a classic member built after an `auto`
+        // fallback seeds from.
+        let proto = ConsumerProtocol {
+            #[cfg(feature = "sim")]
+            java_reset_policy: false,
+            topics: BTreeSet::new(),
+            regex: None,
+            owned: BTreeSet::new(),
+            target: None,
+            names: BTreeMap::new(),
+            known: None,
+            metadata_in_flight: false,
+            prefetch_metadata: false,
+            acked_owned: None,
+        };
+        Self::create(config, member_id, now, proto)
+    }
+
+    // ------------------------------------------------------------------ accessors
+
+    /// Owned partitions, by name (partitions of topics not yet resolved are not owned yet).
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        let revoking = self.revoking();
+        let p = &self.proto;
+        let mut v: Vec<TopicPartition> = p
+            .owned
+            .iter()
+            .filter(|tp| revoking.is_none_or(|r| !r.contains(tp)))
+            .filter_map(|tp| p.named(tp))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The subscription (topic names), for a fallback to the classic protocol.
+    pub fn topics(&self) -> Vec<String> {
+        self.proto.topics.iter().cloned().collect()
+    }
+
+    /// The regex subscription (`subscribe_regex`), if that is how the member is subscribed.
+    pub fn regex(&self) -> Option<&str> {
+        self.proto.regex.as_deref()
+    }
+
+    // ------------------------------------------------------------------ commands
+
+    /// Subscribes to `topics` by name and joins (or tells the coordinator the new subscription).
+    ///
+    /// Errors with [`ApiMisuse::Stopped`] once [`close`](Self::close) was called (the close goes
+    /// on) or the member stopped, and with [`ApiMisuse::EmptySubscription`] without topics.
+    pub fn subscribe(
+        &mut self,
+        topics: impl IntoIterator<Item = String>,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        self.proto.topics = self.subscription(topics, now)?;
+        let p = &mut self.proto;
+        p.regex = None;
+        // Joining: the names of the subscribed topics are needed as soon as the first
+        // assignment arrives. (A member in the group resolves new ids when they come.)
+        p.prefetch_metadata = matches!(self.phase, Phase::Unsubscribed | Phase::Stale)
+            && p.topics
+                .iter()
+                .any(|t| !p.names.values().any(|n| **n == **t));
+        self.start(now);
+        Ok(())
+    }
+
+    /// Subscribes by a server-side regular expression (RE2/J syntax, `SubscribedTopicRegex`, v1).
+    /// Errors as [`subscribe`](Self::subscribe) does.
+    ///
+    /// Only the consumer protocol evaluates a regex: with `group.protocol=auto`, a broker that
+    /// refuses the consumer protocol stops the member with
+    /// [`GroupError::RegexNeedsConsumerProtocol`] instead of falling back to classic (see
+    /// [`Member::poll_event`](crate::machine::member::Member::poll_event)).
+    pub fn subscribe_regex(
+        &mut self,
+        pattern: impl Into<String>,
+        now: Instant,
+    ) -> Result<(), ApiMisuse> {
+        self.shell.advance(now);
+        if self.closing() {
+            return Err(ApiMisuse::Stopped);
+        }
+        let pattern = pattern.into();
+        if pattern.trim().is_empty() {
+            return Err(ApiMisuse::EmptySubscription);
+        }
+        self.proto.topics.clear();
+        self.proto.regex = Some(pattern);
+        // By pattern the metadata would be every topic's: fetched only for ids assigned.
+        self.proto.prefetch_metadata = false;
+        self.start(now);
+        Ok(())
+    }
+
+    /// Leaves the subscription: the application releases its partitions ([`Event::Revoked`]) and
+    /// the member leaves (-1; -2 for a static member, which keeps its partitions at the broker for
+    /// a return within the session timeout).
+    ///
+    /// Does nothing once [`close`](Self::close) was called: the close goes on as asked (also a
+    /// close waiting for a revocation ticket).
+    pub fn unsubscribe(&mut self, now: Instant) {
+        self.leave_subscription(CloseOptions::Default, now);
+    }
+
+    /// Fetches committed offsets (OffsetFetch v9 with member id and epoch while in the group).
+    pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
+        self.queue_fetch(partitions, now)
+    }
+
+    /// Commits `offsets` with the member id and epoch (OffsetCommit v9). Outside the group:
+    /// [`CommitError::NotMember`] at once.
+    pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+        self.queue_commit(offsets, now, |m| {
+            if m.stopped() {
+                m.phase().stop_error()
+            } else if m.epoch <= 0 || !m.in_group() {
+                Some(CommitError::NotMember {
+                    reason: "the member holds no epoch".into(),
+                })
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.next_event()
+    }
+
+    // ------------------------------------------------------------------ reconciliation
+
+    /// Revoke first, then assign, then acknowledge (AbstractMembershipManager.maybeReconcile).
+    fn reconcile(&mut self) {
+        let Some(target) = self.proto.target.clone() else {
+            if matches!(self.phase, Phase::Joining) {
+                self.set_phase(Phase::Stable, Reason::Joined);
+            }
+            return;
+        };
+        let p = &self.proto;
+        let unresolved: BTreeSet<Uuid> = target
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !p.names.contains_key(id))
+            .collect();
+        if !unresolved.is_empty() && self.shell.timers.get(Timer::MetadataRefresh).is_none() {
+            self.request_metadata();
+        }
+        let p = &self.proto;
+        let resolved: BTreeSet<(Uuid, i32)> = target
+            .iter()
+            .filter(|(id, _)| p.names.contains_key(id))
+            .cloned()
+            .collect();
+        let revoked: BTreeSet<(Uuid, i32)> = p.owned.difference(&target).cloned().collect();
+        let added: Vec<(Uuid, i32)> = resolved.difference(&p.owned).cloned().collect();
+        if !revoked.is_empty() {
+            let partitions = revoked.iter().filter_map(|tp| p.named(tp)).collect();
+            return self.start_revocation(revoked, |m, ticket| {
+                (m.shell.events).push_back(Event::Revoking { partitions, ticket })
+            });
+        }
+        if !added.is_empty() && self.report_pending() {
+            // Take them once that heartbeat is answered (see `report_pending`).
+            return self.set_phase(Phase::Reconciling, Reason::AwaitingHeartbeat);
+        }
+        if !added.is_empty() || matches!(self.phase, Phase::Joining) {
+            self.proto.owned.extend(added.iter().cloned());
+            let added = added.iter().filter_map(|tp| self.proto.named(tp)).collect();
+            self.shell.events.push_back(Event::Assigned {
+                added,
+                owned: self.assignment(),
+                generation: self.epoch,
+            });
+        }
+        let p = &self.proto;
+        let acked = p.known.as_ref().is_some_and(|k| k.owned == p.owned);
+        let waiting = (!unresolved.is_empty()).then_some(Reason::AwaitingTopicMetadata);
+        self.reconciled(acked, waiting);
+    }
+
+    fn request_metadata(&mut self) {
+        if self.proto.metadata_in_flight {
+            return;
+        }
+        self.proto.metadata_in_flight = true;
+        // Subscribed by names: those topics; by pattern: every topic.
+        let p = &self.proto;
+        let topics = p
+            .regex
+            .is_none()
+            .then(|| p.topics.iter().cloned().collect());
+        self.shell
+            .send_metadata(topics, Sent::Own(ConsumerSent(Own::Metadata)));
+    }
+
+    fn on_metadata(&mut self, result: Result<Response, TransportError>) {
+        let p = &mut self.proto;
+        p.metadata_in_flight = false;
+        match result
+            .map_err(|e| e.to_string())
+            .and_then(|r| ClusterMetadata::from_response(&r).map_err(|e| e.to_string()))
+        {
+            Ok(m) => {
+                for (name, t) in m.topics {
+                    if !t.id.is_nil() {
+                        // A name already known stays shared with the partitions named with it.
+                        if p.names.get(&t.id).is_none_or(|n| **n != *name) {
+                            p.names.insert(t.id, name.into());
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "metadata for topic ids failed"),
+        }
+        // Ids still unknown are carried until metadata catches up.
+        let unresolved =
+            (p.target.as_ref()).is_some_and(|t| t.iter().any(|(id, _)| !p.names.contains_key(id)));
+        if unresolved {
+            let at = after(self.shell.now, self.shell.config.retry_backoff_max);
+            self.shell.timers.set(Timer::MetadataRefresh, at);
+        }
+        if matches!(
+            self.phase,
+            Phase::Reconciling | Phase::Stable | Phase::Acknowledging
+        ) {
+            self.reconcile();
+        }
+    }
+
+    fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
+        let (fence, now) = (self.fence(), self.shell.now);
+        let (event, hint) = self.shell.offsets.answer(sent, result, &fence, now);
+        // Only Rediscover comes back for the consumer protocol (the fencing answers of a
+        // commit are read as NotMember/Retriable; the heartbeat does the fencing).
+        if hint == Some(Hint::Rediscover) {
+            self.shell.coordinator_failed();
+        }
+        self.shell.events.extend(event);
+    }
+
+    // ------------------------------------------------------------------ requests
+
+    fn base_heartbeat(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(self.shell.group_id())
+            .with_member_id(StrBytes::from_string(self.member_id.to_string()))
+            .with_member_epoch(epoch)
+            // The Java client always sends the instance id, though the schema allows leaving it out.
+            .with_instance_id(
+                self.shell
+                    .config
+                    .instance_id
+                    .clone()
+                    .map(StrBytes::from_string),
+            )
+            .with_rebalance_timeout_ms(-1)
+    }
+
+    /// Full when joining or after any failure (the known fields were reset), else only what
+    /// changed since the broker last answered (HeartbeatState.buildRequestData).
+    fn heartbeat_request(&mut self) -> (Request, (SentFields, bool)) {
+        let p = &self.proto;
+        let full = self.epoch == 0 || p.known.is_none();
+        let known = if full {
+            SentFields::default()
+        } else {
+            p.known.clone().unwrap_or_default()
+        };
+        let fields = SentFields {
+            topics: p
+                .regex
+                .is_none()
+                .then(|| p.topics.iter().cloned().collect()),
+            regex: p.regex.clone(),
+            rebalance_timeout: millis(self.shell.config.max_poll_interval),
+            assignor: self.shell.config.remote_assignor.clone(),
+            owned: p.owned.clone(),
+        };
+        let mut r = self.base_heartbeat(self.epoch);
+        if full || fields.rebalance_timeout != known.rebalance_timeout {
+            r.rebalance_timeout_ms = fields.rebalance_timeout;
+        }
+        let names = |ts: &[String]| {
+            ts.iter()
+                .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                .collect()
+        };
+        if full {
+            r.subscribed_topic_names = fields.topics.as_deref().map(names);
+        } else if fields.topics != known.topics {
+            // Null would mean "unchanged": an empty list clears names the broker knows when the
+            // member switched to a pattern.
+            r.subscribed_topic_names = Some(names(fields.topics.as_deref().unwrap_or_default()));
+        }
+        if full && fields.regex.is_some() || fields.regex != known.regex {
+            // "" clears a pattern the broker knows when the member switched to names.
+            r.subscribed_topic_regex = Some(StrBytes::from_string(
+                fields.regex.clone().unwrap_or_default(),
+            ));
+        }
+        if (full || fields.assignor != known.assignor) && fields.assignor.is_some() {
+            r.server_assignor = fields.assignor.clone().map(StrBytes::from_string);
+        }
+        // The owned partitions go out when joining or when they differ from what the broker last
+        // read from this member; unlike the Java client, not again in every full heartbeat after
+        // a failure. A heartbeat that failed in the transport may still be processed late, after
+        // newer ones, at the previous epoch, which the broker accepts as a retry; a stale owned
+        // list in it would read as revocations done (CurrentAssignmentBuilder) and free
+        // partitions this member has taken since. The broker already holds an unchanged list.
+        let list_owned = self.epoch == 0 || p.acked_owned.as_ref() != Some(&fields.owned);
+        if list_owned {
+            let mut by_topic: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
+            for (id, p) in &fields.owned {
+                by_topic.entry(*id).or_default().push(*p);
+            }
+            r.topic_partitions = Some(
+                by_topic
+                    .into_iter()
+                    .map(|(id, ps)| {
+                        TopicPartitions::default()
+                            .with_topic_id(id)
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        }
+        if self.epoch == 0 {
+            r.rack_id = self.shell.config.rack_id.clone().map(StrBytes::from_string);
+        }
+        let reported_owned = r.topic_partitions.is_some();
+        (heartbeat_request(r), (fields, reported_owned))
+    }
+
+    /// The next queued commit or fetch, fenced by the member's epoch.
+    fn build_offsets(&mut self, coordinator: &Broker) -> Option<Outbound> {
+        if self.shell.offsets.is_empty() {
+            return None;
+        }
+        let refusal = (self.epoch <= 0).then(|| CommitError::NotMember {
+            reason: "the member lost its epoch".into(),
+        });
+        let fence = self.fence();
+        let (owned, now) = (self.owned_partitions(), self.shell.now);
+        let shell = &mut self.shell;
+        let (body, versions, sent) =
+            (shell.offsets).next(&fence, (refusal, &owned), now, &mut shell.events)?;
+        let (versions, fit) = versions;
+        let request = Request::Raw {
+            body: Box::new(body),
+            versions,
+            fit,
+        };
+        self.send(
+            coordinator,
+            request,
+            Sent::Own(ConsumerSent(Own::Offsets(sent))),
+        );
+        self.shell.outbound.pop_front()
+    }
+
+    /// Who the member is, for its commits and fetches.
+    fn fence(&self) -> Fence {
+        Fence {
+            protocol: Protocol::Consumer,
+            group: self.shell.config.group_id.clone(),
+            member_id: self.member_id.to_string(),
+            generation: self.epoch,
+            instance_id: self.shell.config.instance_id.clone(),
+            member: self.epoch > 0 && self.in_group(),
+            rebalancing: false,
+            commit_versions: COMMIT_VERSIONS,
+            fetch_versions: FETCH_VERSIONS,
+        }
+    }
+}
