@@ -49,7 +49,7 @@ echo "building the working tree ..." >&2
 # Both trees build into one target directory, and cargo judges a path crate fresh by file times:
 # a working tree whose files are older than the base build could reuse the base binary. Its
 # sources are touched so that it never does.
-find "$repo/src" "$repo/tests" "$repo/Cargo.toml" -type f -exec touch {} +
+find "$repo/src" "$repo/tests" "$repo/Cargo.toml" $([[ -d $repo/core ]] && echo "$repo/core") -type f -exec touch {} +
 after=$(binary "$repo")
 cmp -s "$out/before" "$after" && echo "warning: the two binaries are identical" >&2
 cp "$after" "$out/after"
