@@ -4,19 +4,13 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
-use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::metadata_response::{
-    MetadataResponsePartition, MetadataResponseTopic,
-};
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    FindCoordinatorResponse, MetadataResponse, OffsetCommitResponse, RequestKind, ResponseKind,
-    TopicName,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, OffsetCommitResponse,
+    RequestKind, ResponseKind, TopicName,
 };
-use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{ConsumerMember, UNRELEASED_RECOVERIES};
@@ -28,60 +22,31 @@ use crate::machine::events::{
     CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason, RevokeTicket,
 };
 use crate::machine::member::Member;
+use crate::machine::test_support::{
+    self, ID, body, coordinator_broker, epoch_config, is_find_coordinator, is_metadata, s,
+};
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
-use crate::request::{Broker, Outbound, Request, Response, ResponseBody, Target};
+use crate::request::{Outbound, Request, Response, ResponseBody, Target};
 use crate::wire::subscription::Subscription;
 
-/// base64url("foobarbazqux1234") without padding: a valid 22-character member id.
-const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";
 /// Topic ids: "t", and "x" (which metadata may not know yet).
 const T: Uuid = Uuid::from_u128(0x7007);
 const X: Uuid = Uuid::from_u128(0x9009);
 
-fn s(x: &str) -> StrBytes {
-    StrBytes::from_string(x.to_owned())
-}
+type Harness = test_support::Harness<ConsumerMember>;
 
 fn tp(t: &str, p: i32) -> TopicPartition {
     TopicPartition::new(t, p)
 }
 
 fn config(instance: Option<&str>) -> GroupConfig {
-    let mut c = GroupConfig::new("g");
+    let mut c = epoch_config("g", instance);
     c.protocol = GroupProtocol::Consumer;
-    c.instance_id = instance.map(String::from);
-    c.session_timeout = Duration::from_secs(10);
-    c.heartbeat_interval = Duration::from_secs(1);
-    c.max_poll_interval = Duration::from_secs(30);
-    c.retry_backoff = Duration::from_millis(100);
-    c.retry_backoff_max = Duration::from_secs(1);
-    c.request_timeout = Duration::from_secs(5);
-    c.seed = Some(1);
     c
 }
 
-fn coordinator_broker() -> Broker {
-    Broker {
-        node_id: 1,
-        host: "h".into(),
-        port: 9092,
-    }
-}
-
 fn find_coordinator_answer() -> ResponseKind {
-    let c = Coordinator::default()
-        .with_key(s("g"))
-        .with_node_id(BrokerId(1))
-        .with_host(s("h"))
-        .with_port(9092);
-    ResponseKind::FindCoordinator(FindCoordinatorResponse::default().with_coordinators(vec![c]))
-}
-
-fn body(out: &Outbound) -> RequestKind {
-    match &out.request {
-        Request::Raw { body, .. } => (**body).clone(),
-        other => (other.build(*other.versions().end()).unwrap().into_kafka()).unwrap(),
-    }
+    test_support::find_coordinator_answer("g", 1)
 }
 
 fn is_heartbeat(out: &Outbound) -> bool {
@@ -93,14 +58,6 @@ fn heartbeat_body(out: &Outbound) -> ConsumerGroupHeartbeatRequest {
         RequestKind::ConsumerGroupHeartbeat(b) => b,
         other => panic!("expected a ConsumerGroupHeartbeat, got {other:?}"),
     }
-}
-
-fn is_metadata(out: &Outbound) -> bool {
-    matches!(out.request, Request::Metadata { .. })
-}
-
-fn is_find_coordinator(out: &Outbound) -> bool {
-    matches!(out.request, Request::FindCoordinator { .. })
 }
 
 /// The owned partitions a heartbeat carries, `None` when left out.
@@ -151,77 +108,15 @@ fn err(code: i16) -> ConsumerGroupHeartbeatResponse {
         .with_member_epoch(-1)
 }
 
-struct Harness {
-    m: ConsumerMember,
-    now: Instant,
-    events: Vec<Event>,
-}
-
 impl Harness {
     fn with_config(config: GroupConfig) -> Self {
-        let now = crate::testutil::epoch();
-        Self {
-            m: ConsumerMember::with_member_id(config, MemberId::parse(ID).unwrap(), now).unwrap(),
-            now,
-            events: Vec::new(),
-        }
+        Self::start(|now| {
+            ConsumerMember::with_member_id(config, MemberId::parse(ID).unwrap(), now).unwrap()
+        })
     }
 
     fn new(instance: Option<&str>) -> Self {
         Self::with_config(config(instance))
-    }
-
-    fn drain(&mut self) -> Vec<Outbound> {
-        let mut out = Vec::new();
-        while let Some(o) = self.m.poll_request() {
-            out.push(o);
-            assert!(
-                out.len() < 50,
-                "the member keeps emitting requests: {out:#?}"
-            );
-        }
-        while let Some(e) = self.m.poll_event() {
-            self.events.push(e);
-        }
-        out
-    }
-
-    fn one(&mut self) -> Outbound {
-        let mut out = self.drain();
-        assert_eq!(out.len(), 1, "expected one request, got {out:#?}");
-        out.pop().unwrap()
-    }
-
-    fn nothing(&mut self, why: &str) {
-        let out = self.drain();
-        assert!(out.is_empty(), "{why}: {out:#?}");
-    }
-
-    fn answer(&mut self, out: &Outbound, body: ResponseKind) {
-        self.m.handle_response(
-            out.id,
-            Ok(Response {
-                version: *out.request.versions().end(),
-                body: ResponseBody::Kafka(body),
-            }),
-            self.now,
-        );
-    }
-
-    fn fail(&mut self, out: &Outbound) {
-        self.m.handle_response(
-            out.id,
-            Err(TransportError::Disconnected {
-                addr: "h:9092".into(),
-                reason: "reset".into(),
-            }),
-            self.now,
-        );
-    }
-
-    fn advance(&mut self, d: Duration) {
-        self.now += d;
-        self.m.handle_timeout(self.now);
     }
 
     /// Expects the coordinator lookup and answers it. A subscription by names also asks for
@@ -257,23 +152,7 @@ impl Harness {
     /// Answers a Metadata request with `topics` (name, id, partition count).
     fn metadata_answer(&mut self, out: &Outbound, topics: &[(&str, Uuid, i32)]) {
         assert!(is_metadata(out), "{out:?}");
-        let topics = topics
-            .iter()
-            .map(|(name, id, n)| {
-                MetadataResponseTopic::default()
-                    .with_name(Some(TopicName(s(name))))
-                    .with_topic_id(*id)
-                    .with_partitions(
-                        (0..*n)
-                            .map(|p| MetadataResponsePartition::default().with_partition_index(p))
-                            .collect(),
-                    )
-            })
-            .collect();
-        self.answer(
-            out,
-            ResponseKind::Metadata(MetadataResponse::default().with_topics(topics)),
-        );
+        self.answer(out, test_support::metadata_answer(topics));
     }
 
     /// A regular heartbeat after `interval`.
