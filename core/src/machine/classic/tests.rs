@@ -2,13 +2,11 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{
-    BrokerId, FindCoordinatorResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
-    RequestKind, ResponseKind, SyncGroupResponse,
+    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, RequestKind, ResponseKind,
+    SyncGroupResponse,
 };
-use kafka_protocol::protocol::StrBytes;
 
 use super::ClassicMember;
 use super::subscription::{Assignment, Subscription};
@@ -16,76 +14,25 @@ use crate::config::GroupConfig;
 use crate::error::{GroupError, codes};
 use crate::machine::TopicPartition;
 use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason};
+use crate::machine::test_support::{
+    self, base_config, body, find_coordinator_answer, is_find_coordinator, is_metadata,
+    metadata_answer, s,
+};
 use crate::request::{Outbound, Request, RequestBody, Response, ResponseBody};
 
-struct Harness {
-    m: ClassicMember,
-    now: std::time::Instant,
-    events: Vec<Event>,
-}
+type Harness = test_support::Harness<ClassicMember>;
 
 fn config(instance: Option<&str>) -> GroupConfig {
-    let mut c = GroupConfig::new("g");
-    c.instance_id = instance.map(String::from);
-    c.session_timeout = Duration::from_secs(10);
-    c.heartbeat_interval = Duration::from_secs(1);
-    c.max_poll_interval = Duration::from_secs(30);
-    c.seed = Some(1);
-    c
-}
-
-fn body(out: &Outbound) -> RequestKind {
-    match &out.request {
-        Request::Raw { body, .. } => (**body).clone(),
-        other => (other.build(*other.versions().end()).unwrap().into_kafka()).unwrap(),
-    }
-}
-
-fn s(x: &str) -> StrBytes {
-    StrBytes::from_string(x.to_owned())
+    base_config("g", instance)
 }
 
 impl Harness {
+    fn with_config(config: GroupConfig) -> Self {
+        Self::start(|now| ClassicMember::new(config, now).unwrap())
+    }
+
     fn new(instance: Option<&str>) -> Self {
-        let now = crate::testutil::epoch();
-        Self {
-            m: ClassicMember::new(config(instance), now).unwrap(),
-            now,
-            events: Vec::new(),
-        }
-    }
-
-    fn drain(&mut self) -> Vec<Outbound> {
-        let mut out = Vec::new();
-        while let Some(o) = self.m.poll_request() {
-            out.push(o);
-        }
-        while let Some(e) = self.m.poll_event() {
-            self.events.push(e);
-        }
-        out
-    }
-
-    fn one(&mut self) -> Outbound {
-        let mut out = self.drain();
-        assert_eq!(out.len(), 1, "expected one request, got {out:#?}");
-        out.pop().unwrap()
-    }
-
-    fn answer(&mut self, out: &Outbound, body: ResponseKind) {
-        self.m.handle_response(
-            out.id,
-            Ok(Response {
-                version: *out.request.versions().end(),
-                body: ResponseBody::Kafka(body),
-            }),
-            self.now,
-        );
-    }
-
-    fn advance(&mut self, d: Duration) {
-        self.now += d;
-        self.m.handle_timeout(self.now);
+        Self::with_config(config(instance))
     }
 
     fn find_coordinator(&mut self) {
@@ -794,22 +741,11 @@ impl Harness {
     /// Leader: answers the outstanding Metadata request with topic "t" of `partitions`
     /// partitions; returns the SyncGroup that follows.
     fn leader_sync(&mut self, partitions: i32) -> kafka_protocol::messages::SyncGroupRequest {
-        use kafka_protocol::messages::metadata_response as md;
         let out = self.one();
-        assert!(matches!(out.request, Request::Metadata { .. }), "{out:?}");
-        let topic = md::MetadataResponseTopic::default()
-            .with_name(Some(kafka_protocol::messages::TopicName(s("t"))))
-            .with_topic_id(uuid::Uuid::from_u128(9))
-            .with_partitions(
-                (0..partitions)
-                    .map(|p| md::MetadataResponsePartition::default().with_partition_index(p))
-                    .collect(),
-            );
+        assert!(is_metadata(&out), "{out:?}");
         self.answer(
             &out,
-            ResponseKind::Metadata(
-                kafka_protocol::messages::MetadataResponse::default().with_topics(vec![topic]),
-            ),
+            metadata_answer(&[("t", uuid::Uuid::from_u128(9), partitions)]),
         );
         let sync = self.one();
         let RequestKind::SyncGroup(sg) = body(&sync) else {
@@ -850,18 +786,8 @@ impl Harness {
             ]);
         self.answer(join, ResponseKind::JoinGroup(r));
         let md = self.one();
-        assert!(matches!(md.request, Request::Metadata { .. }), "{md:?}");
-        let t = kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
-            .with_name(Some(kafka_protocol::messages::TopicName(s("t"))))
-            .with_partitions(vec![
-                kafka_protocol::messages::metadata_response::MetadataResponsePartition::default(),
-            ]);
-        self.answer(
-            &md,
-            ResponseKind::Metadata(
-                kafka_protocol::messages::MetadataResponse::default().with_topics(vec![t]),
-            ),
-        );
+        assert!(is_metadata(&md), "{md:?}");
+        self.answer(&md, metadata_answer(&[("t", uuid::Uuid::nil(), 1)]));
         let sync = self.one();
         assert!(matches!(body(&sync), RequestKind::SyncGroup(_)), "{sync:?}");
         sync
@@ -1071,13 +997,8 @@ impl Harness {
     /// A dynamic member ("m-1") with only `cooperative-sticky`: stable with t-0 and t-1, then a
     /// cooperative rebalance moves t-1 away: the ticket covers t-1 only, t-0 stays owned.
     fn cooperative_revoking() -> (Self, crate::machine::events::RevokeTicket) {
-        let now = crate::testutil::epoch();
         let c = config(None).with_assignor(super::assignor::CooperativeSticky);
-        let mut h = Self {
-            m: ClassicMember::new(c, now).unwrap(),
-            now,
-            events: Vec::new(),
-        };
+        let mut h = Self::with_config(c);
         let (joined, synced) = (coop_joined, coop_synced);
         h.m.subscribe(["t".to_string()], h.now).unwrap();
         h.find_coordinator();
@@ -1390,13 +1311,8 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
 /// subscription) gives up what it owned as lost: another member may have been given it.
 #[test]
 fn a_rejoin_that_skipped_generations_loses_the_partitions_it_owned() {
-    let now = crate::testutil::epoch();
     let c = config(None).with_assignor(super::assignor::CooperativeSticky);
-    let mut h = Harness {
-        m: ClassicMember::new(c, now).unwrap(),
-        now,
-        events: Vec::new(),
-    };
+    let mut h = Harness::with_config(c);
     let (joined, synced) = (coop_joined, coop_synced);
     h.m.subscribe(["t".to_string()], h.now).unwrap();
     h.find_coordinator();
@@ -1479,21 +1395,8 @@ impl Harness {
 
     /// Answers the FindCoordinator `out` with `node`.
     fn answer_find_coordinator(&mut self, out: &Outbound, node: i32) {
-        assert!(
-            matches!(out.request, Request::FindCoordinator { .. }),
-            "{out:?}"
-        );
-        let c = Coordinator::default()
-            .with_key(s("g"))
-            .with_node_id(BrokerId(node))
-            .with_host(s("h"))
-            .with_port(9092);
-        self.answer(
-            out,
-            ResponseKind::FindCoordinator(
-                FindCoordinatorResponse::default().with_coordinators(vec![c]),
-            ),
-        );
+        assert!(is_find_coordinator(out), "{out:?}");
+        self.answer(out, find_coordinator_answer("g", node));
     }
 
     /// Stable at node 1, then its connection drops: the member looks the coordinator up again
@@ -1795,11 +1698,7 @@ fn a_custom_assignor_is_offered_in_join_group_and_assigns_when_leader() {
         custom.clone() as std::sync::Arc<dyn super::assignor::Assignor>,
         std::sync::Arc::new(super::assignor::Range),
     ]);
-    let mut h = Harness {
-        m: ClassicMember::new(c, crate::testutil::epoch()).unwrap(),
-        now: crate::testutil::epoch(),
-        events: Vec::new(),
-    };
+    let mut h = Harness::with_config(c);
     h.m.subscribe(["t".to_string()], h.now).unwrap();
     h.find_coordinator();
     let (join, _) = h.expect_join();
