@@ -1,5 +1,5 @@
 //! What the members' unit tests share: one [`Harness`] that drives any member through its
-//! sans-IO surface (requests out, answers and timeouts in, events collected), the group
+//! sans-IO surface ([`Machine`]) (requests out, answers and timeouts in, events collected), the group
 //! configurations they start from, and the answers and request readers every family uses.
 //! Each family's tests add their own steps (`impl Harness<TheirMember>`) on top.
 
@@ -10,18 +10,19 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, FindCoordinatorResponse, MetadataResponse, RequestKind, ResponseKind, TopicName,
+    BrokerId, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+    FindCoordinatorResponse, MetadataResponse, RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use crate::config::GroupConfig;
 use crate::error::TransportError;
-use crate::machine::classic::ClassicMember;
+use crate::machine::Machine;
 use crate::machine::consumer::ConsumerMember;
-use crate::machine::events::Event;
-use crate::machine::streams::{StreamsEvent, StreamsMember};
-use crate::request::{Broker, Outbound, Reply, Request, RequestId, Response, ResponseBody};
+use crate::machine::streams::StreamsMember;
+use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
+use crate::request::{Broker, Outbound, Request, Response, ResponseBody, Target};
 
 /// base64url("foobarbazqux1234") without padding: a valid 22-character member id.
 pub(crate) const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";
@@ -103,48 +104,14 @@ pub(crate) fn is_find_coordinator(out: &Outbound) -> bool {
     matches!(out.request, Request::FindCoordinator { .. })
 }
 
-/// The sans-IO surface a [`Harness`] drives.
-pub(crate) trait Driven {
-    /// What the member tells the application.
-    type Event;
-    fn poll_request(&mut self) -> Option<Outbound>;
-    fn poll_event(&mut self) -> Option<Self::Event>;
-    fn handle_response(&mut self, id: RequestId, result: Reply, now: Instant);
-    fn handle_timeout(&mut self, now: Instant);
-}
-
-macro_rules! driven {
-    ($member:ty, $event:ty) => {
-        impl Driven for $member {
-            type Event = $event;
-            fn poll_request(&mut self) -> Option<Outbound> {
-                <$member>::poll_request(self)
-            }
-            fn poll_event(&mut self) -> Option<$event> {
-                <$member>::poll_event(self)
-            }
-            fn handle_response(&mut self, id: RequestId, result: Reply, now: Instant) {
-                <$member>::handle_response(self, id, result, now)
-            }
-            fn handle_timeout(&mut self, now: Instant) {
-                <$member>::handle_timeout(self, now)
-            }
-        }
-    };
-}
-
-driven!(ClassicMember, Event);
-driven!(ConsumerMember, Event);
-driven!(StreamsMember, StreamsEvent);
-
 /// A member, the test's clock, and the events the member has given so far.
-pub(crate) struct Harness<M: Driven> {
+pub(crate) struct Harness<M: Machine> {
     pub(crate) m: M,
     pub(crate) now: Instant,
     pub(crate) events: Vec<M::Event>,
 }
 
-impl<M: Driven> Harness<M> {
+impl<M: Machine> Harness<M> {
     /// The member `make` builds at the tests' base instant.
     pub(crate) fn start(make: impl FnOnce(Instant) -> M) -> Self {
         let now = crate::testutil::epoch();
@@ -223,4 +190,80 @@ impl<M: Driven> Harness<M> {
         self.now += d;
         self.m.handle_timeout(self.now);
     }
+
+    /// Answers the coordinator lookup `fc`, sent to a bootstrap server: `group`'s coordinator
+    /// is node 1.
+    pub(crate) fn answer_lookup(&mut self, fc: &Outbound, group: &str) {
+        assert_eq!(fc.target, Target::Bootstrap);
+        self.answer(fc, find_coordinator_answer(group, 1));
+    }
 }
+
+/// An epoch member's heartbeat, as its tests read and answer it.
+pub(crate) trait Heartbeats: Machine {
+    type Heartbeat;
+    type HeartbeatAnswer;
+    /// The heartbeat `out` carries; panics on any other request.
+    fn heartbeat_of(out: &Outbound) -> Self::Heartbeat;
+    fn heartbeat_answer(r: Self::HeartbeatAnswer) -> ResponseBody;
+}
+
+impl Heartbeats for ConsumerMember {
+    type Heartbeat = ConsumerGroupHeartbeatRequest;
+    type HeartbeatAnswer = ConsumerGroupHeartbeatResponse;
+
+    fn heartbeat_of(out: &Outbound) -> ConsumerGroupHeartbeatRequest {
+        match body(out) {
+            RequestKind::ConsumerGroupHeartbeat(b) => b,
+            other => panic!("expected a ConsumerGroupHeartbeat, got {other:?}"),
+        }
+    }
+
+    fn heartbeat_answer(r: ConsumerGroupHeartbeatResponse) -> ResponseBody {
+        ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r))
+    }
+}
+
+impl Heartbeats for StreamsMember {
+    type Heartbeat = StreamsGroupHeartbeatRequest;
+    type HeartbeatAnswer = StreamsGroupHeartbeatResponse;
+
+    fn heartbeat_of(out: &Outbound) -> StreamsGroupHeartbeatRequest {
+        match &out.request {
+            Request::StreamsGroupHeartbeat { body, .. } => (**body).clone(),
+            other => panic!("expected a StreamsGroupHeartbeat, got {other:?}"),
+        }
+    }
+
+    fn heartbeat_answer(r: StreamsGroupHeartbeatResponse) -> ResponseBody {
+        ResponseBody::StreamsGroupHeartbeat(r)
+    }
+}
+
+impl<M: Heartbeats> Harness<M> {
+    /// Expects exactly one request, a heartbeat.
+    pub(crate) fn expect_hb(&mut self) -> (Outbound, M::Heartbeat) {
+        let out = self.one();
+        let b = M::heartbeat_of(&out);
+        (out, b)
+    }
+
+    /// Answers the heartbeat `out` with `r`.
+    pub(crate) fn hb_answer(&mut self, out: &Outbound, r: M::HeartbeatAnswer) {
+        self.answer_body(out, M::heartbeat_answer(r));
+    }
+}
+
+/// What `$out` gives for each of `$events` that matches `$pat`, in order.
+macro_rules! picked {
+    ($events:expr, $pat:pat => $out:expr) => {
+        $events
+            .iter()
+            .filter_map(|e| match e {
+                $pat => Some($out),
+                _ => None,
+            })
+            .collect()
+    };
+}
+pub(crate) use picked;

@@ -16,7 +16,7 @@ use crate::machine::TopicPartition;
 use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason};
 use crate::machine::test_support::{
     self, base_config, body, find_coordinator_answer, is_find_coordinator, is_metadata,
-    metadata_answer, s,
+    metadata_answer, picked, s,
 };
 use crate::request::{Outbound, Request, RequestBody, Response, ResponseBody};
 
@@ -37,6 +37,12 @@ impl Harness {
 
     fn find_coordinator(&mut self) {
         self.find_coordinator_at(1);
+    }
+
+    /// Subscribes to "t" and answers the coordinator lookup.
+    fn subscribe_to_t(&mut self) {
+        self.m.subscribe(["t".to_string()], self.now).unwrap();
+        self.find_coordinator();
     }
 
     /// Expects a JoinGroup; returns it with the member id it carries.
@@ -82,8 +88,7 @@ impl Harness {
     /// Subscribe to "t" and go all the way to Stable as follower `member` in `generation`.
     fn stable(instance: Option<&str>, member: &str) -> Self {
         let mut h = Self::new(instance);
-        h.m.subscribe(["t".to_string()], h.now).unwrap();
-        h.find_coordinator();
+        h.subscribe_to_t();
         let (join, _) = h.expect_join();
         h.join_ok(&join, member, 1, "leader-other");
         h.sync_ok(&[("t", 0), ("t", 1)]);
@@ -130,8 +135,7 @@ impl Harness {
 #[test]
 fn static_member_joins_syncs_and_heartbeats() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, id) = h.expect_join();
     assert_eq!(id, "", "first join of a static member carries no member id");
     let RequestKind::JoinGroup(j) = body(&join) else {
@@ -253,8 +257,7 @@ fn close_semantics_per_kip_1092() {
 #[test]
 fn dynamic_member_does_the_member_id_required_round_trip() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, id) = h.expect_join();
     assert_eq!(id, "");
     h.answer(
@@ -366,16 +369,10 @@ fn session_expiry_and_coordinator_loss_keep_the_member_id() {
 
 /// Lost events with the lease reason.
 fn lease_losses(events: &[Event]) -> Vec<Vec<TopicPartition>> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Lost {
+    picked!(events, Event::Lost {
                 partitions,
                 reason: Reason::LeaseExpired,
-            } => Some(partitions.clone()),
-            _ => None,
-        })
-        .collect()
+            } => partitions.clone())
 }
 
 fn commit_result(events: &[Event], id: crate::machine::events::CommitId) -> Option<&CommitError> {
@@ -557,8 +554,7 @@ fn commit_during_a_rebalance_and_outside_the_group_are_typed() {
     let id = h.m.commit(vec![], h.now);
     let events = h.take_events();
     assert!(events.iter().any(|e| matches!(e, Event::Committed { id: i, result: Err(CommitError::NotMember { .. }) } if *i == id)), "{events:?}");
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let _join = h.expect_join();
     let id = h.m.commit(vec![], h.now);
     let events = h.take_events();
@@ -596,8 +592,7 @@ fn commits_of_partitions_the_member_does_not_own_are_refused_at_every_attempt() 
 #[test]
 fn the_largest_generation_and_a_rejoin_do_not_overflow() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     h.join_ok(&join, "m-1", i32::MAX, "leader-other");
     h.sync_ok(&[("t", 0), ("t", 1)]);
@@ -618,8 +613,7 @@ fn the_largest_generation_and_a_rejoin_do_not_overflow() {
 #[test]
 fn an_empty_id_join_in_doubt_holds_the_next_one_and_forgives_one_self_fence() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, id) = h.expect_join();
     assert_eq!(id, "");
     // The join's fate is unknown (connection lost after it was written).
@@ -654,8 +648,7 @@ fn an_empty_id_join_in_doubt_holds_the_next_one_and_forgives_one_self_fence() {
 fn leader_assigns_with_metadata_and_skip_assignment_is_honoured() {
     // Leader: Metadata, then SyncGroup with an assignment per member.
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let sub = Subscription {
         topics: vec!["t".into()],
@@ -699,8 +692,7 @@ fn leader_assigns_with_metadata_and_skip_assignment_is_honoured() {
 
     // A returning static leader told to skip assignment sends an empty one, no Metadata.
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     h.answer(&join, ResponseKind::JoinGroup(r.with_skip_assignment(true)));
     let sync = h.one();
@@ -821,8 +813,7 @@ impl Harness {
 #[test]
 fn the_leaders_metadata_deadline_counts_only_when_the_re_check_can_be_sent() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let sync = h.lead(&join, 1);
     // The re-check is due during the SyncGroup: not a deadline while it cannot be sent.
@@ -865,8 +856,7 @@ fn a_leader_that_loses_its_generation_drops_its_metadata_deadline() {
     // and the coordinator tells it to skip the assignment (KIP-814): it has nothing to watch,
     // and the earlier leadership's re-check must not be a deadline for ever.
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let _sync = h.lead(&join, 1);
     h.advance(Duration::from_secs(1));
@@ -970,15 +960,9 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
 impl Harness {
     /// The `StateChanged` events among `events`, as `(from, to, reason)`.
     fn transitions(events: &[Event]) -> Vec<(MemberState, MemberState, Reason)> {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                Event::StateChanged {
+        picked!(events, Event::StateChanged {
                     from, to, reason, ..
-                } => Some((*from, *to, *reason)),
-                _ => None,
-            })
-            .collect()
+                } => (*from, *to, *reason))
     }
 
     /// Answers the heartbeats that `d` of time brings (one per second), checking that nothing
@@ -1000,8 +984,7 @@ impl Harness {
         let c = config(None).with_assignor(super::assignor::CooperativeSticky);
         let mut h = Self::with_config(c);
         let (joined, synced) = (coop_joined, coop_synced);
-        h.m.subscribe(["t".to_string()], h.now).unwrap();
-        h.find_coordinator();
+        h.subscribe_to_t();
         let (join, _) = h.expect_join();
         h.answer(&join, joined(1));
         let sync = h.one();
@@ -1314,8 +1297,7 @@ fn a_rejoin_that_skipped_generations_loses_the_partitions_it_owned() {
     let c = config(None).with_assignor(super::assignor::CooperativeSticky);
     let mut h = Harness::with_config(c);
     let (joined, synced) = (coop_joined, coop_synced);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     h.answer(&join, joined(1));
     let sync = h.one();
@@ -1539,8 +1521,7 @@ fn a_coordinator_that_gave_the_group_up_and_took_it_back_is_forgiven_once() {
 #[test]
 fn an_empty_id_join_that_never_left_is_not_in_doubt() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, id) = h.expect_join();
     assert_eq!(id, "");
     // The coordinator's broker refused the connection: the join never reached it.
@@ -1615,8 +1596,7 @@ fn a_dynamic_member_is_never_forgiven_a_fence_it_has_no_instance_id_for() {
 #[test]
 fn the_member_fits_its_requests_to_older_versions() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let reason = |v| match join.request.build(v).unwrap() {
         RequestBody::Kafka(RequestKind::JoinGroup(j)) => j.reason,
@@ -1699,8 +1679,7 @@ fn a_custom_assignor_is_offered_in_join_group_and_assigns_when_leader() {
         std::sync::Arc::new(super::assignor::Range),
     ]);
     let mut h = Harness::with_config(c);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let RequestKind::JoinGroup(j) = body(&join) else {
         unreachable!()

@@ -11,12 +11,14 @@ use super::*;
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, GroupError, TransportError, codes};
 use crate::machine::events::{CloseOptions, MemberState, Reason, RevokeTicket};
-use crate::machine::test_support::{self, ID, epoch_config, is_find_coordinator, s};
+use crate::machine::test_support::{
+    self, Heartbeats, ID, epoch_config, is_find_coordinator, picked, s,
+};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
 use crate::messages::streams_group_heartbeat_response as resp;
 use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
-use crate::request::{Api, Outbound, Request, ResponseBody, Target};
+use crate::request::{Api, Outbound, Request, Target};
 
 const PID: &str = "6c1b4a52-1f9d-4a53-9bb0-0d5f0f6a7e11";
 
@@ -126,10 +128,7 @@ fn err(code: i16) -> StreamsGroupHeartbeatResponse {
 }
 
 fn hb_body(out: &Outbound) -> StreamsGroupHeartbeatRequest {
-    match &out.request {
-        Request::StreamsGroupHeartbeat { body, .. } => (**body).clone(),
-        other => panic!("expected a StreamsGroupHeartbeat, got {other:?}"),
-    }
+    StreamsMember::heartbeat_of(out)
 }
 
 /// The owned tasks a heartbeat lists, `None` when left out (all three lists go together).
@@ -174,18 +173,7 @@ impl Harness {
     fn find_coordinator(&mut self) {
         let fc = self.one();
         assert!(is_find_coordinator(&fc), "{fc:?}");
-        assert_eq!(fc.target, Target::Bootstrap);
-        self.answer(&fc, find_coordinator_answer());
-    }
-
-    fn expect_hb(&mut self) -> (Outbound, StreamsGroupHeartbeatRequest) {
-        let out = self.one();
-        let b = hb_body(&out);
-        (out, b)
-    }
-
-    fn hb_answer(&mut self, out: &Outbound, r: StreamsGroupHeartbeatResponse) {
-        self.answer_body(out, ResponseBody::StreamsGroupHeartbeat(r));
+        self.answer_lookup(&fc, "app");
     }
 
     /// The events so far (requests stay queued).
@@ -220,45 +208,22 @@ impl Harness {
 }
 
 fn fatal_of(events: &[StreamsEvent]) -> Vec<&GroupError> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamsEvent::Fatal(e) => Some(e),
-            _ => None,
-        })
-        .collect()
+    picked!(events, StreamsEvent::Fatal(e) => e)
 }
 
 fn lost_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, Reason)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamsEvent::TasksLost { tasks, reason } => Some((tasks.clone(), *reason)),
-            _ => None,
-        })
-        .collect()
+    picked!(events, StreamsEvent::TasksLost { tasks, reason } => (tasks.clone(), *reason))
 }
 
 fn assigned_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, StreamsTasks)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamsEvent::TasksAssigned { added, owned, .. } => {
-                Some((added.clone(), owned.clone()))
-            }
-            _ => None,
-        })
-        .collect()
+    picked!(
+        events,
+        StreamsEvent::TasksAssigned { added, owned, .. } => (added.clone(), owned.clone())
+    )
 }
 
 fn released_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, ReleaseReason)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamsEvent::TasksReleased { tasks, reason, .. } => Some((tasks.clone(), *reason)),
-            _ => None,
-        })
-        .collect()
+    picked!(events, StreamsEvent::TasksReleased { tasks, reason, .. } => (tasks.clone(), *reason))
 }
 
 fn take_revoking(events: &mut Vec<StreamsEvent>) -> (Vec<TaskId>, RevokeTicket) {
