@@ -354,6 +354,7 @@ pub fn load(path: &std::path::Path) -> Result<(ClientConfig, GroupConfig, Offset
     let reset = match properties::offset_reset(&rest)? {
         OffsetReset::Earliest => OffsetAt::Earliest,
         OffsetReset::Latest => OffsetAt::Latest,
+        other => return Err(format!("auto.offset.reset {other:?} is not mapped").into()),
     };
     rest.remove("auto.offset.reset");
     if !rest.is_empty() {

@@ -825,6 +825,7 @@ impl std::fmt::Display for GroupProtocol {
 /// # Ok::<(), consumer_membership_core::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum OffsetReset {
     /// `earliest`: the log start offset, the oldest record retention kept. A new group reads
     /// what the topic still holds.

@@ -338,6 +338,7 @@ impl MemberTask for StreamsTask {
                 let kind = match i.kind {
                     InterventionKind::Withheld => "withheld",
                     InterventionKind::GaveUp => "given_up",
+                    _ => "other",
                 };
                 crate::metrics::task_guard_intervened(&self.group, kind);
             }

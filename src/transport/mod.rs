@@ -27,10 +27,12 @@ pub use tcp::TcpTransport;
 #[cfg(feature = "tls")]
 pub use tls::tls_client_config;
 
-/// The client's connection rules, shared with the simulation and the model checker (from the
-/// sans-IO core).
+// The client's connection rules and the wire codec live in the sans-IO core (documented there:
+// `consumer_membership_core::{connections, wire}`); these paths serve the tests, the fuzz
+// targets and the model checker.
+#[doc(hidden)]
 pub use consumer_membership_core::connections;
-/// The Kafka framing, header versions and version negotiation (from the sans-IO core).
+#[doc(hidden)]
 pub use consumer_membership_core::wire;
 
 use crate::error::TransportError;

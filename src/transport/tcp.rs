@@ -728,10 +728,7 @@ impl Transport for TcpTransport {
 
 /// The address of `target`'s broker (none for [`Target::Bootstrap`]).
 fn address_of(target: &Target) -> Option<String> {
-    match target {
-        Target::Bootstrap => None,
-        Target::Node(b) | Target::Coordinator(b) => Some(format!("{}:{}", b.host, b.port)),
-    }
+    target.broker().map(|b| format!("{}:{}", b.host, b.port))
 }
 
 /// A failed connection setup's `error` naming `addr`, when it does not name its broker itself.

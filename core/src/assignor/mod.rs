@@ -31,6 +31,7 @@ pub use round_robin::RoundRobin;
 /// `ConsumerPartitionAssignor.RebalanceProtocol`; ordered `Eager < Cooperative` like Java's enum,
 /// so the highest protocol all members support is the `max`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum RebalanceProtocol {
     /// Every member revokes all its partitions before joining.
     Eager,

@@ -24,6 +24,7 @@ const FALLBACK_REQUEST_IDS: u64 = 1 << 40;
 /// A group member of either protocol (sans-IO); see [`ClassicMember`] and [`ConsumerMember`].
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
+#[non_exhaustive]
 pub enum Member {
     /// JoinGroup / SyncGroup / Heartbeat.
     Classic(ClassicMember),

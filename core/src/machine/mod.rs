@@ -61,6 +61,8 @@ pub(crate) mod session;
 mod shell;
 mod state;
 pub mod streams;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod timer;
 pub mod topics;
 

@@ -63,34 +63,34 @@ impl Timer {
 
 /// One optional deadline per [`Timer`].
 #[derive(Debug, Clone, Default)]
-pub struct TimerTable {
+pub(crate) struct TimerTable {
     deadlines: [Option<Instant>; Timer::ALL.len()],
 }
 
 impl TimerTable {
     /// Arms `timer` to fire at `at`, replacing an earlier setting.
-    pub fn set(&mut self, timer: Timer, at: Instant) {
+    pub(crate) fn set(&mut self, timer: Timer, at: Instant) {
         self.deadlines[timer.index()] = Some(at);
     }
 
     /// Disarms `timer`.
-    pub fn stop(&mut self, timer: Timer) {
+    pub(crate) fn stop(&mut self, timer: Timer) {
         self.deadlines[timer.index()] = None;
     }
 
     /// The deadline of `timer`, if armed.
-    pub fn get(&self, timer: Timer) -> Option<Instant> {
+    pub(crate) fn get(&self, timer: Timer) -> Option<Instant> {
         self.deadlines[timer.index()]
     }
 
     /// The earliest armed deadline and its timer.
-    pub fn next(&self) -> Option<(Instant, Timer)> {
+    pub(crate) fn next(&self) -> Option<(Instant, Timer)> {
         self.next_where(|_| true)
     }
 
     /// The earliest armed deadline among the timers `keep` accepts. Filtering before taking the
     /// minimum matters: an armed timer that does not count now must not hide one that does.
-    pub fn next_where(&self, keep: impl Fn(Timer) -> bool) -> Option<(Instant, Timer)> {
+    pub(crate) fn next_where(&self, keep: impl Fn(Timer) -> bool) -> Option<(Instant, Timer)> {
         Timer::ALL
             .iter()
             .filter(|&&t| keep(t))
@@ -99,7 +99,7 @@ impl TimerTable {
     }
 
     /// Disarms and returns `timer` if its deadline is at or before `now`.
-    pub fn expire(&mut self, timer: Timer, now: Instant) -> bool {
+    pub(crate) fn expire(&mut self, timer: Timer, now: Instant) -> bool {
         match self.get(timer) {
             Some(at) if at <= now => {
                 self.stop(timer);

@@ -20,7 +20,7 @@ use crate::request::{Outbound, Request, RequestId, RequestIds, Response, Target}
 
 /// Where a watch numbers its requests: apart from a member's own ids (from 1), those of a
 /// classic member built by the `auto` fallback (from 2^40) and of its coordinator lookup (2^48).
-pub const TOPIC_WATCH_IDS: u64 = 1 << 44;
+const TOPIC_WATCH_IDS: u64 = 1 << 44;
 
 /// Watches that the subscribed topics exist (sans-IO; a [`Machine`](super::Machine) with
 /// [`Event::TopicsMissing`] and [`Event::TopicsAppeared`] as its events). The tokio driver runs

@@ -215,6 +215,7 @@ impl fmt::Display for Broker {
 /// reads one request per connection at a time and a long fetch must not delay a heartbeat (the
 /// Java client does the same with its `Integer.MAX_VALUE - nodeId` coordinator connection).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Target {
     /// Any reachable bootstrap broker (FindCoordinator, Metadata).
     Bootstrap,
@@ -222,6 +223,16 @@ pub enum Target {
     Node(Broker),
     /// The group coordinator, on its dedicated connection.
     Coordinator(Broker),
+}
+
+impl Target {
+    /// The broker this target names; `None` for [`Target::Bootstrap`] (any bootstrap broker).
+    pub fn broker(&self) -> Option<&Broker> {
+        match self {
+            Target::Bootstrap => None,
+            Target::Node(b) | Target::Coordinator(b) => Some(b),
+        }
+    }
 }
 
 impl fmt::Display for Target {

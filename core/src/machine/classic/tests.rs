@@ -2,13 +2,11 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{
-    BrokerId, FindCoordinatorResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
-    RequestKind, ResponseKind, SyncGroupResponse,
+    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, RequestKind, ResponseKind,
+    SyncGroupResponse,
 };
-use kafka_protocol::protocol::StrBytes;
 
 use super::ClassicMember;
 use super::subscription::{Assignment, Subscription};
@@ -16,80 +14,35 @@ use crate::config::GroupConfig;
 use crate::error::{GroupError, codes};
 use crate::machine::TopicPartition;
 use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason};
+use crate::machine::test_support::{
+    self, base_config, body, find_coordinator_answer, is_find_coordinator, is_metadata,
+    metadata_answer, picked, s,
+};
 use crate::request::{Outbound, Request, RequestBody, Response, ResponseBody};
 
-struct Harness {
-    m: ClassicMember,
-    now: std::time::Instant,
-    events: Vec<Event>,
-}
+type Harness = test_support::Harness<ClassicMember>;
 
 fn config(instance: Option<&str>) -> GroupConfig {
-    let mut c = GroupConfig::new("g");
-    c.instance_id = instance.map(String::from);
-    c.session_timeout = Duration::from_secs(10);
-    c.heartbeat_interval = Duration::from_secs(1);
-    c.max_poll_interval = Duration::from_secs(30);
-    c.seed = Some(1);
-    c
-}
-
-fn body(out: &Outbound) -> RequestKind {
-    match &out.request {
-        Request::Raw { body, .. } => (**body).clone(),
-        other => (other.build(*other.versions().end()).unwrap().into_kafka()).unwrap(),
-    }
-}
-
-fn s(x: &str) -> StrBytes {
-    StrBytes::from_string(x.to_owned())
+    base_config("g", instance)
 }
 
 impl Harness {
+    fn with_config(config: GroupConfig) -> Self {
+        Self::start(|now| ClassicMember::new(config, now).unwrap())
+    }
+
     fn new(instance: Option<&str>) -> Self {
-        let now = crate::testutil::epoch();
-        Self {
-            m: ClassicMember::new(config(instance), now).unwrap(),
-            now,
-            events: Vec::new(),
-        }
-    }
-
-    fn drain(&mut self) -> Vec<Outbound> {
-        let mut out = Vec::new();
-        while let Some(o) = self.m.poll_request() {
-            out.push(o);
-        }
-        while let Some(e) = self.m.poll_event() {
-            self.events.push(e);
-        }
-        out
-    }
-
-    fn one(&mut self) -> Outbound {
-        let mut out = self.drain();
-        assert_eq!(out.len(), 1, "expected one request, got {out:#?}");
-        out.pop().unwrap()
-    }
-
-    fn answer(&mut self, out: &Outbound, body: ResponseKind) {
-        self.m.handle_response(
-            out.id,
-            Ok(Response {
-                version: *out.request.versions().end(),
-                body: ResponseBody::Kafka(body),
-            }),
-            self.now,
-        );
-    }
-
-    fn advance(&mut self, d: Duration) {
-        self.now += d;
-        self.m.handle_timeout(self.now);
+        Self::with_config(config(instance))
     }
 
     fn find_coordinator(&mut self) {
         self.find_coordinator_at(1);
+    }
+
+    /// Subscribes to "t" and answers the coordinator lookup.
+    fn subscribe_to_t(&mut self) {
+        self.m.subscribe(["t".to_string()], self.now).unwrap();
+        self.find_coordinator();
     }
 
     /// Expects a JoinGroup; returns it with the member id it carries.
@@ -135,8 +88,7 @@ impl Harness {
     /// Subscribe to "t" and go all the way to Stable as follower `member` in `generation`.
     fn stable(instance: Option<&str>, member: &str) -> Self {
         let mut h = Self::new(instance);
-        h.m.subscribe(["t".to_string()], h.now).unwrap();
-        h.find_coordinator();
+        h.subscribe_to_t();
         let (join, _) = h.expect_join();
         h.join_ok(&join, member, 1, "leader-other");
         h.sync_ok(&[("t", 0), ("t", 1)]);
@@ -183,8 +135,7 @@ impl Harness {
 #[test]
 fn static_member_joins_syncs_and_heartbeats() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, id) = h.expect_join();
     assert_eq!(id, "", "first join of a static member carries no member id");
     let RequestKind::JoinGroup(j) = body(&join) else {
@@ -306,8 +257,7 @@ fn close_semantics_per_kip_1092() {
 #[test]
 fn dynamic_member_does_the_member_id_required_round_trip() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, id) = h.expect_join();
     assert_eq!(id, "");
     h.answer(
@@ -419,16 +369,10 @@ fn session_expiry_and_coordinator_loss_keep_the_member_id() {
 
 /// Lost events with the lease reason.
 fn lease_losses(events: &[Event]) -> Vec<Vec<TopicPartition>> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Lost {
+    picked!(events, Event::Lost {
                 partitions,
                 reason: Reason::LeaseExpired,
-            } => Some(partitions.clone()),
-            _ => None,
-        })
-        .collect()
+            } => partitions.clone())
 }
 
 fn commit_result(events: &[Event], id: crate::machine::events::CommitId) -> Option<&CommitError> {
@@ -610,8 +554,7 @@ fn commit_during_a_rebalance_and_outside_the_group_are_typed() {
     let id = h.m.commit(vec![], h.now);
     let events = h.take_events();
     assert!(events.iter().any(|e| matches!(e, Event::Committed { id: i, result: Err(CommitError::NotMember { .. }) } if *i == id)), "{events:?}");
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let _join = h.expect_join();
     let id = h.m.commit(vec![], h.now);
     let events = h.take_events();
@@ -649,8 +592,7 @@ fn commits_of_partitions_the_member_does_not_own_are_refused_at_every_attempt() 
 #[test]
 fn the_largest_generation_and_a_rejoin_do_not_overflow() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     h.join_ok(&join, "m-1", i32::MAX, "leader-other");
     h.sync_ok(&[("t", 0), ("t", 1)]);
@@ -671,8 +613,7 @@ fn the_largest_generation_and_a_rejoin_do_not_overflow() {
 #[test]
 fn an_empty_id_join_in_doubt_holds_the_next_one_and_forgives_one_self_fence() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, id) = h.expect_join();
     assert_eq!(id, "");
     // The join's fate is unknown (connection lost after it was written).
@@ -707,8 +648,7 @@ fn an_empty_id_join_in_doubt_holds_the_next_one_and_forgives_one_self_fence() {
 fn leader_assigns_with_metadata_and_skip_assignment_is_honoured() {
     // Leader: Metadata, then SyncGroup with an assignment per member.
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let sub = Subscription {
         topics: vec!["t".into()],
@@ -752,8 +692,7 @@ fn leader_assigns_with_metadata_and_skip_assignment_is_honoured() {
 
     // A returning static leader told to skip assignment sends an empty one, no Metadata.
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     h.answer(&join, ResponseKind::JoinGroup(r.with_skip_assignment(true)));
     let sync = h.one();
@@ -794,22 +733,11 @@ impl Harness {
     /// Leader: answers the outstanding Metadata request with topic "t" of `partitions`
     /// partitions; returns the SyncGroup that follows.
     fn leader_sync(&mut self, partitions: i32) -> kafka_protocol::messages::SyncGroupRequest {
-        use kafka_protocol::messages::metadata_response as md;
         let out = self.one();
-        assert!(matches!(out.request, Request::Metadata { .. }), "{out:?}");
-        let topic = md::MetadataResponseTopic::default()
-            .with_name(Some(kafka_protocol::messages::TopicName(s("t"))))
-            .with_topic_id(uuid::Uuid::from_u128(9))
-            .with_partitions(
-                (0..partitions)
-                    .map(|p| md::MetadataResponsePartition::default().with_partition_index(p))
-                    .collect(),
-            );
+        assert!(is_metadata(&out), "{out:?}");
         self.answer(
             &out,
-            ResponseKind::Metadata(
-                kafka_protocol::messages::MetadataResponse::default().with_topics(vec![topic]),
-            ),
+            metadata_answer(&[("t", uuid::Uuid::from_u128(9), partitions)]),
         );
         let sync = self.one();
         let RequestKind::SyncGroup(sg) = body(&sync) else {
@@ -850,18 +778,8 @@ impl Harness {
             ]);
         self.answer(join, ResponseKind::JoinGroup(r));
         let md = self.one();
-        assert!(matches!(md.request, Request::Metadata { .. }), "{md:?}");
-        let t = kafka_protocol::messages::metadata_response::MetadataResponseTopic::default()
-            .with_name(Some(kafka_protocol::messages::TopicName(s("t"))))
-            .with_partitions(vec![
-                kafka_protocol::messages::metadata_response::MetadataResponsePartition::default(),
-            ]);
-        self.answer(
-            &md,
-            ResponseKind::Metadata(
-                kafka_protocol::messages::MetadataResponse::default().with_topics(vec![t]),
-            ),
-        );
+        assert!(is_metadata(&md), "{md:?}");
+        self.answer(&md, metadata_answer(&[("t", uuid::Uuid::nil(), 1)]));
         let sync = self.one();
         assert!(matches!(body(&sync), RequestKind::SyncGroup(_)), "{sync:?}");
         sync
@@ -895,8 +813,7 @@ impl Harness {
 #[test]
 fn the_leaders_metadata_deadline_counts_only_when_the_re_check_can_be_sent() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let sync = h.lead(&join, 1);
     // The re-check is due during the SyncGroup: not a deadline while it cannot be sent.
@@ -939,8 +856,7 @@ fn a_leader_that_loses_its_generation_drops_its_metadata_deadline() {
     // and the coordinator tells it to skip the assignment (KIP-814): it has nothing to watch,
     // and the earlier leadership's re-check must not be a deadline for ever.
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let _sync = h.lead(&join, 1);
     h.advance(Duration::from_secs(1));
@@ -1044,15 +960,9 @@ fn subscribe_and_unsubscribe_after_close_do_not_undo_it() {
 impl Harness {
     /// The `StateChanged` events among `events`, as `(from, to, reason)`.
     fn transitions(events: &[Event]) -> Vec<(MemberState, MemberState, Reason)> {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                Event::StateChanged {
+        picked!(events, Event::StateChanged {
                     from, to, reason, ..
-                } => Some((*from, *to, *reason)),
-                _ => None,
-            })
-            .collect()
+                } => (*from, *to, *reason))
     }
 
     /// Answers the heartbeats that `d` of time brings (one per second), checking that nothing
@@ -1071,16 +981,10 @@ impl Harness {
     /// A dynamic member ("m-1") with only `cooperative-sticky`: stable with t-0 and t-1, then a
     /// cooperative rebalance moves t-1 away: the ticket covers t-1 only, t-0 stays owned.
     fn cooperative_revoking() -> (Self, crate::machine::events::RevokeTicket) {
-        let now = crate::testutil::epoch();
         let c = config(None).with_assignor(super::assignor::CooperativeSticky);
-        let mut h = Self {
-            m: ClassicMember::new(c, now).unwrap(),
-            now,
-            events: Vec::new(),
-        };
+        let mut h = Self::with_config(c);
         let (joined, synced) = (coop_joined, coop_synced);
-        h.m.subscribe(["t".to_string()], h.now).unwrap();
-        h.find_coordinator();
+        h.subscribe_to_t();
         let (join, _) = h.expect_join();
         h.answer(&join, joined(1));
         let sync = h.one();
@@ -1390,16 +1294,10 @@ fn close_after_a_deferred_unsubscribe_still_closes() {
 /// subscription) gives up what it owned as lost: another member may have been given it.
 #[test]
 fn a_rejoin_that_skipped_generations_loses_the_partitions_it_owned() {
-    let now = crate::testutil::epoch();
     let c = config(None).with_assignor(super::assignor::CooperativeSticky);
-    let mut h = Harness {
-        m: ClassicMember::new(c, now).unwrap(),
-        now,
-        events: Vec::new(),
-    };
+    let mut h = Harness::with_config(c);
     let (joined, synced) = (coop_joined, coop_synced);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     h.answer(&join, joined(1));
     let sync = h.one();
@@ -1479,21 +1377,8 @@ impl Harness {
 
     /// Answers the FindCoordinator `out` with `node`.
     fn answer_find_coordinator(&mut self, out: &Outbound, node: i32) {
-        assert!(
-            matches!(out.request, Request::FindCoordinator { .. }),
-            "{out:?}"
-        );
-        let c = Coordinator::default()
-            .with_key(s("g"))
-            .with_node_id(BrokerId(node))
-            .with_host(s("h"))
-            .with_port(9092);
-        self.answer(
-            out,
-            ResponseKind::FindCoordinator(
-                FindCoordinatorResponse::default().with_coordinators(vec![c]),
-            ),
-        );
+        assert!(is_find_coordinator(out), "{out:?}");
+        self.answer(out, find_coordinator_answer("g", node));
     }
 
     /// Stable at node 1, then its connection drops: the member looks the coordinator up again
@@ -1636,8 +1521,7 @@ fn a_coordinator_that_gave_the_group_up_and_took_it_back_is_forgiven_once() {
 #[test]
 fn an_empty_id_join_that_never_left_is_not_in_doubt() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, id) = h.expect_join();
     assert_eq!(id, "");
     // The coordinator's broker refused the connection: the join never reached it.
@@ -1712,8 +1596,7 @@ fn a_dynamic_member_is_never_forgiven_a_fence_it_has_no_instance_id_for() {
 #[test]
 fn the_member_fits_its_requests_to_older_versions() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let reason = |v| match join.request.build(v).unwrap() {
         RequestBody::Kafka(RequestKind::JoinGroup(j)) => j.reason,
@@ -1795,13 +1678,8 @@ fn a_custom_assignor_is_offered_in_join_group_and_assigns_when_leader() {
         custom.clone() as std::sync::Arc<dyn super::assignor::Assignor>,
         std::sync::Arc::new(super::assignor::Range),
     ]);
-    let mut h = Harness {
-        m: ClassicMember::new(c, crate::testutil::epoch()).unwrap(),
-        now: crate::testutil::epoch(),
-        events: Vec::new(),
-    };
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    let mut h = Harness::with_config(c);
+    h.subscribe_to_t();
     let (join, _) = h.expect_join();
     let RequestKind::JoinGroup(j) = body(&join) else {
         unreachable!()

@@ -4,19 +4,13 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
-use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::metadata_response::{
-    MetadataResponsePartition, MetadataResponseTopic,
-};
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    FindCoordinatorResponse, MetadataResponse, OffsetCommitResponse, RequestKind, ResponseKind,
-    TopicName,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, OffsetCommitResponse,
+    RequestKind, ResponseKind, TopicName,
 };
-use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{ConsumerMember, UNRELEASED_RECOVERIES};
@@ -28,60 +22,32 @@ use crate::machine::events::{
     CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason, RevokeTicket,
 };
 use crate::machine::member::Member;
+use crate::machine::test_support::{
+    self, Heartbeats, ID, body, coordinator_broker, epoch_config, is_find_coordinator, is_metadata,
+    picked, s,
+};
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
-use crate::request::{Broker, Outbound, Request, Response, ResponseBody, Target};
+use crate::request::{Outbound, Request, Response, ResponseBody, Target};
 use crate::wire::subscription::Subscription;
 
-/// base64url("foobarbazqux1234") without padding: a valid 22-character member id.
-const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";
 /// Topic ids: "t", and "x" (which metadata may not know yet).
 const T: Uuid = Uuid::from_u128(0x7007);
 const X: Uuid = Uuid::from_u128(0x9009);
 
-fn s(x: &str) -> StrBytes {
-    StrBytes::from_string(x.to_owned())
-}
+type Harness = test_support::Harness<ConsumerMember>;
 
 fn tp(t: &str, p: i32) -> TopicPartition {
     TopicPartition::new(t, p)
 }
 
 fn config(instance: Option<&str>) -> GroupConfig {
-    let mut c = GroupConfig::new("g");
+    let mut c = epoch_config("g", instance);
     c.protocol = GroupProtocol::Consumer;
-    c.instance_id = instance.map(String::from);
-    c.session_timeout = Duration::from_secs(10);
-    c.heartbeat_interval = Duration::from_secs(1);
-    c.max_poll_interval = Duration::from_secs(30);
-    c.retry_backoff = Duration::from_millis(100);
-    c.retry_backoff_max = Duration::from_secs(1);
-    c.request_timeout = Duration::from_secs(5);
-    c.seed = Some(1);
     c
 }
 
-fn coordinator_broker() -> Broker {
-    Broker {
-        node_id: 1,
-        host: "h".into(),
-        port: 9092,
-    }
-}
-
 fn find_coordinator_answer() -> ResponseKind {
-    let c = Coordinator::default()
-        .with_key(s("g"))
-        .with_node_id(BrokerId(1))
-        .with_host(s("h"))
-        .with_port(9092);
-    ResponseKind::FindCoordinator(FindCoordinatorResponse::default().with_coordinators(vec![c]))
-}
-
-fn body(out: &Outbound) -> RequestKind {
-    match &out.request {
-        Request::Raw { body, .. } => (**body).clone(),
-        other => (other.build(*other.versions().end()).unwrap().into_kafka()).unwrap(),
-    }
+    test_support::find_coordinator_answer("g", 1)
 }
 
 fn is_heartbeat(out: &Outbound) -> bool {
@@ -89,18 +55,7 @@ fn is_heartbeat(out: &Outbound) -> bool {
 }
 
 fn heartbeat_body(out: &Outbound) -> ConsumerGroupHeartbeatRequest {
-    match body(out) {
-        RequestKind::ConsumerGroupHeartbeat(b) => b,
-        other => panic!("expected a ConsumerGroupHeartbeat, got {other:?}"),
-    }
-}
-
-fn is_metadata(out: &Outbound) -> bool {
-    matches!(out.request, Request::Metadata { .. })
-}
-
-fn is_find_coordinator(out: &Outbound) -> bool {
-    matches!(out.request, Request::FindCoordinator { .. })
+    ConsumerMember::heartbeat_of(out)
 }
 
 /// The owned partitions a heartbeat carries, `None` when left out.
@@ -151,77 +106,21 @@ fn err(code: i16) -> ConsumerGroupHeartbeatResponse {
         .with_member_epoch(-1)
 }
 
-struct Harness {
-    m: ConsumerMember,
-    now: Instant,
-    events: Vec<Event>,
-}
-
 impl Harness {
     fn with_config(config: GroupConfig) -> Self {
-        let now = crate::testutil::epoch();
-        Self {
-            m: ConsumerMember::with_member_id(config, MemberId::parse(ID).unwrap(), now).unwrap(),
-            now,
-            events: Vec::new(),
-        }
+        Self::start(|now| {
+            ConsumerMember::with_member_id(config, MemberId::parse(ID).unwrap(), now).unwrap()
+        })
     }
 
     fn new(instance: Option<&str>) -> Self {
         Self::with_config(config(instance))
     }
 
-    fn drain(&mut self) -> Vec<Outbound> {
-        let mut out = Vec::new();
-        while let Some(o) = self.m.poll_request() {
-            out.push(o);
-            assert!(
-                out.len() < 50,
-                "the member keeps emitting requests: {out:#?}"
-            );
-        }
-        while let Some(e) = self.m.poll_event() {
-            self.events.push(e);
-        }
-        out
-    }
-
-    fn one(&mut self) -> Outbound {
-        let mut out = self.drain();
-        assert_eq!(out.len(), 1, "expected one request, got {out:#?}");
-        out.pop().unwrap()
-    }
-
-    fn nothing(&mut self, why: &str) {
-        let out = self.drain();
-        assert!(out.is_empty(), "{why}: {out:#?}");
-    }
-
-    fn answer(&mut self, out: &Outbound, body: ResponseKind) {
-        self.m.handle_response(
-            out.id,
-            Ok(Response {
-                version: *out.request.versions().end(),
-                body: ResponseBody::Kafka(body),
-            }),
-            self.now,
-        );
-    }
-
-    fn fail(&mut self, out: &Outbound) {
-        self.m.handle_response(
-            out.id,
-            Err(TransportError::Disconnected {
-                addr: "h:9092".into(),
-                reason: "reset".into(),
-            }),
-            self.now,
-        );
-    }
-
-    fn advance(&mut self, d: Duration) {
-        self.now += d;
-        self.m.handle_timeout(self.now);
+    /// Subscribes to "t" and answers the coordinator lookup.
+    fn subscribe_to_t(&mut self) {
+        self.m.subscribe(["t".to_string()], self.now).unwrap();
+        self.find_coordinator();
     }
 
     /// Expects the coordinator lookup and answers it. A subscription by names also asks for
@@ -239,41 +138,13 @@ impl Harness {
             self.fail(prefetch);
         }
         let fc = out.swap_remove(0);
-        assert_eq!(fc.target, Target::Bootstrap);
-        self.answer(&fc, find_coordinator_answer());
-    }
-
-    /// Expects exactly one request, a ConsumerGroupHeartbeat.
-    fn expect_hb(&mut self) -> (Outbound, ConsumerGroupHeartbeatRequest) {
-        let out = self.one();
-        let b = heartbeat_body(&out);
-        (out, b)
-    }
-
-    fn hb_answer(&mut self, out: &Outbound, r: ConsumerGroupHeartbeatResponse) {
-        self.answer(out, ResponseKind::ConsumerGroupHeartbeat(r));
+        self.answer_lookup(&fc, "g");
     }
 
     /// Answers a Metadata request with `topics` (name, id, partition count).
     fn metadata_answer(&mut self, out: &Outbound, topics: &[(&str, Uuid, i32)]) {
         assert!(is_metadata(out), "{out:?}");
-        let topics = topics
-            .iter()
-            .map(|(name, id, n)| {
-                MetadataResponseTopic::default()
-                    .with_name(Some(TopicName(s(name))))
-                    .with_topic_id(*id)
-                    .with_partitions(
-                        (0..*n)
-                            .map(|p| MetadataResponsePartition::default().with_partition_index(p))
-                            .collect(),
-                    )
-            })
-            .collect();
-        self.answer(
-            out,
-            ResponseKind::Metadata(MetadataResponse::default().with_topics(topics)),
-        );
+        self.answer(out, test_support::metadata_answer(topics));
     }
 
     /// A regular heartbeat after `interval`.
@@ -291,8 +162,7 @@ impl Harness {
     /// 1 s heartbeat interval. Events so far are discarded.
     fn joined_with(config: GroupConfig) -> Self {
         let mut h = Self::with_config(config);
-        h.m.subscribe(["t".to_string()], h.now).unwrap();
-        h.find_coordinator();
+        h.subscribe_to_t();
         let (join, b) = h.expect_hb();
         assert_eq!(b.member_epoch, 0);
         h.hb_answer(&join, ok(1, 1000, Some(&[(T, &[0, 1])])));
@@ -315,37 +185,19 @@ impl Harness {
 }
 
 fn fatal_of(events: &[Event]) -> Vec<&GroupError> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Fatal(g) => Some(g),
-            _ => None,
-        })
-        .collect()
+    picked!(events, Event::Fatal(g) => g)
 }
 
 fn lost_of(events: &[Event]) -> Vec<(Vec<TopicPartition>, Reason)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Lost { partitions, reason } => Some((partitions.clone(), *reason)),
-            _ => None,
-        })
-        .collect()
+    picked!(events, Event::Lost { partitions, reason } => (partitions.clone(), *reason))
 }
 
 fn assigned_of(events: &[Event]) -> Vec<(Vec<TopicPartition>, Vec<TopicPartition>, i32)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Assigned {
+    picked!(events, Event::Assigned {
                 added,
                 owned,
                 generation,
-            } => Some((added.clone(), owned.clone(), *generation)),
-            _ => None,
-        })
-        .collect()
+            } => (added.clone(), owned.clone(), *generation))
 }
 
 /// Takes the one Revoking event out of `events`.
@@ -506,8 +358,7 @@ fn first_heartbeat_of_a_dynamic_member_leaves_unset_options_out() {
 #[test]
 fn join_retries_after_transport_errors_carry_the_same_member_id() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     for attempt in 0..4 {
         let (out, b) = h.expect_hb();
         assert_eq!(
@@ -558,8 +409,7 @@ fn member_id_survives_fencing_unknown_member_id_and_resubscribe() {
 #[test]
 fn an_answer_for_another_member_id_is_rejected() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.hb_answer(
         &join,
@@ -735,8 +585,7 @@ fn a_full_heartbeat_answered_makes_the_next_one_partial_again() {
 #[test]
 fn the_interval_comes_from_the_answer() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.hb_answer(&join, ok(1, 500, None));
     assert_eq!(h.m.state(), MemberState::Stable);
@@ -817,8 +666,7 @@ fn a_negative_epoch_answer_does_not_make_the_member_heartbeat_at_once() {
 #[test]
 fn target_ids_are_resolved_through_metadata_then_assigned_and_acknowledged() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.hb_answer(&join, ok(3, 1000, Some(&[(T, &[1, 0])])));
     let md = h.one();
@@ -1202,8 +1050,7 @@ fn a_metadata_refresh_after_fencing_does_not_mark_the_rejoin_stable() {
 #[test]
 fn target_duplicates_and_negative_partitions_are_sanitised() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.hb_answer(
         &join,
@@ -1288,8 +1135,7 @@ fn fenced_instance_id_is_fatal_and_nothing_is_sent_afterwards() {
 /// with its second epoch-0 join out.
 fn after_a_lost_join() -> (Harness, Outbound) {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.fail(&join);
     h.find_coordinator();
@@ -1367,8 +1213,7 @@ fn unreleased_instance_id_after_a_lost_join_is_recovered_a_bounded_number_of_tim
 fn unreleased_instance_id_after_a_join_answered_with_a_coordinator_error_is_recovered() {
     for code in [15, 16] {
         let mut h = Harness::new(Some("i1"));
-        h.m.subscribe(["t".to_string()], h.now).unwrap();
-        h.find_coordinator();
+        h.subscribe_to_t();
         let (join, _) = h.expect_hb();
         h.hb_answer(&join, err(code));
         h.find_coordinator();
@@ -1437,8 +1282,7 @@ fn unreleased_instance_id_after_fencing_is_recovered() {
 #[test]
 fn unreleased_instance_id_on_a_clean_first_join_is_fatal_at_once() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.hb_answer(&join, err(111));
     h.nothing("no leave: nothing of this member can hold the instance id");
@@ -1528,8 +1372,7 @@ fn topic_authorization_failed_is_not_fatal() {
 #[test]
 fn a_transport_refusal_of_the_api_is_consumer_protocol_unsupported() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.m.handle_response(
         join.id,
@@ -1600,8 +1443,7 @@ fn close_remain_in_group_of_a_dynamic_member_sends_nothing() {
 #[test]
 fn close_while_the_join_is_in_flight_still_leaves_with_the_member_id() {
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.m.close(CloseOptions::Default, h.now);
     let (leave, b) = h.expect_hb();
@@ -1652,8 +1494,7 @@ fn an_error_answer_to_a_heartbeat_overtaken_by_the_leave_changes_nothing() {
 #[test]
 fn close_while_a_static_join_is_in_flight_leaves_with_minus_two() {
     let mut h = Harness::new(Some("i1"));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (_join, _) = h.expect_hb();
     h.m.close(CloseOptions::Default, h.now);
     let (_, b) = h.expect_hb();
@@ -1871,13 +1712,7 @@ fn commit_answer(code: i16) -> ResponseKind {
 }
 
 fn committed(events: &[Event]) -> Vec<Result<(), CommitError>> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Committed { result, .. } => Some(result.clone()),
-            _ => None,
-        })
-        .collect()
+    picked!(events, Event::Committed { result, .. } => result.clone())
 }
 
 #[test]
@@ -1942,8 +1777,7 @@ fn commit_outside_the_group_is_not_member_at_once() {
     );
     // Joining: no epoch yet.
     let mut h = Harness::new(None);
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let (_join, _) = h.expect_hb();
     h.m.commit(vec![offset("t", 0, 1)], h.now);
     h.nothing("no commit without an epoch");
@@ -2712,8 +2546,7 @@ fn described(out: &Outbound) -> Option<(i8, String, Vec<String>)> {
 #[test]
 fn the_group_session_timeout_is_read_from_the_group_config_else_the_broker() {
     let mut h = Harness::with_config(config(None).with_read_group_session_timeout(true));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let out = h.drain();
     let describe = out.iter().find(|o| described(o).is_some()).expect("asked");
     assert_eq!(
@@ -2769,8 +2602,7 @@ fn the_group_session_timeout_is_read_from_the_group_config_else_the_broker() {
 #[test]
 fn a_group_config_found_is_used_and_the_broker_is_not_asked() {
     let mut h = Harness::with_config(config(None).with_read_group_session_timeout(true));
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let out = h.drain();
     let describe = out.iter().find(|o| described(o).is_some()).expect("asked");
     h.answer(
@@ -2790,13 +2622,7 @@ fn patient() -> GroupConfig {
 
 /// The `Event::NotJoined` reports in `events`, as their errors.
 fn not_joined_of(events: &[Event]) -> Vec<&GroupError> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::NotJoined { error } => Some(error),
-            _ => None,
-        })
-        .collect()
+    picked!(events, Event::NotJoined { error } => error)
 }
 
 /// Runs `h` for `d` in steps of 250 ms, answering every FindCoordinator with `lookup` and
@@ -2936,8 +2762,7 @@ fn the_wait_is_timed_again_after_the_member_falls_out_and_not_while_it_is_in() {
 #[test]
 fn a_member_closing_while_it_waits_reports_nothing() {
     let mut h = Harness::with_config(patient());
-    h.m.subscribe(["t".to_string()], h.now).unwrap();
-    h.find_coordinator();
+    h.subscribe_to_t();
     let _join = h.expect_hb();
     h.m.close(CloseOptions::Default, h.now);
     h.drain();

@@ -22,6 +22,7 @@ pub struct Interventions {
 /// What the guard did, as a member reports it in
 /// [`StreamsEvent::GuardIntervened`](super::StreamsEvent::GuardIntervened).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum InterventionKind {
     /// This member withholds the task: another local member holds it.
     Withheld,

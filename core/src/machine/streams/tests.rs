@@ -3,29 +3,26 @@
 //! (the shape of KAFKA-21401's step 8).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::{BrokerId, FindCoordinatorResponse, ResponseKind, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{ResponseKind, TopicName};
 
 use super::*;
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, GroupError, TransportError, codes};
 use crate::machine::events::{CloseOptions, MemberState, Reason, RevokeTicket};
+use crate::machine::test_support::{
+    self, Heartbeats, ID, epoch_config, is_find_coordinator, picked, s,
+};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
 use crate::messages::streams_group_heartbeat_response as resp;
 use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
-use crate::request::{Api, Outbound, Request, Response, ResponseBody, Target};
+use crate::request::{Api, Outbound, Request, Target};
 
-/// base64url("foobarbazqux1234") without padding: a valid 22-character member id.
-const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";
 const PID: &str = "6c1b4a52-1f9d-4a53-9bb0-0d5f0f6a7e11";
 
-fn s(x: &str) -> StrBytes {
-    StrBytes::from_string(x.to_owned())
-}
+type Harness = test_support::Harness<StreamsMember>;
 
 fn task(sub: &str, p: i32) -> TaskId {
     TaskId::new(sub, p)
@@ -44,16 +41,8 @@ fn tasks(active: &[(&str, i32)], standby: &[(&str, i32)], warmup: &[(&str, i32)]
 }
 
 fn config(instance: Option<&str>) -> GroupConfig {
-    let mut c = GroupConfig::new("app");
-    c.instance_id = instance.map(String::from);
-    c.session_timeout = Duration::from_secs(10);
-    c.heartbeat_interval = Duration::from_secs(1);
-    c.max_poll_interval = Duration::from_secs(30);
-    c.retry_backoff = Duration::from_millis(100);
-    c.retry_backoff_max = Duration::from_secs(1);
-    c.request_timeout = Duration::from_secs(5);
+    let mut c = epoch_config("app", instance);
     c.rack_id = Some("rack-a".into());
-    c.seed = Some(1);
     c
 }
 
@@ -89,12 +78,7 @@ fn process() -> StreamsProcess {
 }
 
 fn find_coordinator_answer() -> ResponseKind {
-    let c = Coordinator::default()
-        .with_key(s("app"))
-        .with_node_id(BrokerId(1))
-        .with_host(s("h"))
-        .with_port(9092);
-    ResponseKind::FindCoordinator(FindCoordinatorResponse::default().with_coordinators(vec![c]))
+    test_support::find_coordinator_answer("app", 1)
 }
 
 fn task_ids(ts: &[(&str, i32)]) -> Vec<resp::TaskIds> {
@@ -144,10 +128,7 @@ fn err(code: i16) -> StreamsGroupHeartbeatResponse {
 }
 
 fn hb_body(out: &Outbound) -> StreamsGroupHeartbeatRequest {
-    match &out.request {
-        Request::StreamsGroupHeartbeat { body, .. } => (**body).clone(),
-        other => panic!("expected a StreamsGroupHeartbeat, got {other:?}"),
-    }
+    StreamsMember::heartbeat_of(out)
 }
 
 /// The owned tasks a heartbeat lists, `None` when left out (all three lists go together).
@@ -177,105 +158,27 @@ fn owned_of(b: &StreamsGroupHeartbeatRequest) -> Option<StreamsTasks> {
     })
 }
 
-struct Harness {
-    m: StreamsMember,
-    now: Instant,
-    events: Vec<StreamsEvent>,
-}
-
 impl Harness {
     fn build(instance: Option<&str>, process: StreamsProcess, id: MemberId) -> Self {
-        let now = crate::testutil::epoch();
-        Self {
-            m: StreamsMember::with_member_id(config(instance), streams_config(), process, id, now)
-                .unwrap(),
-            now,
-            events: Vec::new(),
-        }
+        Self::start(|now| {
+            StreamsMember::with_member_id(config(instance), streams_config(), process, id, now)
+                .unwrap()
+        })
     }
 
     fn new(instance: Option<&str>) -> Self {
         Self::build(instance, process(), MemberId::parse(ID).unwrap())
     }
 
-    fn drain(&mut self) -> Vec<Outbound> {
-        let mut out = Vec::new();
-        while let Some(o) = self.m.poll_request() {
-            out.push(o);
-            assert!(
-                out.len() < 50,
-                "the member keeps emitting requests: {out:#?}"
-            );
-        }
-        while let Some(e) = self.m.poll_event() {
-            self.events.push(e);
-        }
-        out
-    }
-
-    fn one(&mut self) -> Outbound {
-        let mut out = self.drain();
-        assert_eq!(out.len(), 1, "expected one request, got {out:#?}");
-        out.pop().unwrap()
-    }
-
-    fn nothing(&mut self, why: &str) {
-        let out = self.drain();
-        assert!(out.is_empty(), "{why}: {out:#?}");
-    }
-
-    fn answer(&mut self, out: &Outbound, body: ResponseBody) {
-        self.m.handle_response(
-            out.id,
-            Ok(Response {
-                version: *out.request.versions().end(),
-                body,
-            }),
-            self.now,
-        );
-    }
-
-    fn fail(&mut self, out: &Outbound) {
-        self.m.handle_response(
-            out.id,
-            Err(TransportError::Disconnected {
-                addr: "h:9092".into(),
-                reason: "reset".into(),
-            }),
-            self.now,
-        );
-    }
-
-    fn advance(&mut self, d: Duration) {
-        self.now += d;
-        self.m.handle_timeout(self.now);
-    }
-
     fn find_coordinator(&mut self) {
         let fc = self.one();
-        assert!(
-            matches!(fc.request, Request::FindCoordinator { .. }),
-            "{fc:?}"
-        );
-        assert_eq!(fc.target, Target::Bootstrap);
-        self.answer(&fc, ResponseBody::Kafka(find_coordinator_answer()));
-    }
-
-    fn expect_hb(&mut self) -> (Outbound, StreamsGroupHeartbeatRequest) {
-        let out = self.one();
-        let b = hb_body(&out);
-        (out, b)
-    }
-
-    fn hb_answer(&mut self, out: &Outbound, r: StreamsGroupHeartbeatResponse) {
-        self.answer(out, ResponseBody::StreamsGroupHeartbeat(r));
+        assert!(is_find_coordinator(&fc), "{fc:?}");
+        self.answer_lookup(&fc, "app");
     }
 
     /// The events so far (requests stay queued).
     fn take_events(&mut self) -> Vec<StreamsEvent> {
-        while let Some(e) = self.m.poll_event() {
-            self.events.push(e);
-        }
+        self.collect_events();
         std::mem::take(&mut self.events)
     }
 
@@ -305,45 +208,22 @@ impl Harness {
 }
 
 fn fatal_of(events: &[StreamsEvent]) -> Vec<&GroupError> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamsEvent::Fatal(e) => Some(e),
-            _ => None,
-        })
-        .collect()
+    picked!(events, StreamsEvent::Fatal(e) => e)
 }
 
 fn lost_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, Reason)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamsEvent::TasksLost { tasks, reason } => Some((tasks.clone(), *reason)),
-            _ => None,
-        })
-        .collect()
+    picked!(events, StreamsEvent::TasksLost { tasks, reason } => (tasks.clone(), *reason))
 }
 
 fn assigned_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, StreamsTasks)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamsEvent::TasksAssigned { added, owned, .. } => {
-                Some((added.clone(), owned.clone()))
-            }
-            _ => None,
-        })
-        .collect()
+    picked!(
+        events,
+        StreamsEvent::TasksAssigned { added, owned, .. } => (added.clone(), owned.clone())
+    )
 }
 
 fn released_of(events: &[StreamsEvent]) -> Vec<(StreamsTasks, ReleaseReason)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamsEvent::TasksReleased { tasks, reason, .. } => Some((tasks.clone(), *reason)),
-            _ => None,
-        })
-        .collect()
+    picked!(events, StreamsEvent::TasksReleased { tasks, reason, .. } => (tasks.clone(), *reason))
 }
 
 fn take_revoking(events: &mut Vec<StreamsEvent>) -> (Vec<TaskId>, RevokeTicket) {
@@ -1632,7 +1512,7 @@ fn the_lease_expires_at_the_bound_from_the_last_answered_send_not_before() {
         .iter()
         .find(|o| matches!(o.request, Request::FindCoordinator { .. }))
         .expect("the coordinator is looked up again");
-    h.answer(fc, ResponseBody::Kafka(find_coordinator_answer()));
+    h.answer(fc, find_coordinator_answer());
     h.fail(&unanswered);
     let (join, b) = h.expect_hb();
     assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));

@@ -42,6 +42,7 @@ impl fmt::Display for TaskId {
 
 /// The role a member holds a task in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum TaskRole {
     /// Processes the task's input and owns its state.
     Active,
