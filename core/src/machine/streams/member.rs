@@ -549,6 +549,22 @@ impl StreamsMember {
         } else if sent_epoch == 0 {
             self.proto.acked_owned = Some(StreamsTasks::default());
         }
+        if let Some((t, refused)) = &target
+            && self.drops_unowned(t, refused)
+        {
+            // The coordinator keeps a member whose assignment shrank at its epoch, the dropped
+            // tasks pending revocation, until a heartbeat lists its owned tasks without them
+            // (CurrentAssignmentBuilder.build, UNREVOKED_TASKS: owned tasks absent from the
+            // request, a null list meaning "unchanged", or still naming a revoked task keep it
+            // there; GroupMetadataManager.maybeReconcile reads them only when all three lists
+            // are present). A dropped task this member never took (withheld by the guard,
+            // refused) leaves its owned tasks as they were, so nothing else would list them:
+            // list them and acknowledge at once.
+            if let Some(last) = &mut self.proto.last_sent {
+                last.owned = None;
+            }
+            self.proto.acked_owned = None;
+        }
         self.proto.task_offset_interval =
             Duration::from_millis(r.task_offset_interval_ms.max(0) as u64);
         self.proto.acceptable_recovery_lag = r.acceptable_recovery_lag;
@@ -586,6 +602,28 @@ impl StreamsMember {
                 .retain(|task, r| t.role_of(task) == Some(*r));
             self.proto.target = Some(t);
         }
+    }
+
+    /// Whether the assignment `t` (with `refused`) drops, in its role, a task the previous one
+    /// named and this member does not hold in that role.
+    fn drops_unowned(&self, t: &StreamsTasks, refused: &RefusedTasks) -> bool {
+        let p = &self.proto;
+        let withheld_gone = p.target.as_ref().is_some_and(|old| {
+            old.iter()
+                .any(|(task, r)| t.role_of(task) != Some(r) && p.owned.role_of(task) != Some(r))
+        });
+        let old = &p.refused;
+        let refused_gone = [
+            (&old.active, &refused.active),
+            (&old.standby, &refused.standby),
+            (&old.warmup, &refused.warmup),
+        ]
+        .into_iter()
+        .any(|(o, n)| {
+            o.iter()
+                .any(|(sub, ps)| n.get(sub).is_none_or(|q| !ps.is_subset(q)))
+        });
+        withheld_gone || refused_gone
     }
 
     /// Release what the target dropped (standby and warm-up at once, active tasks with a
@@ -731,7 +769,8 @@ impl StreamsMember {
     /// this member through the coordinator. Not listing them
     /// as owned is consistent for the coordinator: it checks the owned tasks only as a subset of
     /// the assigned ones (areOwnedTasksContainedInAssignedTasks) and for revocations
-    /// (CurrentAssignmentBuilder.hasNotReleased), so taking them away again completes at once.
+    /// (CurrentAssignmentBuilder.hasNotReleased), so taking them away again needs no revocation,
+    /// only the owned tasks listed once more (`drops_unowned`).
     fn refuse(&mut self, refused: RefusedTasks) {
         if refused == self.proto.refused {
             return;

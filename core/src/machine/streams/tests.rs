@@ -1561,3 +1561,44 @@ fn a_healthy_member_never_loses_its_lease() {
     assert!(lost_of(&h.take_events()).is_empty());
     assert_eq!(h.m.tasks(), &held);
 }
+
+/// Issue 29: the coordinator assigns A2 active 0_0, which A1 of the same process holds, so the
+/// guard withholds it and A2 acknowledges without it; the next target drops 0_0. The coordinator
+/// keeps A2 at its epoch with 0_0 pending revocation until a heartbeat lists A2's owned tasks
+/// without it (CurrentAssignmentBuilder.build, UNREVOKED_TASKS; a null list is "unchanged" and
+/// never moves it): A2 must list them at once although they did not change, then reach the new
+/// epoch.
+#[test]
+fn a_withheld_task_taken_away_is_reported_as_not_owned_and_the_member_advances() {
+    let p = process();
+    let _a1 = local_member(&p, 1, &tasks(&[("0", 0)], &[], &[]));
+    let mut a2 = local_member(&p, 2, &tasks(&[("0", 1)], &[], &[]));
+    let id = a2.m.member_id().to_string();
+    let kept = tasks(&[("0", 1)], &[], &[]);
+    // Epoch 2 adds active 0_0: withheld, A2 keeps running 0_1 only.
+    round(&mut a2, 2, Some(&tasks(&[("0", 0), ("0", 1)], &[], &[])));
+    assert_eq!(
+        a2.m.withheld(),
+        &BTreeMap::from([(task("0", 0), TaskRole::Active)])
+    );
+    assert_eq!(a2.m.tasks(), &kept);
+    // The coordinator's target (epoch 3) drops 0_0: the answer carries the assignment without
+    // it at the unchanged member epoch 2 (0_0 pending revocation).
+    round(&mut a2, 2, Some(&kept));
+    assert!(a2.m.withheld().is_empty());
+    assert_eq!(a2.m.tasks(), &kept);
+    let (hb, b) = a2.expect_hb();
+    assert_eq!(b.member_epoch, 2);
+    assert_eq!(
+        owned_of(&b),
+        Some(kept.clone()),
+        "the owned tasks go at once, without 0_0"
+    );
+    // The coordinator moves A2 to epoch 3 (same tasks: no assignment in the answer).
+    a2.hb_answer(&hb, ok(3, None).with_member_id(s(&id)));
+    a2.nothing("reconciled at the new epoch");
+    assert_eq!((a2.m.epoch(), a2.m.state()), (3, MemberState::Stable));
+    assert_eq!(a2.m.tasks(), &kept);
+    // Later heartbeats go back to leaving unchanged owned tasks out.
+    assert_eq!(round(&mut a2, 3, None), None);
+}
