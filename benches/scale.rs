@@ -439,7 +439,7 @@ mod sim {
         let heap0 = heap();
         let wall0 = Instant::now();
         let cpu0 = cpu_ns();
-        let mut w = World::new(config);
+        let mut w = World::new(config, std::time::Instant::now());
         w.network_mut()
             .set_broker_service_time(Duration::from_micros(o.broker_service_us));
         let mut rng = ChaCha8Rng::seed_from_u64(o.seed ^ 0x5ca1e);

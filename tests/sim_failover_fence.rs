@@ -62,7 +62,10 @@ fn setup(rule: Rule) -> impl FnOnce(&mut ClassicMember) {
 }
 
 fn stable_pair(rule: Rule) -> (World, MemberSlot, MemberSlot) {
-    let mut w = World::new(SimConfig::new(SEED).with_topic("t", 4).with_topic("u", 2));
+    let mut w = World::new(
+        SimConfig::new(SEED).with_topic("t", 4).with_topic("u", 2),
+        std::time::Instant::now(),
+    );
     let a = w
         .add_classic("a", config("inst-a", 1), setup(rule))
         .unwrap();

@@ -50,7 +50,10 @@ fn line_of(w: &World, needles: &[&str]) -> Option<usize> {
 
 /// Runs the seed's sequence; returns the world and the member.
 fn scenario(java_policy: bool) -> (World, MemberSlot) {
-    let mut w = World::new(SimConfig::new(20985).with_topic("t", 4));
+    let mut w = World::new(
+        SimConfig::new(20985).with_topic("t", 4),
+        std::time::Instant::now(),
+    );
     let m = w
         .add_classic("m", config(), |c| c.set_java_reset_policy(java_policy))
         .unwrap();

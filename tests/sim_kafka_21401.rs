@@ -62,7 +62,7 @@ fn world(index: OwnershipIndex) -> World {
     sim.coordinator.streams.ownership_index = index;
     sim.coordinator.streams.heartbeat_interval = Duration::from_secs(30);
     sim.coordinator.streams.session_timeout = Duration::from_secs(300);
-    World::new(sim)
+    World::new(sim, std::time::Instant::now())
 }
 
 fn t(p: i32) -> Task {

@@ -27,7 +27,10 @@ fn consumer(w: &World, id: u8, instance: Option<&str>) -> Member {
 }
 
 fn world(seed: u64) -> World {
-    World::new(SimConfig::new(seed).with_topic("t", 4))
+    World::new(
+        SimConfig::new(seed).with_topic("t", 4),
+        std::time::Instant::now(),
+    )
 }
 
 fn add(w: &mut World, id: u8, instance: Option<&str>) -> MemberSlot {

@@ -76,7 +76,7 @@ fn world(protocol: Protocol, assumed_session: Duration) -> (World, MemberSlot, M
         sim = sim.with_topic("store-changelog", 4);
         sim.group_id = "app".into();
     }
-    let mut w = World::new(sim);
+    let mut w = World::new(sim, std::time::Instant::now());
     let add = |w: &mut World, n: u8| -> MemberSlot {
         let name = format!("m{n}");
         let c = config(protocol, n, assumed_session);

@@ -15,7 +15,7 @@ use kafka_protocol::messages::ApiKey;
 fn stable_member(seed: u64, net: NetConfig) -> (World, MemberSlot) {
     let mut sim = SimConfig::new(seed).with_topic("t", 4);
     sim.net = net;
-    let mut w = World::new(sim);
+    let mut w = World::new(sim, std::time::Instant::now());
     let mut c = GroupConfig::new("g");
     c.session_timeout = Duration::from_secs(10);
     c.heartbeat_interval = Duration::from_secs(1);

@@ -206,7 +206,7 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberSlot>) {
             slow_extra: Duration::from_millis(rng.random_range(0..=3_000)),
         };
     }
-    let mut w = World::new(sim);
+    let mut w = World::new(sim, std::time::Instant::now());
     let mut specs = Vec::new();
     let mut handles = Vec::new();
     for i in 0..n {

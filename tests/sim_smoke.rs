@@ -18,7 +18,10 @@ fn config(instance: Option<&str>) -> GroupConfig {
 
 #[test]
 fn three_members_reach_stable() {
-    let mut w = World::new(SimConfig::new(1).with_topic("t", 6));
+    let mut w = World::new(
+        SimConfig::new(1).with_topic("t", 6),
+        std::time::Instant::now(),
+    );
     let a = w.add_classic("a", config(Some("ia")), |_| {}).unwrap();
     let b = w.add_classic("b", config(None), |_| {}).unwrap();
     let c = w.add_classic("c", config(Some("ic")), |_| {}).unwrap();

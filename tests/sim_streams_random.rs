@@ -175,7 +175,7 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberSlot>, Shared) {
         request_timeout: Duration::from_millis(rng.random_range(3_000..=8_000)),
         max_poll: Duration::from_millis(rng.random_range(8_000..=15_000)),
     };
-    let mut w = World::new(sim);
+    let mut w = World::new(sim, std::time::Instant::now());
     let n = rng.random_range(2..=4);
     let nproc = rng.random_range(1..=2);
     let mut plan = Plan {

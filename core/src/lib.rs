@@ -59,10 +59,10 @@ pub use partition::{IntoTopicName, TopicPartition};
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    /// A base instant for tests of the sans-IO core, which may not read the clock itself.
-    #[allow(clippy::disallowed_methods)] // tests only: the base the test's inputs count from
+    /// A base instant for tests of the sans-IO core, which reads no clock itself: the
+    /// test-only crate `test-clock` (a dev-dependency) reads it once.
     pub(crate) fn epoch() -> std::time::Instant {
-        std::time::Instant::now()
+        test_clock::origin()
     }
 
     /// Asserts that the first of `events` is an [`Event::Lost`](crate::Event::Lost) for the

@@ -22,18 +22,21 @@
 //!   `core/src/sim/invariants.rs`.
 //!
 //! ```no_run
-//! use std::time::Duration;
+//! use std::time::{Duration, Instant};
 //! use consumer_membership_core::config::GroupConfig;
 //! use consumer_membership_core::machine::events::MemberState;
 //! use consumer_membership_core::sim::world::{SimConfig, World};
 //!
-//! let mut world = World::new(SimConfig::new(7).with_topic("t", 4));
+//! # fn run(start: Instant) {
+//! // `start`: the origin of virtual time (the application's clock read; the core reads none).
+//! let mut world = World::new(SimConfig::new(7).with_topic("t", 4), start);
 //! let mut config = GroupConfig::new("g").with_instance_id("i1");
 //! config.session_timeout = Duration::from_secs(10);
 //! config.heartbeat_interval = Duration::from_secs(1);
 //! let m = world.add_classic("m1", config, |_| {}).unwrap();
 //! world.subscribe(m, &["t"]);
 //! assert!(world.run_until(|w| w.member(m).state() == MemberState::Stable, Duration::from_secs(30)));
+//! # }
 //! ```
 
 pub mod coordinator;

@@ -450,12 +450,10 @@ impl fmt::Debug for World {
 }
 
 impl World {
-    /// A world at virtual time zero.
-    // The clock is read once, for the origin of virtual time: no duration the world measures
-    // depends on it, so the same seed replays the same way.
-    #[allow(clippy::disallowed_methods)]
-    pub fn new(config: SimConfig) -> Self {
-        let start = Instant::now();
+    /// A world at virtual time zero, which is `start`: any instant (the caller's clock read,
+    /// or a test's base). The world never reads the clock; every time it measures counts from
+    /// `start`, so the same seed replays the same way whatever `start` is.
+    pub fn new(config: SimConfig, start: Instant) -> Self {
         let mut coordinator_config = config.coordinator.clone();
         coordinator_config.group_id = config.group_id.clone();
         coordinator_config.topics = config.topics.clone();
