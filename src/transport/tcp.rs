@@ -13,7 +13,7 @@ use super::connections::Route;
 use crate::backoff::{ExponentialBackoff, JitterRng};
 use crate::config::ClientConfig;
 use crate::error::{ConfigError, TransportError};
-use crate::request::{Request, Response, ResponseBody, Target};
+use crate::request::{Broker, Request, Response, ResponseBody, Target};
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
@@ -728,7 +728,7 @@ impl Transport for TcpTransport {
 
 /// The address of `target`'s broker (none for [`Target::Bootstrap`]).
 fn address_of(target: &Target) -> Option<String> {
-    target.broker().map(|b| format!("{}:{}", b.host, b.port))
+    target.broker().map(Broker::addr)
 }
 
 /// A failed connection setup's `error` naming `addr`, when it does not name its broker itself.
@@ -765,7 +765,7 @@ mod tests {
 
     use super::*;
     use crate::config::{SaslMechanism, Secret, SecurityConfig, SecurityProtocol};
-    use crate::request::{Api, Broker, CoordinatorKeyType, RequestBody};
+    use crate::request::{Api, CoordinatorKeyType, RequestBody};
     use crate::transport::wire;
 
     /// Connections the fake broker has accepted and not yet seen closed, and all it accepted.

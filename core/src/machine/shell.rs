@@ -613,10 +613,9 @@ impl<S> Shell<S> {
             Target::Coordinator(b) => Some(b.node_id),
             _ => None,
         };
-        let broker = match &target {
-            Target::Coordinator(b) | Target::Node(b) => format!("{}:{}", b.host, b.port),
-            Target::Bootstrap => "(bootstrap)".to_owned(),
-        };
+        let broker = target
+            .broker()
+            .map_or_else(|| "(bootstrap)".to_owned(), Broker::addr);
         let api = request.api_key();
         if self.join_wait.since.is_some() && joins(api) {
             self.join_wait.sent = Some((api, broker.clone()));

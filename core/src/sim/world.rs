@@ -1833,8 +1833,7 @@ impl World {
             }
         };
         if let Target::Node(b) = &out.target {
-            let addr = format!("{}:{}", b.host, b.port);
-            let e = connections::disconnected(addr, "the simulation has no data-path brokers");
+            let e = connections::disconnected(b.addr(), "the simulation has no data-path brokers");
             return fail(self, e);
         }
         let route = Route::of(&out.target);

@@ -204,6 +204,13 @@ pub struct Broker {
     pub port: u16,
 }
 
+impl Broker {
+    /// `host:port`, the address a socket connects to.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
 impl fmt::Display for Broker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "node {} ({}:{})", self.node_id, self.host, self.port)
