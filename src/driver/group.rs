@@ -1,7 +1,6 @@
 //! The tokio face of the classic and KIP-848 member ([`Member`]): [`GroupMember`], its
 //! [`MemberHandle`] and its [`Snapshot`].
 
-use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -9,21 +8,21 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{CloseOutcome, Commands, EventStream, MemberTask, draw_identity, now, start};
+use super::{
+    CloseOutcome, Commands, EventStream, MemberTask, OffsetCalls, draw_identity, now, start,
+};
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, TransportError};
 use crate::machine::events::{
-    CloseOptions, CommitError, CommitId, CommitOffset, CommittedOffset, Event, FetchId,
-    MemberState, RevokeTicket,
+    CloseOptions, CommitError, CommitOffset, Event, MemberState, RevokeTicket,
 };
 use crate::machine::member::Member;
+use crate::machine::offsets::Offsets;
 use crate::machine::topics::TopicWatch;
 use crate::machine::{Machine, TopicPartition};
 use crate::metrics::MemberMetrics;
 use crate::request::{Outbound, RequestId, Response};
 use crate::transport::Transport;
-
-type Offsets = BTreeMap<TopicPartition, CommittedOffset>;
 
 enum Command {
     Subscribe(Vec<String>, oneshot::Sender<Result<(), ApiMisuse>>),
@@ -206,8 +205,7 @@ impl GroupMember {
         let request_timeout = config.request_timeout;
         let task = GroupTask {
             metrics,
-            commits: HashMap::new(),
-            fetches: HashMap::new(),
+            calls: OffsetCalls::default(),
         };
         let topics = TopicWatch::new(member.config());
         let watched = Watched { member, topics };
@@ -400,8 +398,7 @@ impl MemberHandle {
 /// commits and fetches routed to their callers (the other events go to the application).
 struct GroupTask {
     metrics: MemberMetrics,
-    commits: HashMap<CommitId, oneshot::Sender<Result<(), CommitError>>>,
-    fetches: HashMap<FetchId, oneshot::Sender<Result<Offsets, CommitError>>>,
+    calls: OffsetCalls,
 }
 
 impl MemberTask for GroupTask {
@@ -424,17 +421,14 @@ impl MemberTask for GroupTask {
     fn event(&mut self, _member: &mut Watched, event: Event) -> Option<Event> {
         self.metrics.on_event(&event, now());
         match event {
-            Event::Committed { id, result } => match self.commits.remove(&id) {
-                Some(tx) => drop(tx.send(result)),
-                None => return Some(Event::Committed { id, result }),
-            },
-            Event::OffsetsFetched { id, result } => match self.fetches.remove(&id) {
-                Some(tx) => drop(tx.send(result)),
-                None => return Some(Event::OffsetsFetched { id, result }),
-            },
-            other => return Some(other),
+            Event::Committed { id, result } => {
+                (self.calls.committed(id, result)).map(|result| Event::Committed { id, result })
+            }
+            Event::OffsetsFetched { id, result } => {
+                (self.calls.fetched(id, result)).map(|result| Event::OffsetsFetched { id, result })
+            }
+            other => Some(other),
         }
-        None
     }
 
     fn ends(event: &Event) -> bool {
@@ -477,12 +471,9 @@ impl MemberTask for GroupTask {
             Command::CompleteRevocation(ticket, tx) => {
                 drop(tx.send(member.complete_revocation(ticket, now)))
             }
-            Command::Commit(offsets, tx) => {
-                self.commits.insert(member.commit(offsets, now), tx);
-            }
+            Command::Commit(offsets, tx) => self.calls.commit(member.commit(offsets, now), tx),
             Command::Fetch(partitions, tx) => {
-                self.fetches
-                    .insert(member.fetch_offsets(partitions, now), tx);
+                self.calls.fetch(member.fetch_offsets(partitions, now), tx)
             }
             Command::Snapshot(tx) => drop(tx.send(Snapshot {
                 member_id: member.member_id().to_owned(),

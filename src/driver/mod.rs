@@ -6,6 +6,7 @@
 //! [`GroupMember`] (classic and KIP-848, `group`) and [`StreamsGroupMember`] (KIP-1071,
 //! `streams`).
 
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,7 +20,8 @@ use crate::error::{ApiMisuse, Error, GroupError, TransportError};
 use crate::machine::Machine;
 use crate::machine::coordinator::{CoordinatorLookup, KeyState, LookupConfig};
 pub use crate::machine::events::CloseOutcome;
-use crate::machine::events::{CloseOptions, MemberState};
+use crate::machine::events::{CloseOptions, CommitError, CommitId, FetchId, MemberState};
+use crate::machine::offsets::Offsets;
 use crate::member_id::MemberId;
 use crate::request::{Broker, Outbound, RequestId, Response};
 use crate::transport::Transport;
@@ -29,6 +31,50 @@ mod streams;
 
 pub use group::{GroupMember, MemberHandle, Snapshot};
 pub use streams::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
+
+/// Commits and offset fetches whose callers wait for the outcome, by id: `commit()` and
+/// `committed()` of every member face return what the machine reports for them.
+#[derive(Debug, Default)]
+struct OffsetCalls {
+    commits: HashMap<CommitId, oneshot::Sender<Result<(), CommitError>>>,
+    fetches: HashMap<FetchId, oneshot::Sender<Result<Offsets, CommitError>>>,
+}
+
+impl OffsetCalls {
+    fn commit(&mut self, id: CommitId, caller: oneshot::Sender<Result<(), CommitError>>) {
+        self.commits.insert(id, caller);
+    }
+
+    fn fetch(&mut self, id: FetchId, caller: oneshot::Sender<Result<Offsets, CommitError>>) {
+        self.fetches.insert(id, caller);
+    }
+
+    /// Hands a commit's outcome to its caller; gives it back when nobody waits for it.
+    fn committed(
+        &mut self,
+        id: CommitId,
+        result: Result<(), CommitError>,
+    ) -> Option<Result<(), CommitError>> {
+        match self.commits.remove(&id) {
+            Some(caller) => drop(caller.send(result)),
+            None => return Some(result),
+        }
+        None
+    }
+
+    /// Hands a fetch's outcome to its caller; gives it back when nobody waits for it.
+    fn fetched(
+        &mut self,
+        id: FetchId,
+        result: Result<Offsets, CommitError>,
+    ) -> Option<Result<Offsets, CommitError>> {
+        match self.fetches.remove(&id) {
+            Some(caller) => drop(caller.send(result)),
+            None => return Some(result),
+        }
+        None
+    }
+}
 
 /// The driver's clock: tokio's, so that a test that pauses tokio's time
 /// (`tokio::time::pause()`) moves the members' clock with it.

@@ -10,10 +10,16 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{CloseOutcome, Commands, EventStream, MemberTask, draw_identity, now, start};
+use super::{
+    CloseOutcome, Commands, EventStream, MemberTask, OffsetCalls, draw_identity, now, start,
+};
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError};
-use crate::machine::events::{CloseOptions, MemberState, Reason, RevokeTicket};
+use crate::machine::TopicPartition;
+use crate::machine::events::{
+    CloseOptions, CommitError, CommitOffset, MemberState, Reason, RevokeTicket,
+};
+use crate::machine::offsets::Offsets;
 use crate::machine::streams::{
     InterventionKind, StreamsConfig, StreamsEvent, StreamsMember, StreamsProcess, StreamsTasks,
     TaskId, TaskRole,
@@ -28,6 +34,11 @@ enum StreamsCommand {
         BTreeMap<TaskId, i64>,
         BTreeMap<TaskId, i64>,
         oneshot::Sender<Result<(), ApiMisuse>>,
+    ),
+    Commit(Vec<CommitOffset>, oneshot::Sender<Result<(), CommitError>>),
+    Fetch(
+        Vec<TopicPartition>,
+        oneshot::Sender<Result<Offsets, CommitError>>,
     ),
     LeaveGroup(oneshot::Sender<Result<(), ApiMisuse>>),
     RequestShutdown(oneshot::Sender<Result<(), ApiMisuse>>),
@@ -170,6 +181,7 @@ impl StreamsGroupMember {
         let request_timeout = member.config().request_timeout;
         let task = StreamsTask {
             group: member.config().group_id.clone(),
+            calls: OffsetCalls::default(),
         };
         let (commands, events) = start(
             runtime,
@@ -213,6 +225,16 @@ impl StreamsGroupMember {
         end_offsets: BTreeMap<TaskId, i64>,
     ) -> Result<(), ApiMisuse> {
         self.handle.set_task_offsets(offsets, end_offsets).await
+    }
+
+    /// See [`StreamsMemberHandle::commit`].
+    pub async fn commit(&self, offsets: Vec<CommitOffset>) -> Result<(), CommitError> {
+        self.handle.commit(offsets).await
+    }
+
+    /// See [`StreamsMemberHandle::committed`].
+    pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
+        self.handle.committed(partitions).await
     }
 
     /// See [`StreamsMemberHandle::leave_group`].
@@ -273,6 +295,32 @@ impl StreamsMemberHandle {
             .await
     }
 
+    /// Commits `offsets` of input partitions of the member's active tasks
+    /// ([`StreamsMember::input_partitions`]), fenced by the member epoch as
+    /// [`StreamsMember::commit`] says: a standby's partitions, a revoked or lost task's, and
+    /// anything after the member left are refused, typed. Commit a revoked task's progress
+    /// before handing its ticket back. Retriable failures are retried with the member's KIP-580
+    /// backoff, the whole call bounded by `default.api.timeout.ms` ([`CommitError::TimedOut`]).
+    pub async fn commit(&self, offsets: Vec<CommitOffset>) -> Result<(), CommitError> {
+        (self
+            .commands
+            .ask(|tx| StreamsCommand::Commit(offsets, tx))
+            .await)
+            .unwrap_or(Err(CommitError::Closed))
+    }
+
+    /// The committed offsets of `partitions` (e.g. the input partitions of a task just
+    /// assigned); a partition with no commit comes back with
+    /// [`offset: None`](crate::CommittedOffset::offset). Retried and bounded like
+    /// [`commit`](Self::commit).
+    pub async fn committed(&self, partitions: Vec<TopicPartition>) -> Result<Offsets, CommitError> {
+        (self
+            .commands
+            .ask(|tx| StreamsCommand::Fetch(partitions, tx))
+            .await)
+            .unwrap_or(Err(CommitError::Closed))
+    }
+
     /// Leaves the group for good with epoch -1, static member or not (tasks released first).
     pub async fn leave_group(&self) -> Result<(), ApiMisuse> {
         self.commands.call(StreamsCommand::LeaveGroup).await
@@ -311,6 +359,7 @@ fn member(
 /// guard's interventions and the lease's expiries.
 struct StreamsTask {
     group: String,
+    calls: OffsetCalls,
 }
 
 impl MemberTask for StreamsTask {
@@ -348,7 +397,13 @@ impl MemberTask for StreamsTask {
             } => crate::metrics::streams_lease_expired(&self.group),
             _ => {}
         }
-        Some(event)
+        match event {
+            StreamsEvent::Committed { id, result } => (self.calls.committed(id, result))
+                .map(|result| StreamsEvent::Committed { id, result }),
+            StreamsEvent::OffsetsFetched { id, result } => (self.calls.fetched(id, result))
+                .map(|result| StreamsEvent::OffsetsFetched { id, result }),
+            other => Some(other),
+        }
     }
 
     fn ends(event: &StreamsEvent) -> bool {
@@ -375,6 +430,12 @@ impl MemberTask for StreamsTask {
             StreamsCommand::TaskOffsets(offsets, end_offsets, tx) => {
                 member.set_task_offsets(offsets, end_offsets);
                 drop(tx.send(stopped(member)))
+            }
+            StreamsCommand::Commit(offsets, tx) => {
+                self.calls.commit(member.commit(offsets, now), tx)
+            }
+            StreamsCommand::Fetch(partitions, tx) => {
+                self.calls.fetch(member.fetch_offsets(partitions, now), tx)
             }
             StreamsCommand::LeaveGroup(tx) => {
                 member.leave_group(now);
@@ -429,6 +490,7 @@ mod tests {
     fn streams_loop(events: mpsc::UnboundedSender<StreamsEvent>) -> MemberLoop<StreamsTask> {
         let task = StreamsTask {
             group: "app".into(),
+            calls: OffsetCalls::default(),
         };
         MemberLoop::new(task, events, Arc::default())
     }

@@ -31,7 +31,10 @@ use crate::error::{
     ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
 };
 use crate::machine::TopicPartition;
-use crate::machine::events::{CloseOptions, CommitError, Event, MemberState, Reason, RevokeTicket};
+use crate::machine::events::{
+    CloseOptions, CommitError, CommitId, CommitOffset, Event, MemberState, Reason, RevokeTicket,
+};
+use crate::machine::offsets::{Fence, Hint, Protocol, SentOffsets};
 use crate::machine::session;
 use crate::machine::shell::{PhaseName, Shell, Skeleton, epoch_lease_bound, phases};
 use crate::machine::timer::{Timer, after};
@@ -41,6 +44,12 @@ use crate::request::{Api, Broker, Outbound, Reply, Request, RequestId, Response,
 /// How often a static member recovers from UNRELEASED_INSTANCE_ID caused by its own earlier join
 /// before it gives up.
 pub const UNRELEASED_RECOVERIES: u32 = 3;
+
+/// OffsetCommit / OffsetFetch v9 are the first an epoch-protocol member may use (the
+/// coordinator refuses older ones from consumer and streams members: UNSUPPORTED_VERSION in
+/// ConsumerGroup / StreamsGroup.validateOffsetCommit); names, not topic ids.
+const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
+const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
 /// Epochs with a meaning of their own (ConsumerGroupHeartbeatRequest.json,
 /// StreamsGroupHeartbeatRequest.json, ShareGroupHeartbeatRequest.json).
 const LEAVE_EPOCH: i32 = -1;
@@ -145,10 +154,6 @@ pub trait EpochProtocol: Sized + fmt::Debug {
     /// A request of the protocol's own that needs no coordinator (`needed`: the member has
     /// anything to do).
     fn poll_first(_m: &mut EpochMember<Self>, _needed: bool) -> Option<Outbound> {
-        None
-    }
-    /// A request of the protocol's own to `coordinator`, before the heartbeat.
-    fn poll_coordinator(_m: &mut EpochMember<Self>, _coordinator: &Broker) -> Option<Outbound> {
         None
     }
     /// The outcome of a request of the protocol's own.
@@ -260,6 +265,8 @@ pub(crate) enum Sent<P: EpochProtocol> {
     Leave,
     /// A DescribeConfigs reading the group's session timeout.
     SessionRead(session::Step),
+    /// A commit or offset fetch.
+    Offsets(SentOffsets),
     Own(P::Sent),
 }
 
@@ -324,6 +331,25 @@ pub(crate) fn member_id_of(config: &GroupConfig) -> Result<MemberId, ConfigError
 }
 
 impl<P: EpochProtocol> EpochMember<P> {
+    /// Queues a commit of `offsets` with the member id and epoch (OffsetCommit v9+, which the
+    /// coordinator checks against the member's epoch: OffsetMetadataManager.validateOffsetCommit
+    /// for consumer and streams groups alike). Refused at once, typed, outside the group
+    /// ([`CommitError::NotMember`]) and for partitions the member does not own
+    /// ([`P::committable`](EpochProtocol::committable): [`CommitError::NotOwned`]).
+    pub(crate) fn commit_offsets(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+        self.queue_commit(offsets, now, |m| {
+            if m.stopped() {
+                m.phase().stop_error()
+            } else if m.epoch <= 0 || !m.in_group() {
+                Some(CommitError::NotMember {
+                    reason: "the member holds no epoch".into(),
+                })
+            } else {
+                None
+            }
+        })
+    }
+
     /// A member with `member_id`, whatever `config.member_id` says (the member's config then
     /// names it). Without `config.seed`, the backoff jitter is seeded from the id's bytes.
     pub(crate) fn create(
@@ -595,7 +621,7 @@ impl<P: EpochProtocol> EpochMember<P> {
         if matches!(self.phase, Phase::Leaving { .. }) {
             return None;
         }
-        if let Some(out) = P::poll_coordinator(self, &coordinator) {
+        if let Some(out) = self.build_offsets(&coordinator) {
             return Some(out);
         }
         if self.in_group()
@@ -697,6 +723,7 @@ impl<P: EpochProtocol> EpochMember<P> {
                 P::SESSION,
                 self.interval,
             ),
+            Sent::Offsets(sent) => self.on_offsets(sent, result),
             Sent::Own(sent) => P::on_own(self, sent, result),
         }
         P::settle(self);
@@ -846,6 +873,55 @@ impl<P: EpochProtocol> EpochMember<P> {
     ) -> RequestId {
         self.shell
             .send(Target::Coordinator(coordinator.clone()), request, sent)
+    }
+
+    /// The next queued commit or fetch, fenced by the member's epoch.
+    fn build_offsets(&mut self, coordinator: &Broker) -> Option<Outbound> {
+        if self.shell.offsets.is_empty() {
+            return None;
+        }
+        let refusal = (self.epoch <= 0).then(|| CommitError::NotMember {
+            reason: "the member lost its epoch".into(),
+        });
+        let fence = self.fence();
+        let (owned, now) = (self.owned_partitions(), self.shell.now);
+        let shell = &mut self.shell;
+        let (body, versions, sent) =
+            (shell.offsets).next(&fence, (refusal, &owned), now, &mut shell.events)?;
+        let (versions, fit) = versions;
+        let request = Request::Raw {
+            body: Box::new(body),
+            versions,
+            fit,
+        };
+        self.send(coordinator, request, Sent::Offsets(sent));
+        self.shell.outbound.pop_front()
+    }
+
+    /// Who the member is, for its commits and fetches.
+    fn fence(&self) -> Fence {
+        Fence {
+            protocol: Protocol::Consumer,
+            group: self.shell.config.group_id.clone(),
+            member_id: self.member_id.to_string(),
+            generation: self.epoch,
+            instance_id: self.shell.config.instance_id.clone(),
+            member: self.epoch > 0 && self.in_group(),
+            rebalancing: false,
+            commit_versions: COMMIT_VERSIONS,
+            fetch_versions: FETCH_VERSIONS,
+        }
+    }
+
+    fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
+        let (fence, now) = (self.fence(), self.shell.now);
+        let (event, hint) = self.shell.offsets.answer(sent, result, &fence, now);
+        // Only Rediscover comes back for the epoch protocols (the fencing answers of a commit
+        // are read as NotMember/Retriable; the heartbeat does the fencing).
+        if hint == Some(Hint::Rediscover) {
+            self.shell.coordinator_failed();
+        }
+        self.shell.events.extend(event);
     }
 
     fn build_heartbeat(&mut self, coordinator: &Broker) -> Outbound {

@@ -144,6 +144,8 @@ impl SimStreamsMember {
                 Event::ConnectionTrouble { broker, error }
             }
             StreamsEvent::NotJoined { error } => Event::NotJoined { error },
+            StreamsEvent::Committed { id, result } => Event::Committed { id, result },
+            StreamsEvent::OffsetsFetched { id, result } => Event::OffsetsFetched { id, result },
             StreamsEvent::GuardIntervened(i) => {
                 self.notes.push(format!(
                     "GUARD {:?} {} ({}; {} holds/claims it as {})",

@@ -17,22 +17,16 @@ use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, GroupError, TransportError};
 use crate::machine::TopicPartition;
 use crate::machine::epoch::{EpochMember, EpochProtocol, Phase, Sent, epoch_answer, member_id_of};
-use crate::machine::events::{
-    CloseOptions, CommitError, CommitId, CommitOffset, Event, FetchId, Reason,
-};
+use crate::machine::events::{CloseOptions, CommitId, CommitOffset, Event, FetchId, Reason};
 use crate::machine::metadata::ClusterMetadata;
-use crate::machine::offsets::{Fence, Hint, Protocol, SentOffsets};
 use crate::machine::session;
-use crate::machine::shell::{PhaseName, Skeleton, millis};
+use crate::machine::shell::{Skeleton, millis};
 use crate::machine::timer::{Timer, after};
 use crate::member_id::MemberId;
-use crate::request::{Api, Broker, Outbound, Reply, Request, Response, ResponseBody};
+use crate::request::{Api, Outbound, Reply, Request, Response, ResponseBody};
 
 /// ConsumerGroupHeartbeat v1: client-generated member ids are mandatory (KIP-1082).
 const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 1..=1;
-/// OffsetCommit / OffsetFetch v9 are the first a consumer-protocol member may use (names, not ids).
-const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
-const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 9..=9;
 
 /// The fields a heartbeat carried; once answered they are what the broker knows, so later
 /// heartbeats leave unchanged fields out (protocol.md §6.3).
@@ -52,7 +46,6 @@ pub struct ConsumerSent(Own);
 #[derive(Debug, Clone)]
 enum Own {
     Metadata,
-    Offsets(SentOffsets),
 }
 
 /// The KIP-848 consumer protocol's part of a [`ConsumerMember`]: its subscription, its
@@ -267,14 +260,9 @@ impl EpochProtocol for ConsumerProtocol {
         None
     }
 
-    fn poll_coordinator(m: &mut ConsumerMember, coordinator: &Broker) -> Option<Outbound> {
-        m.build_offsets(coordinator)
-    }
-
     fn on_own(m: &mut ConsumerMember, sent: ConsumerSent, result: Reply) {
         match sent.0 {
             Own::Metadata => m.on_metadata(result),
-            Own::Offsets(sent) => m.on_offsets(sent, result),
         }
     }
 }
@@ -421,17 +409,7 @@ impl ConsumerMember {
     /// Commits `offsets` with the member id and epoch (OffsetCommit v9). Outside the group:
     /// [`CommitError::NotMember`] at once.
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
-        self.queue_commit(offsets, now, |m| {
-            if m.stopped() {
-                m.phase().stop_error()
-            } else if m.epoch <= 0 || !m.in_group() {
-                Some(CommitError::NotMember {
-                    reason: "the member holds no epoch".into(),
-                })
-            } else {
-                None
-            }
-        })
+        self.commit_offsets(offsets, now)
     }
 
     /// The next event for the application.
@@ -540,17 +518,6 @@ impl ConsumerMember {
         }
     }
 
-    fn on_offsets(&mut self, sent: SentOffsets, result: Result<Response, TransportError>) {
-        let (fence, now) = (self.fence(), self.shell.now);
-        let (event, hint) = self.shell.offsets.answer(sent, result, &fence, now);
-        // Only Rediscover comes back for the consumer protocol (the fencing answers of a
-        // commit are read as NotMember/Retriable; the heartbeat does the fencing).
-        if hint == Some(Hint::Rediscover) {
-            self.shell.coordinator_failed();
-        }
-        self.shell.events.extend(event);
-    }
-
     // ------------------------------------------------------------------ requests
 
     fn base_heartbeat(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {
@@ -642,47 +609,5 @@ impl ConsumerMember {
         }
         let reported_owned = r.topic_partitions.is_some();
         (heartbeat_request(r), (fields, reported_owned))
-    }
-
-    /// The next queued commit or fetch, fenced by the member's epoch.
-    fn build_offsets(&mut self, coordinator: &Broker) -> Option<Outbound> {
-        if self.shell.offsets.is_empty() {
-            return None;
-        }
-        let refusal = (self.epoch <= 0).then(|| CommitError::NotMember {
-            reason: "the member lost its epoch".into(),
-        });
-        let fence = self.fence();
-        let (owned, now) = (self.owned_partitions(), self.shell.now);
-        let shell = &mut self.shell;
-        let (body, versions, sent) =
-            (shell.offsets).next(&fence, (refusal, &owned), now, &mut shell.events)?;
-        let (versions, fit) = versions;
-        let request = Request::Raw {
-            body: Box::new(body),
-            versions,
-            fit,
-        };
-        self.send(
-            coordinator,
-            request,
-            Sent::Own(ConsumerSent(Own::Offsets(sent))),
-        );
-        self.shell.outbound.pop_front()
-    }
-
-    /// Who the member is, for its commits and fetches.
-    fn fence(&self) -> Fence {
-        Fence {
-            protocol: Protocol::Consumer,
-            group: self.shell.config.group_id.clone(),
-            member_id: self.member_id.to_string(),
-            generation: self.epoch,
-            instance_id: self.shell.config.instance_id.clone(),
-            member: self.epoch > 0 && self.in_group(),
-            rebalancing: false,
-            commit_versions: COMMIT_VERSIONS,
-            fetch_versions: FETCH_VERSIONS,
-        }
     }
 }

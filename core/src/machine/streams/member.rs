@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, GroupError, codes};
+use crate::machine::TopicPartition;
 use crate::machine::epoch::{
     EpochMember, EpochProtocol, Phase, epoch_answer, invalid, member_id_of,
 };
-use crate::machine::events::{CloseOptions, Event, Reason};
+use crate::machine::events::{CloseOptions, CommitId, CommitOffset, Event, FetchId, Reason};
 use crate::machine::session;
 use crate::machine::shell::{Skeleton, millis};
 use crate::machine::timer::Timer;
@@ -261,6 +262,15 @@ impl EpochProtocol for StreamsProtocol {
         m.release_all(ReleaseReason::Leaving);
     }
 
+    /// The input partitions of the active tasks handed to the application (revoking ones stay
+    /// until the ticket is back); standby and warm-up tasks commit nothing.
+    fn committable(m: &StreamsMember) -> BTreeSet<TopicPartition> {
+        let topology = &m.proto.streams.topology;
+        (m.proto.owned.active.iter())
+            .flat_map(|t| topology.input_partitions(t))
+            .collect()
+    }
+
     fn command(m: &mut StreamsMember, now: Instant) {
         m.input(now);
     }
@@ -429,6 +439,31 @@ impl StreamsMember {
         self.proto.task_end_offsets = end_offsets;
     }
 
+    /// Commits `offsets` for input partitions of the member's active tasks (those being revoked
+    /// too, until the ticket is back) with the member id and epoch (OffsetCommit v9+; Kafka
+    /// Streams commits its tasks' input offsets through the group the same way). The outcome
+    /// arrives as [`StreamsEvent::Committed`]. Refused at once, typed: outside the group
+    /// ([`CommitError::NotMember`]), after the tasks were lost ([`CommitError::LeaseExpired`] or
+    /// the stop's error), and for a partition that is not an input of an active task held now
+    /// ([`CommitError::NotOwned`]: a standby's, a revoked task's, another member's).
+    pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
+        self.commit_offsets(offsets, now)
+    }
+
+    /// Fetches the committed offsets of `partitions` (OffsetFetch v9+ with the member id and
+    /// epoch while in the group), e.g. [`input_partitions`](Self::input_partitions) of a task
+    /// just assigned. The outcome arrives as [`StreamsEvent::OffsetsFetched`]; a partition with
+    /// no commit comes back with `None`.
+    pub fn fetch_offsets(&mut self, partitions: Vec<TopicPartition>, now: Instant) -> FetchId {
+        self.queue_fetch(partitions, now)
+    }
+
+    /// The input partitions of `task` in this member's topology (see
+    /// [`StreamsTopology::input_partitions`]).
+    pub fn input_partitions(&self, task: &TaskId) -> Vec<TopicPartition> {
+        self.proto.streams.topology.input_partitions(task)
+    }
+
     /// Asks every member of the application to shut down (`ShutdownApplication` on every
     /// heartbeat from now on; the others see [`StatusCode::ShutdownApplication`]).
     pub fn request_shutdown(&mut self, now: Instant) {
@@ -473,6 +508,8 @@ impl StreamsMember {
                     StreamsEvent::ConnectionTrouble { broker, error }
                 }
                 Event::NotJoined { error } => StreamsEvent::NotJoined { error },
+                Event::Committed { id, result } => StreamsEvent::Committed { id, result },
+                Event::OffsetsFetched { id, result } => StreamsEvent::OffsetsFetched { id, result },
                 other => {
                     tracing::debug!(event = ?other, "streams member: no streams form of this event");
                     continue;

@@ -81,7 +81,10 @@ pub use topology::{
 };
 
 use crate::error::GroupError;
-use crate::machine::events::{MemberState, Reason, RevokeTicket};
+use crate::machine::TopicPartition;
+use crate::machine::events::{
+    CommitError, CommitId, CommittedOffset, FetchId, MemberState, Reason, RevokeTicket,
+};
 
 /// Why tasks were released without a ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +176,22 @@ pub enum StreamsEvent {
         member_id: String,
         /// The member epoch now.
         epoch: i32,
+    },
+    /// A commit ([`StreamsMember::commit`]) finished: the streams form of
+    /// [`Event::Committed`](crate::machine::events::Event::Committed).
+    Committed {
+        /// Which commit.
+        id: CommitId,
+        /// Its outcome.
+        result: Result<(), CommitError>,
+    },
+    /// An offset fetch ([`StreamsMember::fetch_offsets`]) finished: the streams form of
+    /// [`Event::OffsetsFetched`](crate::machine::events::Event::OffsetsFetched).
+    OffsetsFetched {
+        /// Which fetch.
+        id: FetchId,
+        /// The committed offsets (`None` where nothing was committed), or why not.
+        result: Result<BTreeMap<TopicPartition, CommittedOffset>, CommitError>,
     },
     /// The member stopped for good.
     Fatal(GroupError),

@@ -5,12 +5,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use kafka_protocol::messages::{ResponseKind, TopicName};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartitions, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    GroupId, OffsetCommitRequest, OffsetFetchResponse, RequestKind, ResponseKind, TopicName,
+};
 
 use super::*;
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, GroupError, TransportError, codes};
-use crate::machine::events::{CloseOptions, MemberState, Reason, RevokeTicket};
+use crate::machine::TopicPartition;
+use crate::machine::events::{
+    CloseOptions, CommitError, CommitId, CommitOffset, FetchId, MemberState, Reason, RevokeTicket,
+};
 use crate::machine::test_support::{
     self, Heartbeats, ID, epoch_config, is_find_coordinator, picked, s,
 };
@@ -1601,4 +1609,167 @@ fn a_withheld_task_taken_away_is_reported_as_not_owned_and_the_member_advances()
     assert_eq!(a2.m.tasks(), &kept);
     // Later heartbeats go back to leaving unchanged owned tasks out.
     assert_eq!(round(&mut a2, 3, None), None);
+}
+
+// ------------------------------------------------------------------------------------ commits
+
+fn commit_of(tp: TopicPartition, offset: i64) -> CommitOffset {
+    CommitOffset {
+        partition: tp,
+        offset,
+        metadata: None,
+    }
+}
+
+fn commit_body(out: &Outbound) -> OffsetCommitRequest {
+    match test_support::body(out) {
+        RequestKind::OffsetCommit(c) => c,
+        other => panic!("not an OffsetCommit: {other:?}"),
+    }
+}
+
+fn committed_of(events: &[StreamsEvent]) -> Vec<(CommitId, Result<(), CommitError>)> {
+    picked!(events, StreamsEvent::Committed { id, result } => (*id, result.clone()))
+}
+
+#[test]
+fn a_task_input_is_its_partition_of_every_source_and_repartition_source_topic() {
+    let t = topology();
+    assert_eq!(
+        t.input_partitions(&task("0", 2)),
+        vec![
+            TopicPartition::new("in-a", 2),
+            TopicPartition::new("in-b", 2)
+        ]
+    );
+    assert_eq!(
+        t.input_partitions(&task("1", 3)),
+        vec![TopicPartition::new("app-rep", 3)]
+    );
+    assert!(t.input_partitions(&task("9", 0)).is_empty());
+}
+
+/// The owner of an active task commits its input offsets with the member id and epoch (the
+/// coordinator's streams-group commit check: StreamsGroup.validateOffsetCommit); a standby's
+/// partitions, a revoked task's, and anything outside the group are refused locally, typed.
+#[test]
+fn the_active_owner_commits_its_inputs_and_nobody_else_does() {
+    let t = tasks(&[("0", 1)], &[("0", 2)], &[]);
+    let mut h = Harness::joined(Some("i1"), &t);
+    let id = h.m.commit(
+        vec![
+            commit_of(TopicPartition::new("in-a", 1), 10),
+            commit_of(TopicPartition::new("in-b", 1), 11),
+        ],
+        h.now,
+    );
+    let out = h.one();
+    let c = commit_body(&out);
+    assert_eq!(c.group_id.as_str(), "app");
+    assert_eq!(c.member_id.as_str(), ID);
+    assert_eq!(c.generation_id_or_member_epoch, 1);
+    assert_eq!(c.group_instance_id.as_deref(), Some("i1"));
+    let sent: Vec<(String, i32, i64)> = (c.topics.iter())
+        .flat_map(|t| {
+            (t.partitions.iter())
+                .map(|p| (t.name.to_string(), p.partition_index, p.committed_offset))
+        })
+        .collect();
+    assert_eq!(sent, vec![("in-a".into(), 1, 10), ("in-b".into(), 1, 11)]);
+
+    // A standby's partition is not the member's to commit.
+    let standby =
+        h.m.commit(vec![commit_of(TopicPartition::new("in-a", 2), 5)], h.now);
+    h.collect_events();
+    let refused = committed_of(&h.events);
+    assert_eq!(
+        refused,
+        vec![(
+            standby,
+            Err(CommitError::NotOwned {
+                partitions: vec![TopicPartition::new("in-a", 2)]
+            })
+        )]
+    );
+    assert!(refused.iter().all(|(i, _)| *i != id));
+
+    // Task 0_1 revoked: committable until the ticket is back, refused after.
+    h.events.clear();
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, ok(2, Some(&tasks(&[], &[("0", 2)], &[]))));
+    let mut ev = h.take_events();
+    let (_, ticket) = take_revoking(&mut ev);
+    h.m.commit(vec![commit_of(TopicPartition::new("in-a", 1), 12)], h.now);
+    h.collect_events();
+    assert!(
+        committed_of(&h.events).is_empty(),
+        "a task being revoked still commits: {:?}",
+        h.events
+    );
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    h.events.clear();
+    let late =
+        h.m.commit(vec![commit_of(TopicPartition::new("in-a", 1), 13)], h.now);
+    h.collect_events();
+    assert_eq!(
+        committed_of(&h.events),
+        vec![(
+            late,
+            Err(CommitError::NotOwned {
+                partitions: vec![TopicPartition::new("in-a", 1)]
+            })
+        )]
+    );
+}
+
+#[test]
+fn a_member_outside_the_group_commits_nothing() {
+    let mut h = Harness::new(None);
+    let id =
+        h.m.commit(vec![commit_of(TopicPartition::new("in-a", 1), 1)], h.now);
+    h.collect_events();
+    assert!(matches!(
+        committed_of(&h.events).as_slice(),
+        [(i, Err(CommitError::NotMember { .. }))] if *i == id
+    ));
+    h.nothing("a refused commit sends nothing");
+}
+
+/// Fetching a task's committed offsets goes to the coordinator with the member id and epoch and
+/// answers as [`StreamsEvent::OffsetsFetched`].
+#[test]
+fn a_new_owner_fetches_its_task_inputs_with_the_member_epoch() {
+    let t = tasks(&[("1", 3)], &[], &[]);
+    let mut h = Harness::joined(None, &t);
+    let inputs = h.m.input_partitions(&task("1", 3));
+    let id = h.m.fetch_offsets(inputs.clone(), h.now);
+    let out = h.one();
+    let RequestKind::OffsetFetch(f) = test_support::body(&out) else {
+        panic!("not an OffsetFetch: {out:?}")
+    };
+    assert_eq!(f.groups.len(), 1);
+    assert_eq!(f.groups[0].member_id.as_deref(), Some(ID));
+    assert_eq!(f.groups[0].member_epoch, 1);
+    let answer = OffsetFetchResponse::default().with_groups(vec![
+        OffsetFetchResponseGroup::default()
+            .with_group_id(GroupId(s("app")))
+            .with_topics(vec![
+                OffsetFetchResponseTopics::default()
+                    .with_name(TopicName(s("app-rep")))
+                    .with_partitions(vec![
+                        OffsetFetchResponsePartitions::default()
+                            .with_partition_index(3)
+                            .with_committed_offset(77),
+                    ]),
+            ]),
+    ]);
+    h.answer(&out, ResponseKind::OffsetFetch(answer));
+    let ev = h.take_events();
+    let fetched: Vec<(FetchId, Result<_, CommitError>)> =
+        picked!(ev, StreamsEvent::OffsetsFetched { id: i, result } => (*i, result.clone()));
+    assert_eq!(fetched.len(), 1, "{ev:?}");
+    assert_eq!(fetched[0].0, id);
+    let offsets = fetched[0].1.as_ref().expect("fetched");
+    assert_eq!(offsets.get(&inputs[0]).and_then(|o| o.offset), Some(77));
 }

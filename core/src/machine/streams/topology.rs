@@ -339,6 +339,23 @@ impl StreamsTopology {
         self.subtopologies.iter().find(|s| s.id == id)
     }
 
+    /// The input partitions of `task`, whose offsets its active owner commits: partition
+    /// `task.partition` of each source and repartition-source topic of its subtopology (a
+    /// Kafka Streams task reads that partition of each; StreamsPartitionAssignor / the broker's
+    /// TopicsImage-based task count give every source topic of a subtopology the same number of
+    /// partitions). Topics a source pattern matches are not known to the member and not listed.
+    /// Empty for a subtopology the topology does not have.
+    pub fn input_partitions(&self, task: &TaskId) -> Vec<TopicPartition> {
+        let Some(s) = self.subtopology(&task.subtopology) else {
+            return Vec::new();
+        };
+        let topics = (s.source_topics.iter().map(String::as_str))
+            .chain(s.repartition_source_topics.iter().map(|t| t.name.as_str()));
+        topics
+            .map(|t| TopicPartition::new(t, task.partition))
+            .collect()
+    }
+
     /// The wire form, sorted as the Java client sorts it
     /// (StreamsGroupHeartbeatRequestManager.HeartbeatState): subtopologies by id, topics and
     /// configs by name; copartition groups index the sorted source and repartition-source lists.
