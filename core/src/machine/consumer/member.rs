@@ -407,7 +407,7 @@ impl ConsumerMember {
     }
 
     /// Commits `offsets` with the member id and epoch (OffsetCommit v9). Outside the group:
-    /// [`CommitError::NotMember`] at once.
+    /// [`CommitError::NotMember`](crate::error::CommitError::NotMember) at once.
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
         self.commit_offsets(offsets, now)
     }

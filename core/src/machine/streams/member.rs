@@ -446,6 +446,10 @@ impl StreamsMember {
     /// ([`CommitError::NotMember`]), after the tasks were lost ([`CommitError::LeaseExpired`] or
     /// the stop's error), and for a partition that is not an input of an active task held now
     /// ([`CommitError::NotOwned`]: a standby's, a revoked task's, another member's).
+    ///
+    /// [`CommitError::NotMember`]: crate::error::CommitError::NotMember
+    /// [`CommitError::LeaseExpired`]: crate::error::CommitError::LeaseExpired
+    /// [`CommitError::NotOwned`]: crate::error::CommitError::NotOwned
     pub fn commit(&mut self, offsets: Vec<CommitOffset>, now: Instant) -> CommitId {
         self.commit_offsets(offsets, now)
     }
