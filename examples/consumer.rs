@@ -26,7 +26,7 @@ use consumer_membership::machine::events::{CloseOptions, CommitOffset, Event};
 use consumer_membership::machine::metadata::ClusterMetadata;
 use consumer_membership::request::{Request, Target};
 use consumer_membership::transport::{TcpTransport, Transport};
-use consumer_membership::{ClientConfig, driver};
+use consumer_membership::{ClientConfig, MemberIdFile, driver};
 use kafka_protocol::messages::ApiKey;
 
 /// Joins a consumer group, prints the records of its partitions and commits them.
@@ -64,6 +64,10 @@ struct Args {
     /// Count the records instead of printing them
     #[arg(long)]
     quiet: bool,
+    /// Keep the member id in this file across runs (with --instance-id: a restart after a crash
+    /// comes back as itself instead of waiting for the old session to expire)
+    #[arg(long, value_name = "PATH")]
+    member_id_file: Option<std::path::PathBuf>,
 }
 
 /// `--protocol`.
@@ -109,6 +113,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         seconds,
         max_records,
         quiet,
+        member_id_file,
     } = Args::parse();
     let Some(bootstrap) = bootstrap.or_else(local_bootstrap) else {
         eprintln!(
@@ -181,6 +186,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut group_config = GroupConfig::new(&group);
     group_config.instance_id = instance_id;
     group_config.protocol = protocol.into();
+    // Held for the member's life: the file's lock refuses a second process.
+    let kept = member_id_file.map(MemberIdFile::open).transpose()?;
+    if let Some(kept) = &kept {
+        group_config = kept.configure(group_config);
+        let origin = if kept.kept() {
+            "kept from an earlier run"
+        } else {
+            "new"
+        };
+        println!("member id {} ({origin})", kept.member_id());
+    }
     // A transport of its own: the member's JoinGroup may be parked by the broker for a while.
     let member_transport = Arc::new(TcpTransport::new(config.clone()));
     let mut member = GroupMember::start(member_transport, group_config)?;
@@ -223,6 +239,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     for p in &partitions {
                         positions.remove(p);
                     }
+                }
+                Some(Event::InstanceHeld { instance_id, limit }) => {
+                    println!("instance id {instance_id} held by an earlier incarnation: waiting up to {limit:?} for its session to end");
                 }
                 Some(Event::Fatal(e)) => return Err(e.into()),
                 Some(Event::StateChanged { from, to, reason, member_id, generation }) => {

@@ -189,6 +189,7 @@
 #[cfg(feature = "tokio")]
 pub mod driver;
 pub mod manual;
+pub mod member_id_file;
 #[cfg(feature = "tokio")]
 pub mod metrics;
 pub mod transport;
@@ -222,6 +223,7 @@ pub use machine::events::{
     Reason, RevokeTicket,
 };
 pub use member_id::MemberId;
+pub use member_id_file::{MemberIdFile, MemberIdFileError};
 #[cfg(feature = "tokio")]
 pub use transport::TcpTransport;
 

@@ -28,7 +28,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -203,52 +203,6 @@ impl Drop for Procs {
     }
 }
 
-/// The example binary next to this test's (`cargo test` builds examples), built here when
-/// missing or older than its source (e.g. under `cargo test --test rskafka_group`).
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let bin = profile_dir.join("examples").join("rskafka_consumer");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rskafka_consumer.rs");
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if modified(&bin) < modified(&source) {
-        let features: Vec<&str> = [
-            ("tokio", cfg!(feature = "tokio")),
-            ("tls", cfg!(feature = "tls")),
-            ("sim", cfg!(feature = "sim")),
-        ]
-        .into_iter()
-        .filter_map(|(f, on)| on.then_some(f))
-        .collect();
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args([
-                "build",
-                "--example",
-                "rskafka_consumer",
-                "--no-default-features",
-            ])
-            .args(["--features", &features.join(",")]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build
-            .status()
-            .expect("run cargo build --example rskafka_consumer");
-        assert!(
-            status.success(),
-            "cargo build --example rskafka_consumer failed"
-        );
-    }
-    assert!(
-        bin.exists(),
-        "{} is missing: build it with `cargo build --all-features --example rskafka_consumer`",
-        bin.display()
-    );
-    bin
-}
-
 /// Starts a process of the example on `properties`; a thread collects its stdout lines.
 fn spawn(bin: &Path, name: &str, properties: &Path, topic: &str) -> Proc {
     let mut child = Command::new(bin)
@@ -411,7 +365,7 @@ async fn group(protocol: &str) {
     let Some(b) = common::bootstrap() else { return };
     let _turn = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
-    let bin = example_binary();
+    let bin = common::example_binary("rskafka_consumer");
     let (t, client) = common::transport(&b);
     let (topic, group) = (
         common::unique("rskafka-group"),

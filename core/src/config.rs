@@ -991,6 +991,41 @@ pub struct GroupConfig {
     /// one from [`seed`](Self::seed) ([`MemberId::from_seed`]). The classic protocol's member id
     /// is the broker's; there this id only seeds the jitter when `seed` is `None`.
     pub member_id: Option<MemberId>,
+    /// [`member_id`](Self::member_id) is the one this member instance had in an earlier run of
+    /// its process, kept in a store beside the application's state (the driver's
+    /// `MemberIdFile`), so the coordinator may still hold it registered under
+    /// [`instance_id`](Self::instance_id) (consumer and streams protocols; default false).
+    ///
+    /// A static member restarted after a crash meets its own earlier registration: the
+    /// coordinator answers its epoch-0 join UNRELEASED_INSTANCE_ID until that session expires
+    /// (`throwIfInstanceIdIsUnreleased`: only a member that left with epoch -2 releases its
+    /// instance id). With a kept id the member releases it itself, as the registered member:
+    /// a -2 leave under the kept id, then the epoch-0 join, which takes over the earlier
+    /// registration's assignment (a static member keeps its partitions across a -2 leave). The
+    /// restart then costs two heartbeat round trips instead of the session timeout.
+    ///
+    /// Never give two live processes one kept id: the broker cannot tell them apart, and each
+    /// would release the other's registration. `MemberIdFile` holds a lock on its file for
+    /// that reason. A kept id whose -2 leave is answered FENCED_INSTANCE_ID (another member id
+    /// holds the instance id: a second process with this instance id, or an incarnation that
+    /// did not keep its id) waits as
+    /// [`unreleased_instance_margin`](Self::unreleased_instance_margin) says.
+    pub kept_member_id: bool,
+    /// How long beyond the group's session timeout
+    /// ([`group_session_timeout`](Self::group_session_timeout)) a static member of the consumer or
+    /// streams protocol keeps trying to join while UNRELEASED_INSTANCE_ID says another member id
+    /// holds its instance id (default 10 s). No Kafka property.
+    ///
+    /// A crashed earlier incarnation of the member holds it until its session expires; a genuine
+    /// second process with the same instance id keeps heartbeating and holds it for good. So the
+    /// member reports [`Event::InstanceHeld`](crate::machine::events::Event::InstanceHeld) at
+    /// the first such answer, retries its join with backoff (at most
+    /// [`retry_backoff_max`](Self::retry_backoff_max) apart), and stops with
+    /// [`GroupError::UnreleasedInstanceId`](crate::error::GroupError::UnreleasedInstanceId) only
+    /// once the instance id stayed held for the session timeout plus this margin. `None`: stop
+    /// at the first such answer (the Java client's behaviour). The classic protocol replaces
+    /// the earlier incarnation at once and never waits.
+    pub unreleased_instance_margin: Option<Duration>,
 }
 
 impl GroupConfig {
@@ -1015,6 +1050,8 @@ impl GroupConfig {
             metadata_max_age: Duration::from_secs(300),
             seed: None,
             member_id: None,
+            kept_member_id: false,
+            unreleased_instance_margin: Some(Duration::from_secs(10)),
         }
     }
 
@@ -1027,6 +1064,21 @@ impl GroupConfig {
         /// Sets the KIP-1082 [`member_id`](Self::member_id) of the consumer protocol (default:
         /// generated).
         with_member_id => member_id: Some(MemberId)
+    );
+
+    /// Sets a member id kept from an earlier run of this member instance's process (see
+    /// [`kept_member_id`](Self::kept_member_id)): [`member_id`](Self::member_id) `= id`,
+    /// `kept_member_id = true`.
+    pub fn with_kept_member_id(mut self, id: MemberId) -> Self {
+        self.member_id = Some(id);
+        self.kept_member_id = true;
+        self
+    }
+
+    setter!(
+        /// Sets [`unreleased_instance_margin`](Self::unreleased_instance_margin) (default 10 s;
+        /// `None`: stop at the first UNRELEASED_INSTANCE_ID).
+        with_unreleased_instance_margin => unreleased_instance_margin: Option<Duration>
     );
 
     setter!(
@@ -1181,6 +1233,12 @@ impl GroupConfig {
                     format!("{id:?} contains {c:?}; allowed are [a-zA-Z0-9._-]"),
                 );
             }
+        }
+        if self.kept_member_id && self.member_id.is_none() {
+            return err(
+                "kept_member_id",
+                "needs the kept member_id itself (GroupConfig::with_kept_member_id)".into(),
+            );
         }
         let ms = |d: Duration| i32::try_from(d.as_millis()).ok().filter(|m| *m > 0);
         for (key, d) in [

@@ -1,7 +1,7 @@
 //! Shared helpers of the real-broker tests.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -428,3 +428,43 @@ pub mod java_peer;
 pub mod ownership;
 pub mod proxy;
 pub mod streams_peer;
+
+/// The binary of example `name` next to the running test's (`cargo test` builds examples),
+/// built here when missing or older than its source (e.g. under `cargo test --test <one>`).
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let bin = profile_dir.join("examples").join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(format!("{name}.rs"));
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if modified(&bin) < modified(&source) {
+        let features: Vec<&str> = [
+            ("tokio", cfg!(feature = "tokio")),
+            ("tls", cfg!(feature = "tls")),
+            ("sim", cfg!(feature = "sim")),
+        ]
+        .into_iter()
+        .filter_map(|(f, on)| on.then_some(f))
+        .collect();
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["build", "--example", name, "--no-default-features"])
+            .args(["--features", &features.join(",")]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build
+            .status()
+            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+        assert!(status.success(), "cargo build --example {name} failed");
+    }
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build --all-features --example {name}`",
+        bin.display()
+    );
+    bin
+}

@@ -281,6 +281,9 @@ pub(crate) struct Registration {
     may_be_registered: bool,
     /// UNRELEASED_INSTANCE_ID recoveries spent (at most [`UNRELEASED_RECOVERIES`]).
     unreleased_recoveries: u32,
+    /// When the member first heard that another member id holds its instance id, in the wait
+    /// that [`GroupConfig::unreleased_instance_margin`] bounds; reset by a successful join.
+    held_since: Option<Instant>,
 }
 
 /// A member of an epoch-heartbeat group (sans-IO) speaking protocol `P`; see
@@ -360,6 +363,11 @@ impl<P: EpochProtocol> EpochMember<P> {
     ) -> Result<Self, ConfigError> {
         config.validate()?;
         proto.validate(&config)?;
+        // A kept id may still be registered under the instance id (see
+        // `GroupConfig::kept_member_id`): UNRELEASED_INSTANCE_ID may be this member's own.
+        let kept = config.kept_member_id
+            && config.instance_id.is_some()
+            && config.member_id == Some(member_id);
         config.member_id = Some(member_id);
         let seed = config.jitter_seed()?;
         Ok(Self {
@@ -371,7 +379,10 @@ impl<P: EpochProtocol> EpochMember<P> {
             heartbeat_failures: 0,
             interval: Duration::ZERO,
             owned_report_unsettled: false,
-            registration: Registration::default(),
+            registration: Registration {
+                may_be_registered: kept,
+                ..Registration::default()
+            },
             answered_once: false,
             deferred_leave: None,
             session_read: session::SessionRead::default(),
@@ -1079,12 +1090,42 @@ impl<P: EpochProtocol> EpochMember<P> {
                 },
                 Reason::UnreleasedInstanceIdRecovery,
             );
-        } else {
+        } else if !(own_join && self.wait_for_release(&instance_id)) {
             self.fail(GroupError::UnreleasedInstanceId {
                 group: self.shell.config.group_id.clone(),
                 instance_id,
             });
         }
+    }
+
+    /// Another member id holds the instance id: a crashed earlier incarnation until its session
+    /// expires, or a live duplicate for good. Retries the join with backoff while the wait is
+    /// below the group's session timeout plus [`GroupConfig::unreleased_instance_margin`];
+    /// false once it is spent (or waiting is off).
+    fn wait_for_release(&mut self, instance_id: &str) -> bool {
+        let Some(margin) = self.shell.config.unreleased_instance_margin else {
+            return false;
+        };
+        let limit = self
+            .shell
+            .config
+            .group_session_timeout
+            .saturating_add(margin);
+        let now = self.shell.now;
+        let since = *self.registration.held_since.get_or_insert(now);
+        let waited = now.saturating_duration_since(since);
+        if waited > limit {
+            return false;
+        }
+        if waited.is_zero() {
+            tracing::warn!(group = %self.shell.config.group_id, %instance_id, ?limit, "UNRELEASED_INSTANCE_ID: another member id holds the instance id; rejoining with backoff until its session expires");
+            self.shell.events.push_back(Event::InstanceHeld {
+                instance_id: instance_id.to_owned(),
+                limit,
+            });
+        }
+        self.backoff_heartbeat();
+        true
     }
 
     fn heartbeat_ok(&mut self, sent_epoch: i32, own: P::Heartbeat, a: P::Answer) {
@@ -1126,6 +1167,7 @@ impl<P: EpochProtocol> EpochMember<P> {
             self.registration.may_be_registered = true;
             // A successful join ends an UNRELEASED_INSTANCE_ID episode: the bound is per episode.
             self.registration.unreleased_recoveries = 0;
+            self.registration.held_since = None;
         }
         self.epoch = member_epoch;
     }
@@ -1149,18 +1191,25 @@ impl<P: EpochProtocol> EpochMember<P> {
         self.shell.leave_answered(&result, code);
         // The -2 leave of an UNRELEASED_INSTANCE_ID recovery answered FENCED_INSTANCE_ID: the
         // instance id is held by another member id (consumerGroupStaticMemberGroupLeave ->
-        // throwIfInstanceIdIsFenced), i.e. another process's, not this member's own earlier
-        // join. Rejoining cannot succeed before that member leaves or its session expires:
-        // stop as the Java client does on UNRELEASED_INSTANCE_ID, rather than spend the
-        // recovery budget on it.
+        // throwIfInstanceIdIsFenced), i.e. another process's or an earlier incarnation's, not
+        // this member's own join. Rejoining cannot succeed before that member leaves or its
+        // session expires: wait for that as for any instance id held elsewhere (or stop, as
+        // the Java client does, when waiting is off), rather than spend the recovery budget.
         if then == AfterLeave::Rejoin
             && code == codes::FENCED_INSTANCE_ID
             && let Some(instance_id) = self.shell.config.instance_id.clone()
         {
-            return self.fail(GroupError::UnreleasedInstanceId {
-                group: self.shell.config.group_id.clone(),
-                instance_id,
-            });
+            self.finish_leave(then);
+            // Nothing of this member holds the instance id: the next UNRELEASED_INSTANCE_ID is
+            // not its own either.
+            self.registration.may_be_registered = false;
+            if !self.wait_for_release(&instance_id) {
+                self.fail(GroupError::UnreleasedInstanceId {
+                    group: self.shell.config.group_id.clone(),
+                    instance_id,
+                });
+            }
+            return;
         }
         let failed = result.is_err()
             || matches!(

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use super::TopicPartition;
 pub use crate::error::CommitError;
@@ -200,6 +201,20 @@ pub enum Event {
         id: FetchId,
         /// The committed offsets, or why not.
         result: Result<BTreeMap<TopicPartition, CommittedOffset>, CommitError>,
+    },
+    /// A static member's join was answered UNRELEASED_INSTANCE_ID: another member id holds
+    /// `instance_id`, most likely an earlier incarnation of this member that crashed, until the
+    /// coordinator expires its session. The member keeps trying to join, with backoff, and
+    /// stops with [`GroupError::UnreleasedInstanceId`] once the instance id stayed held for
+    /// `limit` (a live duplicate keeps it held). Reported once per wait. Keeping the member id
+    /// across restarts avoids the wait
+    /// ([`GroupConfig::kept_member_id`](crate::config::GroupConfig::kept_member_id)).
+    InstanceHeld {
+        /// The instance id held.
+        instance_id: String,
+        /// How long the member waits in all: the group's session timeout plus
+        /// [`GroupConfig::unreleased_instance_margin`](crate::config::GroupConfig::unreleased_instance_margin).
+        limit: Duration,
     },
     /// The member stopped for good.
     Fatal(GroupError),

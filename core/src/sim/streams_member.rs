@@ -138,6 +138,9 @@ impl SimStreamsMember {
                 member_id,
                 generation: epoch,
             },
+            StreamsEvent::InstanceHeld { instance_id, limit } => {
+                Event::InstanceHeld { instance_id, limit }
+            }
             StreamsEvent::Fatal(e) => Event::Fatal(e),
             StreamsEvent::Closed => Event::Closed,
             StreamsEvent::ConnectionTrouble { broker, error } => {

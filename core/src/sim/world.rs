@@ -1796,6 +1796,9 @@ impl World {
                 format!("connection trouble with {broker}: {error}")
             }
             Event::NotJoined { error } => format!("not joined: {error}"),
+            Event::InstanceHeld { instance_id, limit } => {
+                format!("instance id {instance_id} held elsewhere; waiting up to {limit:?}")
+            }
         };
         self.log(|| format!("{name}: event {text}"));
         if self.config.trace || matches!(e, Event::Fatal(_)) {

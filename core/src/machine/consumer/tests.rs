@@ -1134,7 +1134,11 @@ fn fenced_instance_id_is_fatal_and_nothing_is_sent_afterwards() {
 /// A static member whose first join's answer was lost (the broker may have registered it),
 /// with its second epoch-0 join out.
 fn after_a_lost_join() -> (Harness, Outbound) {
-    let mut h = Harness::new(Some("i1"));
+    after_a_lost_join_with(config(Some("i1")))
+}
+
+fn after_a_lost_join_with(config: GroupConfig) -> (Harness, Outbound) {
+    let mut h = Harness::with_config(config);
     h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.fail(&join);
@@ -1166,7 +1170,9 @@ fn unreleased_instance_id_recoveries_whose_leave_was_accepted_do_not_count() {
 
 #[test]
 fn unreleased_instance_id_after_a_lost_join_is_recovered_a_bounded_number_of_times() {
-    let (mut h, mut join) = after_a_lost_join();
+    // Without the wait for a release, the member stops once the recoveries are spent.
+    let (mut h, mut join) =
+        after_a_lost_join_with(config(Some("i1")).with_unreleased_instance_margin(None));
     for attempt in 1..=UNRELEASED_RECOVERIES {
         h.hb_answer(&join, err(111));
         let (leave, b) = h.expect_hb();
@@ -1279,9 +1285,194 @@ fn unreleased_instance_id_after_fencing_is_recovered() {
     assert!(fatal_of(&h.take_events()).is_empty());
 }
 
+fn held_events(events: &[Event]) -> Vec<(&str, Duration)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::InstanceHeld { instance_id, limit } => Some((instance_id.as_str(), *limit)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A static member restarted after a crash, with a new member id: its earlier incarnation
+/// holds the instance id until the coordinator expires that session. The member says so once,
+/// sends no leave (nothing of its own is registered), and keeps joining with the same id and
+/// backoff until the instance id is released.
 #[test]
-fn unreleased_instance_id_on_a_clean_first_join_is_fatal_at_once() {
+fn unreleased_instance_id_on_a_clean_first_join_waits_for_the_release() {
     let mut h = Harness::new(Some("i1"));
+    h.subscribe_to_t();
+    let (join, _) = h.expect_hb();
+    let started = h.now;
+    h.hb_answer(&join, err(111));
+    let events = h.take_events();
+    // The group's session timeout (45 s by default) plus the default margin of 10 s.
+    assert_eq!(held_events(&events), vec![("i1", Duration::from_secs(55))]);
+    assert!(fatal_of(&events).is_empty(), "{events:?}");
+    h.nothing("no leave, and the rejoin waits for the backoff");
+    let mut joins = 0;
+    while h.now.duration_since(started) < Duration::from_secs(40) {
+        // The application polls (the driver does while it waits for events).
+        h.m.poll(h.now);
+        h.advance(Duration::from_millis(500));
+        for out in h.drain() {
+            let b = heartbeat_body(&out);
+            assert_eq!(
+                (b.member_epoch, b.member_id.as_str()),
+                (0, ID),
+                "every retry is a join with the same id ({:?} in, {:?})",
+                h.now.duration_since(started),
+                h.events
+            );
+            joins += 1;
+            h.hb_answer(&out, err(111));
+        }
+    }
+    // KIP-580 backoff from 100 ms, at most 1 s apart: 35-60 joins in 40 s, not thousands.
+    assert!((30..=60).contains(&joins), "{joins} joins in 40 s");
+    let events = h.take_events();
+    assert!(held_events(&events).is_empty(), "reported once: {events:?}");
+    assert!(fatal_of(&events).is_empty(), "{events:?}");
+    // The earlier incarnation's session expired: the next join is accepted.
+    h.advance(Duration::from_secs(1));
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, ok(3, 1000, Some(&[(T, &[0])])));
+    assert_eq!(h.m.epoch(), 3);
+    assert!(fatal_of(&h.take_events()).is_empty());
+}
+
+/// A live duplicate keeps the instance id held: the member stops, typed, once the wait (the
+/// group's session timeout plus the margin) is spent, and not before.
+#[test]
+fn an_instance_id_held_past_the_session_timeout_and_margin_is_fatal() {
+    let mut h = Harness::with_config(
+        config(Some("i1"))
+            .with_group_session_timeout(Duration::from_secs(6))
+            .with_unreleased_instance_margin(Some(Duration::from_secs(2))),
+    );
+    h.subscribe_to_t();
+    let (join, _) = h.expect_hb();
+    let started = h.now;
+    h.hb_answer(&join, err(111));
+    let mut fatal_after = None;
+    while fatal_after.is_none() && h.now.duration_since(started) < Duration::from_secs(30) {
+        h.m.poll(h.now);
+        h.advance(Duration::from_millis(100));
+        for out in h.drain() {
+            h.hb_answer(&out, err(111));
+        }
+        let events = h.take_events();
+        if !fatal_of(&events).is_empty() {
+            assert_eq!(
+                fatal_of(&events),
+                vec![&GroupError::UnreleasedInstanceId {
+                    group: "g".into(),
+                    instance_id: "i1".into()
+                }]
+            );
+            fatal_after = Some(h.now.duration_since(started));
+        }
+    }
+    let after = fatal_after.expect("the member stops");
+    assert!(
+        after > Duration::from_secs(8) && after <= Duration::from_millis(9100),
+        "stopped {after:?} after the first UNRELEASED_INSTANCE_ID; the wait is 8 s"
+    );
+    h.advance(Duration::from_secs(30));
+    h.nothing("stopped");
+}
+
+/// A member id kept from the crashed incarnation releases that incarnation's registration
+/// itself: a -2 leave under the kept id, then the epoch-0 join, two round trips.
+#[test]
+fn a_kept_member_id_releases_its_earlier_registration_at_once() {
+    let mut h =
+        Harness::with_config(config(Some("i1")).with_kept_member_id(MemberId::parse(ID).unwrap()));
+    h.subscribe_to_t();
+    let (join, b) = h.expect_hb();
+    assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));
+    h.hb_answer(&join, err(111));
+    let (leave, b) = h.expect_hb();
+    assert_eq!(
+        (
+            b.member_epoch,
+            b.member_id.as_str(),
+            b.instance_id.as_deref()
+        ),
+        (-2, ID, Some("i1")),
+        "the kept id leaves with -2 at once"
+    );
+    h.hb_answer(&leave, ok(-2, 0, None));
+    let (join, b) = h.expect_hb();
+    assert_eq!((b.member_epoch, b.member_id.as_str()), (0, ID));
+    h.hb_answer(&join, ok(9, 1000, Some(&[(T, &[0, 1])])));
+    assert_eq!(h.m.epoch(), 9);
+    let events = h.take_events();
+    assert!(held_events(&events).is_empty(), "no wait: {events:?}");
+    assert!(fatal_of(&events).is_empty(), "{events:?}");
+}
+
+/// A kept id whose instance id another member id holds (a second process with the same
+/// instance id): its -2 leave is answered FENCED_INSTANCE_ID, which releases nothing; the
+/// member waits as for any instance id held elsewhere, without another leave, and stops,
+/// typed, when the wait is spent.
+#[test]
+fn a_kept_member_id_does_not_release_another_processs_registration() {
+    let mut h = Harness::with_config(
+        config(Some("i1"))
+            .with_kept_member_id(MemberId::parse(ID).unwrap())
+            .with_group_session_timeout(Duration::from_secs(6))
+            .with_unreleased_instance_margin(Some(Duration::from_secs(2))),
+    );
+    h.subscribe_to_t();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, err(111));
+    let (leave, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, -2);
+    h.hb_answer(&leave, err(82));
+    let events = h.take_events();
+    assert_eq!(held_events(&events), vec![("i1", Duration::from_secs(8))]);
+    assert!(fatal_of(&events).is_empty(), "{events:?}");
+    let started = h.now;
+    let mut stopped = false;
+    while !stopped && h.now.duration_since(started) < Duration::from_secs(30) {
+        h.m.poll(h.now);
+        h.advance(Duration::from_millis(100));
+        for out in h.drain() {
+            let b = heartbeat_body(&out);
+            assert_eq!(b.member_epoch, 0, "joins only, no second leave");
+            h.hb_answer(&out, err(111));
+        }
+        let events = h.take_events();
+        if !fatal_of(&events).is_empty() {
+            assert_eq!(
+                fatal_of(&events),
+                vec![&GroupError::UnreleasedInstanceId {
+                    group: "g".into(),
+                    instance_id: "i1".into()
+                }]
+            );
+            stopped = true;
+        }
+    }
+    assert!(
+        stopped,
+        "a live duplicate ends the wait with the typed error"
+    );
+}
+
+#[test]
+fn a_kept_member_id_needs_the_id() {
+    let mut c = config(Some("i1"));
+    c.kept_member_id = true;
+    c.member_id = None;
+    assert_eq!(c.validate().unwrap_err().key, "kept_member_id");
+}
+
+#[test]
+fn unreleased_instance_id_on_a_clean_first_join_without_a_wait_is_fatal_at_once() {
+    let mut h = Harness::with_config(config(Some("i1")).with_unreleased_instance_margin(None));
     h.subscribe_to_t();
     let (join, _) = h.expect_hb();
     h.hb_answer(&join, err(111));

@@ -506,6 +506,9 @@ impl StreamsMember {
                     member_id,
                     epoch: generation,
                 },
+                Event::InstanceHeld { instance_id, limit } => {
+                    StreamsEvent::InstanceHeld { instance_id, limit }
+                }
                 Event::Fatal(e) => StreamsEvent::Fatal(e),
                 Event::Closed => StreamsEvent::Closed,
                 Event::ConnectionTrouble { broker, error } => {

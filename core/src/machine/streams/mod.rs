@@ -193,6 +193,16 @@ pub enum StreamsEvent {
         /// The committed offsets (`None` where nothing was committed), or why not.
         result: Result<BTreeMap<TopicPartition, CommittedOffset>, CommitError>,
     },
+    /// A static member's join was answered UNRELEASED_INSTANCE_ID: another member id holds
+    /// `instance_id` (a crashed earlier incarnation, until its session expires); the member
+    /// keeps trying, and stops with [`GroupError::UnreleasedInstanceId`] once it stayed held for
+    /// `limit`. As [`Event::InstanceHeld`](crate::machine::events::Event::InstanceHeld).
+    InstanceHeld {
+        /// The instance id held.
+        instance_id: String,
+        /// How long the member waits in all.
+        limit: std::time::Duration,
+    },
     /// The member stopped for good.
     Fatal(GroupError),
     /// The member closed (after its leave heartbeat, if one was due).

@@ -178,6 +178,20 @@ impl Harness {
         Self::build(instance, process(), MemberId::parse(ID).unwrap())
     }
 
+    /// A member with `config` and this file's topology and process.
+    fn with_group(config: GroupConfig) -> Self {
+        Self::start(|now| {
+            StreamsMember::with_member_id(
+                config,
+                streams_config(),
+                process(),
+                MemberId::parse(ID).unwrap(),
+                now,
+            )
+            .unwrap()
+        })
+    }
+
     fn find_coordinator(&mut self) {
         let fc = self.one();
         assert!(is_find_coordinator(&fc), "{fc:?}");
@@ -476,7 +490,8 @@ fn leave_group_sends_minus_1_for_a_static_member_and_a_rejoin_keeps_the_id() {
 
 #[test]
 fn unreleased_instance_id_after_an_own_lost_join_leaves_with_minus_2_and_rejoins_bounded() {
-    let mut h = Harness::new(Some("i"));
+    // Without the wait for a release, the member stops once the recoveries are spent.
+    let mut h = Harness::with_group(config(Some("i")).with_unreleased_instance_margin(None));
     h.m.join(h.now).unwrap();
     h.find_coordinator();
     let (join, _) = h.expect_hb();
@@ -521,9 +536,65 @@ fn an_accepted_minus_2_leave_does_not_count_against_the_recovery_bound() {
     assert!(h.m.fatal_error().is_none(), "{:?}", h.m.fatal_error());
 }
 
+/// A restarted static streams member with a new member id meets its crashed incarnation's
+/// registration: it says so once, sends no leave, rejoins with backoff, and is in once the
+/// coordinator released the instance id.
 #[test]
-fn unreleased_instance_id_for_a_member_that_cannot_have_joined_is_fatal_at_once() {
+fn unreleased_instance_id_for_a_member_that_cannot_have_joined_waits_for_the_release() {
     let mut h = Harness::new(Some("i"));
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, err(codes::UNRELEASED_INSTANCE_ID));
+    let ev = h.take_events();
+    assert!(fatal_of(&ev).is_empty(), "{ev:?}");
+    let held: Vec<_> = ev
+        .iter()
+        .filter(|e| matches!(e, StreamsEvent::InstanceHeld { instance_id, limit } if instance_id == "i" && *limit == Duration::from_secs(55)))
+        .collect();
+    assert_eq!(held.len(), 1, "{ev:?}");
+    h.nothing("no leave: nothing of this member holds the instance id");
+    for _ in 0..5 {
+        h.m.poll(h.now);
+        h.advance(Duration::from_secs(1));
+        let (join, b) = h.expect_hb();
+        assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, 0));
+        h.hb_answer(&join, err(codes::UNRELEASED_INSTANCE_ID));
+    }
+    h.advance(Duration::from_secs(1));
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, ok(1, Some(&tasks(&[("0", 0)], &[], &[]))));
+    assert_eq!(h.m.epoch(), 1);
+    assert!(h.m.fatal_error().is_none());
+}
+
+/// A streams member id kept from the crashed incarnation releases its registration at once.
+#[test]
+fn a_kept_member_id_rejoins_after_a_minus_2_leave_of_its_own() {
+    let mut h =
+        Harness::with_group(config(Some("i")).with_kept_member_id(MemberId::parse(ID).unwrap()));
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, err(codes::UNRELEASED_INSTANCE_ID));
+    let (leave, b) = h.expect_hb();
+    assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, -2));
+    h.hb_answer(&leave, ok(-2, None));
+    let (join, b) = h.expect_hb();
+    assert_eq!((b.member_id.as_str(), b.member_epoch), (ID, 0));
+    h.hb_answer(&join, ok(4, Some(&tasks(&[("0", 0)], &[], &[]))));
+    assert_eq!(h.m.epoch(), 4);
+    let ev = h.take_events();
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, StreamsEvent::InstanceHeld { .. })),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn unreleased_instance_id_for_a_member_that_cannot_have_joined_without_a_wait_is_fatal_at_once() {
+    let mut h = Harness::with_group(config(Some("i")).with_unreleased_instance_margin(None));
     h.m.join(h.now).unwrap();
     h.find_coordinator();
     let (join, _) = h.expect_hb();
@@ -1360,8 +1431,8 @@ fn a_member_that_goes_away_releases_what_it_held_in_the_guard() {
 }
 
 #[test]
-fn fenced_instance_id_on_the_recovery_leave_stops_at_once() {
-    let mut h = Harness::new(Some("i"));
+fn fenced_instance_id_on_the_recovery_leave_stops_at_once_without_a_wait() {
+    let mut h = Harness::with_group(config(Some("i")).with_unreleased_instance_margin(None));
     h.m.join(h.now).unwrap();
     h.find_coordinator();
     let (join, _) = h.expect_hb();
