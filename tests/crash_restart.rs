@@ -26,6 +26,14 @@ use std::time::{Duration, Instant};
 
 use common::{TestMember, bootstrap, create_topic, transport, unique};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
+use consumer_membership::request::{Request, Response, Target};
+use consumer_membership::streams::{
+    StreamsConfig, StreamsEvent, StreamsGroupMember, StreamsMemberHandle, StreamsProcess,
+    StreamsTopology, Subtopology, TaskId,
+};
+use consumer_membership::transport::{TcpTransport, Transport};
+use consumer_membership::{ClientConfig, MemberId, TransportError};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
 /// Kafka's defaults for consumer groups (GroupCoordinatorConfig).
 const SESSION: Duration = Duration::from_secs(45);
@@ -261,4 +269,243 @@ async fn a_killed_static_member_without_a_kept_id_waits_for_the_old_session_and_
         a.log()
     );
     assert_eq!(b.seen().fatal, None);
+}
+
+// ------------------------------------------------------------------------- streams members
+
+/// A transport that can be cut off for good: the crash of a process, as the broker sees it
+/// (nothing more arrives from the member, not even a leave).
+struct Crashable {
+    inner: TcpTransport,
+    crashed: AtomicBool,
+}
+
+impl Transport for Crashable {
+    async fn send(
+        &self,
+        target: Target,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, TransportError> {
+        if self.crashed.load(SeqCst) {
+            return Err(TransportError::Disconnected {
+                addr: target.to_string(),
+                reason: "the process crashed (test)".into(),
+            });
+        }
+        self.inner.send(target, request, timeout).await
+    }
+}
+
+/// What a streams member of ours saw: every event (as text) with when it came, and the active
+/// tasks it holds by them.
+#[derive(Default)]
+struct StreamsSeen {
+    events: Vec<(Instant, String)>,
+    active: BTreeSet<TaskId>,
+}
+
+/// A streams member of ours; revocations are handed back at once.
+struct Streams {
+    handle: StreamsMemberHandle,
+    transport: Arc<Crashable>,
+    seen: Arc<Mutex<StreamsSeen>>,
+    started: Instant,
+}
+
+impl Streams {
+    fn start(bootstrap: &str, group: GroupConfig, input: &str) -> Streams {
+        let transport = Arc::new(Crashable {
+            inner: TcpTransport::new(ClientConfig::new(bootstrap).unwrap()),
+            crashed: AtomicBool::new(false),
+        });
+        let topology = StreamsTopology::new(0, vec![Subtopology::new("0", [input.to_owned()])]);
+        // A new process id, as after a restart with a fresh state directory.
+        let process = StreamsProcess::new(unique("process"), None);
+        let started = Instant::now();
+        let mut member = StreamsGroupMember::start(
+            transport.clone(),
+            group,
+            StreamsConfig::new(topology),
+            process,
+        )
+        .expect("valid config");
+        let handle = member.handle();
+        let seen = Arc::new(Mutex::new(StreamsSeen::default()));
+        let (log, h) = (seen.clone(), handle.clone());
+        tokio::spawn(async move {
+            while let Some(event) = member.next_event().await {
+                let text = format!("{event:?}");
+                let mut ticket = None;
+                {
+                    let mut s = log.lock().unwrap();
+                    s.events.push((Instant::now(), text));
+                    match event {
+                        StreamsEvent::TasksAssigned { owned, .. }
+                        | StreamsEvent::TasksReleased { owned, .. } => {
+                            s.active = owned.active.iter().cloned().collect()
+                        }
+                        StreamsEvent::TasksRevoking { active, ticket: t } => {
+                            for task in &active {
+                                s.active.remove(task);
+                            }
+                            ticket = Some(t);
+                        }
+                        StreamsEvent::TasksLost { .. } => s.active.clear(),
+                        _ => {}
+                    }
+                }
+                if let Some(t) = ticket {
+                    let _ = h.complete_revocation(t).await;
+                }
+            }
+        });
+        Streams {
+            handle,
+            transport,
+            seen,
+            started,
+        }
+    }
+
+    /// Waits until the member holds `n` active tasks; when it first did.
+    async fn wait_active(&self, n: usize, timeout: Duration) -> Instant {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.seen.lock().unwrap().active.len() == n {
+                return Instant::now();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not {n} active tasks within {timeout:?}: {}",
+                self.report()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn report(&self) -> String {
+        let seen = self.seen.lock().unwrap();
+        seen.events
+            .iter()
+            .map(|(t, e)| format!("  +{:?} {e}", t.duration_since(self.started)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The events since the `from`-th, as text.
+    fn events_from(&self, from: usize) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.events[from..].iter().map(|(_, e)| e.clone()).collect()
+    }
+
+    /// How many events' text starts with `kind` (the variant's name).
+    fn count(&self, kind: &str) -> usize {
+        self.events_from(0)
+            .iter()
+            .filter(|e| e.starts_with(kind))
+            .count()
+    }
+}
+
+/// Two static streams members ("a", "b") of a group with Kafka's default streams session and
+/// heartbeat, 2 of 4 tasks each; "a" crashes (nothing of it reaches the broker any more) and a
+/// new incarnation of it starts at once, with a new process id and, if `kept`, a's member id.
+/// Returns the new incarnation, how long after its start it held 2 active tasks again, and
+/// "b" with how many of its events came before the crash.
+async fn streams_kill_and_restart(kept: bool) -> (Streams, Duration, Streams, usize) {
+    let bootstrap = bootstrap().unwrap();
+    let version = std::env::var("KAFKA_VERSION").unwrap_or_default();
+    if version.starts_with("3.")
+        || ["4.0", "4.1", "4.2", "4.3"]
+            .iter()
+            .any(|v| version.starts_with(v))
+    {
+        panic!("static streams members need Kafka 4.4 (KAFKA-20169); this broker is {version}");
+    }
+    let group = unique("crash-streams");
+    let input = unique("crash-streams-in");
+    let (t, _) = transport(&bootstrap);
+    create_topic(&*t, &input, 4).await;
+    common::streams_peer::set_group_config(
+        &bootstrap,
+        &group,
+        &[
+            (
+                "streams.session.timeout.ms",
+                &SESSION.as_millis().to_string(),
+            ),
+            (
+                "streams.heartbeat.interval.ms",
+                &HEARTBEAT.as_millis().to_string(),
+            ),
+        ],
+    )
+    .expect("set the group's session and heartbeat");
+    let config = |instance: &str| GroupConfig::new(&group).with_instance_id(instance);
+    let a = Streams::start(&bootstrap, config("a"), &input);
+    a.wait_active(4, Duration::from_secs(60)).await;
+    let b = Streams::start(&bootstrap, config("b"), &input);
+    b.wait_active(2, Duration::from_secs(60)).await;
+    a.wait_active(2, Duration::from_secs(60)).await;
+    tokio::time::sleep(HEARTBEAT + Duration::from_secs(1)).await;
+    let b_before = b.seen.lock().unwrap().events.len();
+    let a_id = a.handle.snapshot().await.expect("a alive").member_id;
+
+    a.transport.crashed.store(true, SeqCst);
+    let restarted = if kept {
+        config("a").with_kept_member_id(MemberId::parse(&a_id).unwrap())
+    } else {
+        config("a")
+    };
+    let a2 = Streams::start(&bootstrap, restarted, &input);
+    let back = a2
+        .wait_active(2, SESSION + HEARTBEAT + Duration::from_secs(15))
+        .await;
+    let took = back.duration_since(a2.started);
+    println!(
+        "streams, kept id {kept}: the new incarnation held 2 active tasks {took:?} after its start\n{}",
+        a2.report()
+    );
+    (a2, took, b, b_before)
+}
+
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_static_streams_member_with_a_kept_id_is_back_within_a_second() {
+    let (a2, took, b, b_before) = streams_kill_and_restart(true).await;
+    assert!(
+        took < Duration::from_secs(1),
+        "back after {took:?}:\n{}",
+        a2.report()
+    );
+    assert_eq!(a2.count("InstanceHeld"), 0, "{}", a2.report());
+    // The other member saw nothing of it.
+    let b_events = b.events_from(b_before);
+    assert!(
+        b_events.iter().all(|e| !e.starts_with("TasksRevoking")
+            && !e.starts_with("TasksLost")
+            && !e.starts_with("TasksAssigned")),
+        "{b_events:?}"
+    );
+}
+
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_static_streams_member_without_a_kept_id_waits_for_the_old_session() {
+    let (a2, took, b, b_before) = streams_kill_and_restart(false).await;
+    assert_eq!(a2.count("InstanceHeld"), 1, "{}", a2.report());
+    assert_eq!(a2.count("Fatal"), 0, "{}", a2.report());
+    assert!(
+        took <= SESSION + HEARTBEAT + Duration::from_secs(3),
+        "back after {took:?}:\n{}",
+        a2.report()
+    );
+    println!("streams, b meanwhile: {:?}", b.events_from(b_before));
 }
