@@ -24,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::java_peer::{self, JavaConsumer};
 use common::{TestMember, bootstrap, create_topic, transport, unique};
 use consumer_membership::config::{GroupConfig, GroupProtocol};
 use consumer_membership::request::{Request, Response, Target};
@@ -508,4 +509,77 @@ async fn a_crashed_static_streams_member_without_a_kept_id_waits_for_the_old_ses
         a2.report()
     );
     println!("streams, b meanwhile: {:?}", b.events_from(b_before));
+}
+
+// ------------------------------------------------------------------------ Java, for the record
+
+/// The consumer scenario with Java's KafkaConsumer (consumer protocol, static "a") in place of
+/// our process, for the record: the restarted Java consumer meets UNRELEASED_INSTANCE_ID and
+/// fails with it (`UnreleasedInstanceIdException` is fatal in the Java client), or owns its
+/// partitions only once the crashed incarnation's session expired. The figures are printed.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javas_killed_static_consumer_for_the_record() {
+    let bootstrap = bootstrap().unwrap();
+    let group = unique("crash-java");
+    let topic = unique("crash-java");
+    let (t, _) = transport(&bootstrap);
+    create_topic(&*t, &topic, 4).await;
+    default_timings(&bootstrap, &group);
+    let java = |b: &str| {
+        JavaConsumer::builder(b, &topic, &group)
+            .protocol(java_peer::GroupProtocol::Consumer)
+            .instance_id("a")
+            .spawn()
+    };
+    let a = java(&bootstrap);
+    assert!(
+        a.wait_for(Duration::from_secs(90), |p| p.len() == 4).await,
+        "{}",
+        a.report("no 4 partitions")
+    );
+    let config = GroupConfig::new(&group)
+        .with_protocol(GroupProtocol::Consumer)
+        .with_instance_id("b");
+    let (tb, _) = transport(&bootstrap);
+    let b = TestMember::start(tb, config, &[&topic]).await;
+    b.wait_seen(Duration::from_secs(60), |s| s.owned.len() == 2)
+        .await;
+    assert!(
+        a.wait_for(Duration::from_secs(60), |p| p.len() == 2).await,
+        "{}",
+        a.report("no 2 partitions")
+    );
+    tokio::time::sleep(HEARTBEAT + Duration::from_secs(1)).await;
+
+    a.kill();
+    let killed = Instant::now();
+    let a2 = java(&bootstrap);
+    let back = a2
+        .wait_for(SESSION + HEARTBEAT + Duration::from_secs(15), |p| {
+            p.len() == 2
+        })
+        .await;
+    let took = killed.elapsed();
+    let unreleased = a2.stderr_contains("UnreleasedInstanceId")
+        || a2
+            .events()
+            .iter()
+            .any(|e| e.contains("UnreleasedInstanceId"));
+    println!(
+        "Java: the restarted static consumer {} after {took:?}; UnreleasedInstanceIdException seen: {unreleased}",
+        if back {
+            "owned its 2 partitions"
+        } else {
+            "did not own its partitions (exited or still waiting)"
+        }
+    );
+    assert!(
+        (back && took >= SESSION - HEARTBEAT - Duration::from_secs(1)) || (!back && unreleased),
+        "Java restarted faster than its old session, or failed otherwise: back {back} after {took:?}\n{}",
+        a2.report("restarted")
+    );
 }
