@@ -130,22 +130,18 @@ impl Drop for Proc {
 }
 
 /// The group with Kafka's default session and heartbeat (the test broker's are shorter).
-fn default_timings(bootstrap: &str, group: &str) {
-    common::streams_peer::set_group_config(
+async fn default_timings(bootstrap: &str, group: &str, protocol: &str) {
+    let session = SESSION.as_millis().to_string();
+    let heartbeat = HEARTBEAT.as_millis().to_string();
+    common::set_group_configs(
         bootstrap,
         group,
         &[
-            (
-                "consumer.session.timeout.ms",
-                &SESSION.as_millis().to_string(),
-            ),
-            (
-                "consumer.heartbeat.interval.ms",
-                &HEARTBEAT.as_millis().to_string(),
-            ),
+            (&format!("{protocol}.session.timeout.ms"), &session),
+            (&format!("{protocol}.heartbeat.interval.ms"), &heartbeat),
         ],
     )
-    .expect("set the group's session and heartbeat");
+    .await;
 }
 
 /// A's process on 2 of 4 partitions, B (in this process) on the other 2, both stable; then A is
@@ -157,7 +153,7 @@ async fn kill_and_restart(kept: bool) -> (Proc, Duration, TestMember, common::Se
     let topic = unique("crash-restart");
     let (t, _) = transport(&bootstrap);
     create_topic(&*t, &topic, 4).await;
-    default_timings(&bootstrap, &group);
+    default_timings(&bootstrap, &group, "consumer").await;
     let dir = std::env::temp_dir().join(unique("crash-restart"));
     std::fs::create_dir_all(&dir).unwrap();
     let id_file = dir.join("a.id");
@@ -428,21 +424,7 @@ async fn streams_kill_and_restart(kept: bool) -> (Streams, Duration, Streams, us
     let input = unique("crash-streams-in");
     let (t, _) = transport(&bootstrap);
     create_topic(&*t, &input, 4).await;
-    common::streams_peer::set_group_config(
-        &bootstrap,
-        &group,
-        &[
-            (
-                "streams.session.timeout.ms",
-                &SESSION.as_millis().to_string(),
-            ),
-            (
-                "streams.heartbeat.interval.ms",
-                &HEARTBEAT.as_millis().to_string(),
-            ),
-        ],
-    )
-    .expect("set the group's session and heartbeat");
+    default_timings(&bootstrap, &group, "streams").await;
     let config = |instance: &str| GroupConfig::new(&group).with_instance_id(instance);
     let a = Streams::start(&bootstrap, config("a"), &input);
     a.wait_active(4, Duration::from_secs(60)).await;
@@ -528,7 +510,7 @@ async fn javas_killed_static_consumer_for_the_record() {
     let topic = unique("crash-java");
     let (t, _) = transport(&bootstrap);
     create_topic(&*t, &topic, 4).await;
-    default_timings(&bootstrap, &group);
+    default_timings(&bootstrap, &group, "consumer").await;
     let java = |b: &str| {
         JavaConsumer::builder(b, &topic, &group)
             .protocol(java_peer::GroupProtocol::Consumer)

@@ -47,10 +47,10 @@ use kafka_protocol::messages::produce_response as produce;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, BrokerId, ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatResponse, CreateTopicsResponse, DescribeGroupsResponse, FetchResponse,
-    FindCoordinatorResponse, GroupId, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
-    ListOffsetsResponse, MetadataResponse, OffsetCommitResponse, OffsetFetchResponse,
-    ProduceResponse, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
-    SyncGroupResponse, TopicName,
+    FindCoordinatorResponse, GroupId, HeartbeatResponse, IncrementalAlterConfigsResponse,
+    JoinGroupResponse, LeaveGroupResponse, ListOffsetsResponse, MetadataResponse,
+    OffsetCommitResponse, OffsetFetchResponse, ProduceResponse, ResponseKind,
+    SaslAuthenticateResponse, SaslHandshakeResponse, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -538,13 +538,30 @@ fn samples(api: ApiKey) -> Vec<ResponseKind> {
                     .with_unknown_tagged_fields(tagged()),
             )]
         }
+        ApiKey::IncrementalAlterConfigs => {
+            use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+            let resource = |name: &str| {
+                AlterConfigsResourceResponse::default()
+                    .with_error_message(Some(s("refused")))
+                    .with_resource_type(32)
+                    .with_resource_name(s(name))
+            };
+            let r = IncrementalAlterConfigsResponse::default()
+                .with_responses(vec![resource("g"), resource("h")]);
+            vec![
+                ResponseKind::IncrementalAlterConfigs(
+                    r.clone().with_unknown_tagged_fields(tagged()),
+                ),
+                ResponseKind::IncrementalAlterConfigs(r),
+            ]
+        }
         other => panic!("no sample for {other:?}"),
     }
 }
 
 /// Every response this crate's transport and members decode, then the ones it decodes for a
 /// `Request::Raw`.
-const DECODED: [ApiKey; 18] = [
+const DECODED: [ApiKey; 19] = [
     ApiKey::ApiVersions,
     ApiKey::SaslHandshake,
     ApiKey::SaslAuthenticate,
@@ -563,6 +580,7 @@ const DECODED: [ApiKey; 18] = [
     ApiKey::CreateTopics,
     ApiKey::DescribeGroups,
     ApiKey::ConsumerGroupDescribe,
+    ApiKey::IncrementalAlterConfigs,
 ];
 
 #[test]

@@ -468,3 +468,52 @@ pub fn example_binary(name: &str) -> PathBuf {
     );
     bin
 }
+
+/// Sets group configs of `group` (IncrementalAlterConfigs SET on the GROUP resource, type 32,
+/// KIP-848's group configs), e.g. `consumer.session.timeout.ms` within the broker's
+/// `group.consumer.min/max.session.timeout.ms`. The broker takes them before the group exists.
+/// Panics with the broker's error.
+pub async fn set_group_configs(bootstrap: &str, group: &str, configs: &[(&str, &str)]) {
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    let (t, _) = transport(bootstrap);
+    let resource = AlterConfigsResource::default()
+        .with_resource_type(32)
+        .with_resource_name(StrBytes::from_string(group.to_owned()))
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    AlterableConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_config_operation(0)
+                        .with_value(Some(StrBytes::from_string(v.to_string())))
+                })
+                .collect(),
+        );
+    let body = IncrementalAlterConfigsRequest::default().with_resources(vec![resource]);
+    let r = t
+        .send(
+            Target::Bootstrap,
+            Request::Raw {
+                body: Box::new(RequestKind::IncrementalAlterConfigs(body)),
+                versions: 0..=1,
+                fit: None,
+            },
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("IncrementalAlterConfigs sent");
+    let ResponseBody::Kafka(ResponseKind::IncrementalAlterConfigs(r)) = r.body else {
+        panic!("not an IncrementalAlterConfigs answer: {r:?}");
+    };
+    for res in r.responses {
+        assert_eq!(
+            res.error_code, 0,
+            "setting {configs:?} on group {group}: {:?}",
+            res.error_message
+        );
+    }
+}

@@ -122,7 +122,8 @@ pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
 /// SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ConsumerGroupHeartbeat) and the
 /// ones a [`Request::Raw`] plausibly asks for (Fetch, ListOffsets, Produce, CreateTopics,
 /// DescribeGroups, ConsumerGroupDescribe), at every version kafka-protocol 0.18.0 decodes, and
-/// DescribeConfigs v1-4 (the read of the group's session timeout). An
+/// DescribeConfigs v1-4 (the read of the group's session timeout), IncrementalAlterConfigs
+/// v0-1 (group configs). An
 /// answer of any other kafka-protocol API is a [`TransportError::Decode`] naming it, never
 /// decoded unchecked ([`build`] refuses to send such a request in the first place).
 ///

@@ -34,6 +34,7 @@
 //! | DescribeGroups | 0-6 | 5+ |
 //! | ConsumerGroupDescribe | 0-1 | 0+ |
 //! | DescribeConfigs | 1-4 | 4+ |
+//! | IncrementalAlterConfigs | 0-1 | 1+ |
 //!
 //! The records of a Fetch answer stay bytes: kafka-protocol does not decode them as part of the
 //! response, so no record count is read here.
@@ -64,6 +65,7 @@ pub(super) fn known_versions(api: ApiKey) -> Option<(i16, i16)> {
         ApiKey::DescribeGroups => (0, 6),
         ApiKey::ConsumerGroupDescribe => (0, 1),
         ApiKey::DescribeConfigs => (1, 4),
+        ApiKey::IncrementalAlterConfigs => (0, 1),
         _ => return None,
     })
 }
@@ -147,6 +149,20 @@ pub(super) fn check_sizes(api: ApiKey, version: i16, body: &[u8]) -> Walk {
         ApiKey::DescribeGroups => describe_groups(c, v),
         ApiKey::ConsumerGroupDescribe => consumer_group_describe(c, v),
         ApiKey::DescribeConfigs => describe_configs(c, v),
+        ApiKey::IncrementalAlterConfigs => {
+            // IncrementalAlterConfigsResponse.json: ThrottleTimeMs, Responses [ErrorCode,
+            // ErrorMessage, ResourceType, ResourceName].
+            let flex = v >= 1;
+            c.skip(4)?;
+            c.array(flex, |c| {
+                c.skip(2)?;
+                c.string(flex)?;
+                c.skip(1)?;
+                c.string(flex)?;
+                c.tags(flex)
+            })?;
+            c.tags(flex)
+        }
         _ => Err(format!("no size layout for {api:?} responses")),
     }
 }
