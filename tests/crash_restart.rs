@@ -565,3 +565,77 @@ async fn javas_killed_static_consumer_for_the_record() {
         a2.report("restarted")
     );
 }
+
+// ------------------------------------------------------------------ a genuine duplicate
+
+/// A second live member with the same instance id (another member id) is not a restart: the
+/// first keeps heartbeating, so the instance id stays held, and the second stops with the typed
+/// error once its wait (the group's session timeout plus the margin) is spent, having said why
+/// it waits. The first keeps its partitions throughout. The test broker's 6 s group session
+/// keeps the wait short (6 s + 2 s margin).
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_duplicate_instance_id_ends_with_the_typed_error() {
+    use consumer_membership::{Event, GroupError};
+    let bootstrap = bootstrap().unwrap();
+    let group = unique("duplicate");
+    let topic = unique("duplicate");
+    let (t, _) = transport(&bootstrap);
+    create_topic(&*t, &topic, 2).await;
+    let config = || {
+        GroupConfig::new(&group)
+            .with_protocol(GroupProtocol::Consumer)
+            .with_instance_id("d")
+            .with_group_session_timeout(Duration::from_secs(6))
+            .with_unreleased_instance_margin(Some(Duration::from_secs(2)))
+    };
+    let (t1, _) = transport(&bootstrap);
+    let first = TestMember::start(t1, config(), &[&topic]).await;
+    first
+        .wait_seen(Duration::from_secs(60), |s| s.owned.len() == 2)
+        .await;
+
+    let (t2, _) = transport(&bootstrap);
+    let mut second = consumer_membership::GroupMember::start(t2, config()).unwrap();
+    second.subscribe([topic.clone()]).await.unwrap();
+    let started = Instant::now();
+    let mut held = None;
+    let fatal = loop {
+        let event = tokio::time::timeout(Duration::from_secs(60), second.next_event())
+            .await
+            .expect("the duplicate stops within a minute")
+            .expect("an event");
+        match event {
+            Event::InstanceHeld { instance_id, limit } => {
+                assert_eq!(instance_id, "d");
+                assert_eq!(limit, Duration::from_secs(8));
+                held = Some(started.elapsed());
+            }
+            Event::Assigned { .. } => panic!("the duplicate got partitions: {event:?}"),
+            Event::Fatal(e) => break e,
+            _ => {}
+        }
+    };
+    let after = started.elapsed();
+    println!("duplicate: InstanceHeld after {held:?}, stopped after {after:?}: {fatal}");
+    assert!(
+        matches!(&fatal, GroupError::UnreleasedInstanceId { instance_id, .. } if instance_id == "d"),
+        "{fatal:?}"
+    );
+    assert!(held.is_some(), "the wait was reported");
+    assert!(
+        after >= Duration::from_secs(8) && after < Duration::from_secs(15),
+        "stopped after {after:?}; the wait is 8 s"
+    );
+    let s = first.seen();
+    assert_eq!(
+        s.owned.len(),
+        2,
+        "the first member kept its partitions: {s:?}"
+    );
+    assert_eq!((s.lost, s.revoked.len()), (0, 0), "{s:?}");
+    assert_eq!(s.fatal, None);
+}
