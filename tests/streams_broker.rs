@@ -34,7 +34,8 @@ use consumer_membership::streams::{
 };
 use consumer_membership::transport::Transport;
 use consumer_membership::{
-    ClientConfig, CloseOptions, CloseOutcome, GroupConfig, TcpTransport, TransportError,
+    ClientConfig, CloseOptions, CloseOutcome, CommitError, CommitOffset, GroupConfig, TcpTransport,
+    TopicPartition, TransportError,
 };
 
 const PARTITIONS: i32 = 4;
@@ -744,4 +745,82 @@ async fn a_member_cut_off_past_its_session_rejoins_with_its_member_id() {
     eprintln!("cut off for {cut_off:?}");
     m1.close(CloseOptions::Default).await;
     m2.close(CloseOptions::Default).await;
+}
+
+/// The input partitions of the active tasks of subtopology "0" in `tasks` (it reads `input`).
+fn source_partitions(tasks: &BTreeSet<TaskId>, input: &str) -> Vec<TopicPartition> {
+    tasks
+        .iter()
+        .filter(|t| t.subtopology == "0")
+        .map(|t| TopicPartition::new(input, t.partition))
+        .collect()
+}
+
+/// Issue 29, Deliver 1 on a real broker: a static member commits the input offsets of its
+/// active tasks (OffsetCommit v9 with the streams member id and epoch); a partition of another
+/// member's task is refused locally, typed; after a restart with a new process id (a fresh
+/// state directory) the new incarnation, holding the same tasks, fetches what the old one
+/// committed.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_member_commits_its_tasks_offsets_and_the_next_owner_fetches_them() {
+    common::init_tracing();
+    let Some(b) = broker() else { return };
+    let (group, input, [a, other], _) =
+        converged_pair(&b, "ours-commit", [Some("a"), Some("b")]).await;
+    let a_tasks = a.snapshot().await.tasks.active;
+    let mine = source_partitions(&a_tasks, &input);
+    assert!(!mine.is_empty(), "{}", a.report());
+    let offsets: Vec<CommitOffset> = mine
+        .iter()
+        .map(|tp| CommitOffset::new(tp.clone(), 100 + i64::from(tp.partition)))
+        .collect();
+    a.member.commit(offsets).await.expect("the owner's commit");
+
+    // Another member's task input: refused before anything is sent.
+    let theirs = source_partitions(&other.snapshot().await.tasks.active, &input);
+    assert!(!theirs.is_empty(), "{}", other.report());
+    let refused = a
+        .member
+        .commit(vec![CommitOffset::new(theirs[0].clone(), 7)])
+        .await;
+    assert!(
+        matches!(&refused, Err(CommitError::NotOwned { partitions }) if partitions == &theirs[..1]),
+        "{refused:?}"
+    );
+
+    // Restarted with a new process id: the same tasks, the committed offsets.
+    assert_eq!(
+        a.close(CloseOptions::Default).await,
+        CloseOutcome::Left { error: None }
+    );
+    let pa2 = StreamsProcess::new(process_id(), None);
+    let a2 = Ours::start("a2", &b, &group, Some("a"), &pa2, topology(&group, &input));
+    converged(&[&a2, &other]).await;
+    assert_eq!(a2.snapshot().await.tasks.active, a_tasks, "{}", a2.report());
+    let fetched = a2
+        .member
+        .committed(mine.clone())
+        .await
+        .expect("the committed offsets");
+    for tp in &mine {
+        assert_eq!(
+            fetched.get(tp).and_then(|c| c.offset),
+            Some(100 + i64::from(tp.partition)),
+            "{tp:?}: {fetched:?}"
+        );
+    }
+    // A partition of another's task was never committed.
+    let none = other.member.committed(theirs.clone()).await.unwrap();
+    assert!(
+        theirs
+            .iter()
+            .all(|tp| none.get(tp).is_some_and(|c| c.offset.is_none())),
+        "{none:?}"
+    );
+    a2.close(CloseOptions::LeaveGroup).await;
+    other.close(CloseOptions::LeaveGroup).await;
 }
