@@ -1462,6 +1462,41 @@ fn a_kept_member_id_does_not_release_another_processs_registration() {
     );
 }
 
+/// Found by tests/sim_random.rs seed 45887 (200,000 seeds): recovery leaves answered
+/// FENCED_INSTANCE_ID (another member id held the instance id) spent the recovery bound, so when
+/// the member's own join later landed unanswered (COORDINATOR_NOT_AVAILABLE) and held the
+/// instance id itself, the member stopped instead of releasing its own registration. A recovery
+/// whose leave proved the holder is someone else does not count.
+#[test]
+fn recoveries_that_met_another_holder_do_not_spend_the_bound() {
+    let (mut h, mut join) = after_a_lost_join();
+    for attempt in 1..=UNRELEASED_RECOVERIES + 1 {
+        h.hb_answer(&join, err(111));
+        let (leave, b) = h.expect_hb();
+        assert_eq!(b.member_epoch, -2, "attempt {attempt}: recovery leave");
+        // Another member id holds the instance id: wait, no second leave.
+        h.hb_answer(&leave, err(82));
+        h.m.poll(h.now);
+        h.advance(Duration::from_secs(1));
+        let (next, b) = h.expect_hb();
+        assert_eq!(b.member_epoch, 0, "attempt {attempt}: join again");
+        // That join may land although it is answered COORDINATOR_NOT_AVAILABLE: the member's
+        // own registration may hold the instance id now.
+        h.hb_answer(&next, err(15));
+        h.find_coordinator();
+        h.m.poll(h.now);
+        h.advance(Duration::from_secs(1));
+        let (next, b) = h.expect_hb();
+        assert_eq!(b.member_epoch, 0);
+        assert!(fatal_of(&h.take_events()).is_empty(), "attempt {attempt}");
+        join = next;
+    }
+    h.hb_answer(&join, err(111));
+    let (_, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, -2, "the own registration is released");
+    assert!(fatal_of(&h.take_events()).is_empty());
+}
+
 #[test]
 fn a_kept_member_id_needs_the_id() {
     let mut c = config(Some("i1"));
