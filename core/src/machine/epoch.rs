@@ -1090,7 +1090,9 @@ impl<P: EpochProtocol> EpochMember<P> {
                 },
                 Reason::UnreleasedInstanceIdRecovery,
             );
-        } else if !(own_join && self.wait_for_release(&instance_id)) {
+        } else if own_join {
+            self.wait_for_release(instance_id);
+        } else {
             self.fail(GroupError::UnreleasedInstanceId {
                 group: self.shell.config.group_id.clone(),
                 instance_id,
@@ -1101,10 +1103,16 @@ impl<P: EpochProtocol> EpochMember<P> {
     /// Another member id holds the instance id: a crashed earlier incarnation until its session
     /// expires, or a live duplicate for good. Retries the join with backoff while the wait is
     /// below the group's session timeout plus [`GroupConfig::unreleased_instance_margin`];
-    /// false once it is spent (or waiting is off).
-    fn wait_for_release(&mut self, instance_id: &str) -> bool {
+    /// once it is spent (or waiting is off), stops with the typed error.
+    fn wait_for_release(&mut self, instance_id: String) {
+        let stop = |m: &mut Self, instance_id| {
+            m.fail(GroupError::UnreleasedInstanceId {
+                group: m.shell.config.group_id.clone(),
+                instance_id,
+            })
+        };
         let Some(margin) = self.shell.config.unreleased_instance_margin else {
-            return false;
+            return stop(self, instance_id);
         };
         let limit = self
             .shell
@@ -1115,17 +1123,15 @@ impl<P: EpochProtocol> EpochMember<P> {
         let since = *self.registration.held_since.get_or_insert(now);
         let waited = now.saturating_duration_since(since);
         if waited > limit {
-            return false;
+            return stop(self, instance_id);
         }
         if waited.is_zero() {
             tracing::warn!(group = %self.shell.config.group_id, %instance_id, ?limit, "UNRELEASED_INSTANCE_ID: another member id holds the instance id; rejoining with backoff until its session expires");
-            self.shell.events.push_back(Event::InstanceHeld {
-                instance_id: instance_id.to_owned(),
-                limit,
-            });
+            self.shell
+                .events
+                .push_back(Event::InstanceHeld { instance_id, limit });
         }
         self.backoff_heartbeat();
-        true
     }
 
     fn heartbeat_ok(&mut self, sent_epoch: i32, own: P::Heartbeat, a: P::Answer) {
@@ -1208,13 +1214,7 @@ impl<P: EpochProtocol> EpochMember<P> {
             self.registration.may_be_registered = false;
             self.registration.unreleased_recoveries =
                 self.registration.unreleased_recoveries.saturating_sub(1);
-            if !self.wait_for_release(&instance_id) {
-                self.fail(GroupError::UnreleasedInstanceId {
-                    group: self.shell.config.group_id.clone(),
-                    instance_id,
-                });
-            }
-            return;
+            return self.wait_for_release(instance_id);
         }
         let failed = result.is_err()
             || matches!(
