@@ -373,21 +373,9 @@ async fn produce(b: &Broker, topic: &str, partitions: i32, per_partition: usize)
                 )
             })
             .collect();
-        loop {
-            let attempt = async {
-                let leaders =
-                    fetch::leaders(&*t, &[topic.to_owned()], config.request_timeout).await?;
-                let leader = leaders.leader(&tp)?;
-                fetch::produce(&*t, leader, &tp, &records, Duration::from_secs(15)).await
-            };
-            match attempt.await {
-                Ok(_) => break,
-                Err(e) if e.needs_metadata() && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("produce to {tp}: {e}"),
-            }
-        }
+        fetch::produce_settling(&*t, &tp, &records, config.request_timeout, deadline)
+            .await
+            .unwrap_or_else(|e| panic!("produce to {tp}: {e}"));
     }
 }
 

@@ -555,13 +555,136 @@ fn samples(api: ApiKey) -> Vec<ResponseKind> {
                 ResponseKind::IncrementalAlterConfigs(r),
             ]
         }
+        ApiKey::ShareGroupHeartbeat => {
+            use kafka_protocol::messages::share_group_heartbeat_response as sgh;
+            let t = |i: u128| {
+                sgh::TopicPartitions::default()
+                    .with_topic_id(Uuid::from_u128(i))
+                    .with_partitions(vec![0, 1])
+            };
+            vec![ResponseKind::ShareGroupHeartbeat(
+                sgh::ShareGroupHeartbeatResponse::default()
+                    .with_member_id(Some(s("m")))
+                    .with_assignment(Some(
+                        sgh::Assignment::default().with_topic_partitions(vec![t(1), t(2)]),
+                    ))
+                    .with_unknown_tagged_fields(tagged()),
+            )]
+        }
+        ApiKey::ShareGroupDescribe => {
+            use kafka_protocol::messages::share_group_describe_response as sgd;
+            let partitions = |t: &str| {
+                sgd::TopicPartitions::default()
+                    .with_topic_id(Uuid::from_u128(3))
+                    .with_topic_name(TopicName(s(t)))
+                    .with_partitions(vec![0, 1])
+            };
+            let member = |id: &str| {
+                sgd::Member::default()
+                    .with_member_id(s(id))
+                    .with_rack_id(Some(s("r")))
+                    .with_subscribed_topic_names(vec![TopicName(s("a")), TopicName(s("b"))])
+                    .with_assignment(
+                        sgd::Assignment::default()
+                            .with_topic_partitions(vec![partitions("a"), partitions("b")]),
+                    )
+            };
+            let group = |g: &str| {
+                sgd::DescribedGroup::default()
+                    .with_group_id(GroupId(s(g)))
+                    .with_members(vec![member("m"), member("n")])
+            };
+            vec![ResponseKind::ShareGroupDescribe(
+                sgd::ShareGroupDescribeResponse::default()
+                    .with_groups(vec![group("g"), group("h")])
+                    .with_unknown_tagged_fields(tagged()),
+            )]
+        }
+        ApiKey::ShareFetch => {
+            use kafka_protocol::messages::share_fetch_response as sf;
+            let acquired = |first: i64| {
+                sf::AcquiredRecords::default()
+                    .with_first_offset(first)
+                    .with_last_offset(first + 9)
+                    .with_delivery_count(1)
+                    .with_unknown_tagged_fields(tagged())
+            };
+            let partition = |p: i32| {
+                sf::PartitionData::default()
+                    .with_partition_index(p)
+                    .with_error_message(Some(s("e")))
+                    .with_acknowledge_error_message(Some(s("a")))
+                    .with_current_leader(
+                        sf::LeaderIdAndEpoch::default()
+                            .with_leader_id(2)
+                            .with_unknown_tagged_fields(tagged()),
+                    )
+                    .with_records(Some(Bytes::from_static(b"records")))
+                    .with_acquired_records(vec![acquired(0), acquired(10)])
+                    .with_unknown_tagged_fields(tagged())
+            };
+            let topic = |i: u128| {
+                sf::ShareFetchableTopicResponse::default()
+                    .with_topic_id(Uuid::from_u128(i))
+                    .with_partitions(vec![partition(0), partition(1)])
+                    .with_unknown_tagged_fields(tagged())
+            };
+            let node = |id: i32| {
+                sf::NodeEndpoint::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(s("h"))
+                    .with_rack(Some(s("r")))
+                    .with_unknown_tagged_fields(tagged())
+            };
+            vec![ResponseKind::ShareFetch(
+                sf::ShareFetchResponse::default()
+                    .with_error_message(Some(s("m")))
+                    .with_responses(vec![topic(1), topic(2)])
+                    .with_node_endpoints(vec![node(1), node(2)])
+                    .with_unknown_tagged_fields(tagged()),
+            )]
+        }
+        ApiKey::ShareAcknowledge => {
+            use kafka_protocol::messages::share_acknowledge_response as sa;
+            let partition = |p: i32| {
+                sa::PartitionData::default()
+                    .with_partition_index(p)
+                    .with_error_message(Some(s("e")))
+                    .with_current_leader(
+                        sa::LeaderIdAndEpoch::default()
+                            .with_leader_id(2)
+                            .with_unknown_tagged_fields(tagged()),
+                    )
+                    .with_unknown_tagged_fields(tagged())
+            };
+            let topic = |i: u128| {
+                sa::ShareAcknowledgeTopicResponse::default()
+                    .with_topic_id(Uuid::from_u128(i))
+                    .with_partitions(vec![partition(0), partition(1)])
+                    .with_unknown_tagged_fields(tagged())
+            };
+            let node = |id: i32| {
+                sa::NodeEndpoint::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(s("h"))
+                    .with_rack(Some(s("r")))
+                    .with_unknown_tagged_fields(tagged())
+            };
+            vec![ResponseKind::ShareAcknowledge(
+                sa::ShareAcknowledgeResponse::default()
+                    .with_error_message(Some(s("m")))
+                    .with_responses(vec![topic(1), topic(2)])
+                    .with_node_endpoints(vec![node(1), node(2)])
+                    .with_unknown_tagged_fields(tagged()),
+            )]
+        }
         other => panic!("no sample for {other:?}"),
     }
 }
 
 /// Every response this crate's transport and members decode, then the ones it decodes for a
 /// `Request::Raw`.
-const DECODED: [ApiKey; 19] = [
+const DECODED: [ApiKey; 23] = [
     ApiKey::ApiVersions,
     ApiKey::SaslHandshake,
     ApiKey::SaslAuthenticate,
@@ -581,6 +704,10 @@ const DECODED: [ApiKey; 19] = [
     ApiKey::DescribeGroups,
     ApiKey::ConsumerGroupDescribe,
     ApiKey::IncrementalAlterConfigs,
+    ApiKey::ShareGroupHeartbeat,
+    ApiKey::ShareGroupDescribe,
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
 ];
 
 #[test]

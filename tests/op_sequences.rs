@@ -1069,11 +1069,13 @@ impl Run {
             Target::Coordinator(b) => Some(b.node_id),
             _ => None,
         };
-        if sent.api == ApiKey::JoinGroup && result.is_ok() && code.is_none() {
-            self.registered_by = node;
-            self.failover_forgiven = None;
-            self.unloaded_since_join = false;
-        }
+        // A successful JoinGroup registers the member id it answers with at that coordinator;
+        // it is the member's registration when the member holds that id after reading it (also
+        // a late answer the member no longer waited for).
+        let joined_as = match result.as_ref().ok().and_then(|r| r.kafka()) {
+            Some(ResponseKind::JoinGroup(j)) if code.is_none() => Some(j.member_id.to_string()),
+            _ => None,
+        };
         if matches!(code, Some(15) | Some(16)) {
             self.unloaded_since_join = true;
         }
@@ -1098,6 +1100,11 @@ impl Run {
         }
         self.delivered.push_back((sent.out.id, result.clone()));
         self.member.handle_response(sent.out.id, result, self.now);
+        if joined_as.is_some_and(|id| id == self.member.member_id()) {
+            self.registered_by = node;
+            self.failover_forgiven = None;
+            self.unloaded_since_join = false;
+        }
     }
 
     fn answer(&mut self, sent: &Sent, answer: &Answer) -> (Result<Response, TransportError>, bool) {

@@ -370,21 +370,9 @@ async fn produce(bootstrap: &str, topic: &str, range: std::ops::Range<i64>) -> B
                 )
             })
             .collect();
-        let base = loop {
-            let attempt = async {
-                let leaders =
-                    fetch::leaders(&*t, &[topic.to_owned()], config.request_timeout).await?;
-                let leader = leaders.leader(&tp)?;
-                fetch::produce(&*t, leader, &tp, &records, Duration::from_secs(15)).await
-            };
-            match attempt.await {
-                Ok(base) => break base,
-                Err(e) if e.needs_metadata() && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("produce to {tp}: {e}"),
-            }
-        };
+        let base = fetch::produce_settling(&*t, &tp, &records, config.request_timeout, deadline)
+            .await
+            .unwrap_or_else(|e| panic!("produce to {tp}: {e}"));
         ends.insert(p, base + records.len() as i64);
     }
     ends

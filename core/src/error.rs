@@ -412,6 +412,22 @@ pub enum GroupError {
         "the broker does not support the streams group protocol (KIP-1071, StreamsGroupHeartbeat)"
     )]
     StreamsProtocolUnsupported,
+    /// The broker does not run share groups (KIP-932): no ShareGroupHeartbeat v1, or
+    /// UNSUPPORTED_VERSION on it (share groups need Kafka 4.1+ with `share.version` >= 1; GA
+    /// in 4.2).
+    #[error(
+        "the broker does not support share groups (KIP-932, ShareGroupHeartbeat v1; Kafka 4.2+ with share.version >= 1)"
+    )]
+    ShareProtocolUnsupported,
+    /// GROUP_ID_NOT_FOUND answering a share member's join: the group id names a group of
+    /// another type (a consumer or streams group); a share group cannot have it.
+    #[error("group {group:?} cannot be joined as a share group (GROUP_ID_NOT_FOUND: {message:?})")]
+    GroupIdNotFound {
+        /// The group id.
+        group: String,
+        /// The coordinator's error message.
+        message: Option<String>,
+    },
     /// FENCED_INSTANCE_ID (82) for the current generation: another process holds the static
     /// member's `group.instance.id`. The member stops.
     #[error(
@@ -569,6 +585,7 @@ pub fn classify(api: impl Into<Api>, code: i16, group: &str) -> ErrorAction {
     const OFFSET_FETCH: Api = Api::of(ApiKey::OffsetFetch);
     const SYNC_GROUP: Api = Api::of(ApiKey::SyncGroup);
     const STREAMS_GROUP_HEARTBEAT: Api = Api::STREAMS_GROUP_HEARTBEAT;
+    const SHARE_GROUP_HEARTBEAT: Api = Api::of(ApiKey::ShareGroupHeartbeat);
     use ErrorAction::*;
     let api = api.into();
     use codes::*;
@@ -618,6 +635,15 @@ pub fn classify(api: impl Into<Api>, code: i16, group: &str) -> ErrorAction {
             STREAMS_GROUP_HEARTBEAT,
             STREAMS_INVALID_TOPOLOGY | STREAMS_INVALID_TOPOLOGY_EPOCH | STREAMS_TOPOLOGY_FENCED,
         ) => fatal(),
+        // ShareGroupHeartbeat (KIP-932; GroupMetadataManager.shareGroupHeartbeat): fencing as for
+        // consumer groups; GROUP_ID_NOT_FOUND for a member in the group means the group went
+        // away (`getOrMaybeCreateShareGroup` without creating): rejoin at epoch 0 (the member
+        // refuses it answering a join itself: the id then names a group of another type).
+        (SHARE_GROUP_HEARTBEAT, FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID | GROUP_ID_NOT_FOUND) => {
+            FencedMember
+        }
+        (SHARE_GROUP_HEARTBEAT, UNSUPPORTED_VERSION) => UnsupportedProtocol,
+        (SHARE_GROUP_HEARTBEAT, TOPIC_AUTHORIZATION_FAILED) => Report,
         // Commits and fetches of a consumer-protocol member (CommitRequestManager).
         (OFFSET_COMMIT | OFFSET_FETCH, STALE_MEMBER_EPOCH) => StaleEpoch,
         (OFFSET_COMMIT | OFFSET_FETCH, UNKNOWN_TOPIC_ID) => RetryBackoff,

@@ -659,6 +659,32 @@ pub fn encode_batch(
     Ok(buf.freeze())
 }
 
+/// Produces `records` to `tp` through its current leader (looked up with `metadata_timeout`),
+/// as [`produce`] does; errors that need fresh metadata (leadership still settling right after
+/// CreateTopics) are retried every 200 ms until `deadline`. Returns the offset of the first
+/// record.
+pub async fn produce_settling<T: Transport>(
+    transport: &T,
+    tp: &TopicPartition,
+    records: &[(Option<Bytes>, Option<Bytes>)],
+    metadata_timeout: Duration,
+    deadline: std::time::Instant,
+) -> Result<i64, DataError> {
+    loop {
+        let attempt = async {
+            let leaders = leaders(transport, &[tp.topic().to_owned()], metadata_timeout).await?;
+            let leader = leaders.leader(tp)?;
+            produce(transport, leader, tp, records, Duration::from_secs(15)).await
+        };
+        match attempt.await {
+            Err(e) if e.needs_metadata() && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Produces `records` (key, value) to `tp` through its `leader` as one uncompressed batch,
 /// `acks=all`; returns the offset of the first record.
 pub async fn produce<T: Transport>(

@@ -403,7 +403,6 @@ struct GroupTask {
 
 impl MemberTask for GroupTask {
     type Machine = Watched;
-    type Event = Event;
     type Command = Command;
 
     fn sent(&mut self, out: &Outbound, now: Instant) {

@@ -364,10 +364,8 @@ pub async fn find_coordinator<T: Transport>(
 /// requests and events, its close); [`MemberLoop`] does the rest alike for every member: the
 /// events to the application, the commands to the member, the close and who waits for it.
 trait MemberTask: Send + 'static {
-    /// The machine the task drives.
-    type Machine: Machine<Event = Self::Event> + Send + 'static;
-    /// The member's events.
-    type Event: Send + 'static;
+    /// The machine the task drives; its events are the member's.
+    type Machine: Machine<Event: Send + 'static> + Send + 'static;
     /// The commands of the member's handle (a close aside: see [`Call`]).
     type Command: Send + 'static;
 
@@ -386,9 +384,10 @@ trait MemberTask: Send + 'static {
     /// The application polled at `at`.
     fn polled(machine: &mut Self::Machine, at: Instant);
     /// An event of the machine's: `Some` hands it (or what it becomes) to the application.
-    fn event(&mut self, machine: &mut Self::Machine, event: Self::Event) -> Option<Self::Event>;
+    fn event(&mut self, machine: &mut Self::Machine, event: EventOf<Self>)
+    -> Option<EventOf<Self>>;
     /// Whether `event` is the member's last (it closed or stopped).
-    fn ends(event: &Self::Event) -> bool;
+    fn ends(event: &EventOf<Self>) -> bool;
     /// What the member reports of its close.
     fn close_outcome(machine: &Self::Machine) -> Option<CloseOutcome>;
     /// Carries out `command`.
@@ -396,6 +395,9 @@ trait MemberTask: Send + 'static {
     /// Closes the member with `options`, and says where it stands after.
     fn close(machine: &mut Self::Machine, options: CloseOptions, now: Instant) -> MemberState;
 }
+
+/// The events of task `K`'s member.
+type EventOf<K> = <<K as MemberTask>::Machine as Machine>::Event;
 
 /// What a member's handle sends the member's task: a close, alike for every member, or a
 /// command of the member's own.
@@ -411,12 +413,12 @@ enum Call<C> {
 /// stopped and every close waiting was answered.
 struct MemberLoop<K: MemberTask> {
     task: K,
-    events: Events<K::Event>,
+    events: Events<EventOf<K>>,
     leave: LeaveWatch,
 }
 
 impl<K: MemberTask> MemberLoop<K> {
-    fn new(task: K, events: mpsc::UnboundedSender<K::Event>, polling: Arc<Polling>) -> Self {
+    fn new(task: K, events: mpsc::UnboundedSender<EventOf<K>>, polling: Arc<Polling>) -> Self {
         Self {
             task,
             events: Events {
@@ -444,7 +446,7 @@ impl<K: MemberTask> Loop<K::Machine> for MemberLoop<K> {
         K::polled(machine, at);
     }
 
-    fn event(&mut self, machine: &mut K::Machine, event: K::Event) {
+    fn event(&mut self, machine: &mut K::Machine, event: EventOf<K>) {
         let Some(event) = self.task.event(machine, event) else {
             return;
         };
@@ -618,8 +620,8 @@ fn start<K: MemberTask, T: Transport>(
     transport: Arc<T>,
     (machine, task): (K::Machine, K),
     request_timeout: Duration,
-    fatal: fn(GroupError) -> K::Event,
-) -> (Commands<K::Command>, EventStream<K::Event>) {
+    fatal: fn(GroupError) -> EventOf<K>,
+) -> (Commands<K::Command>, EventStream<EventOf<K>>) {
     let (tx, commands) = mpsc::unbounded_channel();
     let (event_tx, events) = mpsc::unbounded_channel();
     let polling = Arc::<Polling>::default();

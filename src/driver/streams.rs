@@ -180,7 +180,6 @@ impl StreamsGroupMember {
     ) -> Self {
         let request_timeout = member.config().request_timeout;
         let task = StreamsTask {
-            group: member.config().group_id.clone(),
             calls: OffsetCalls::default(),
         };
         let (commands, events) = start(
@@ -358,13 +357,11 @@ fn member(
 /// What a [`StreamsGroupMember`]'s task does of its own: it joins at once, and counts the task
 /// guard's interventions and the lease's expiries.
 struct StreamsTask {
-    group: String,
     calls: OffsetCalls,
 }
 
 impl MemberTask for StreamsTask {
     type Machine = StreamsMember;
-    type Event = StreamsEvent;
     type Command = StreamsCommand;
 
     fn start(&mut self, member: &mut StreamsMember, now: Instant) {
@@ -380,7 +377,8 @@ impl MemberTask for StreamsTask {
         member.poll(at);
     }
 
-    fn event(&mut self, _member: &mut StreamsMember, event: StreamsEvent) -> Option<StreamsEvent> {
+    fn event(&mut self, member: &mut StreamsMember, event: StreamsEvent) -> Option<StreamsEvent> {
+        let group = &member.config().group_id;
         match &event {
             // The guard logged the intervention (a `warn` line); count it.
             StreamsEvent::GuardIntervened(i) => {
@@ -389,12 +387,12 @@ impl MemberTask for StreamsTask {
                     InterventionKind::GaveUp => "given_up",
                     _ => "other",
                 };
-                crate::metrics::task_guard_intervened(&self.group, kind);
+                crate::metrics::task_guard_intervened(group, kind);
             }
             StreamsEvent::TasksLost {
                 reason: Reason::LeaseExpired,
                 ..
-            } => crate::metrics::streams_lease_expired(&self.group),
+            } => crate::metrics::streams_lease_expired(group),
             _ => {}
         }
         match event {
@@ -489,7 +487,6 @@ mod tests {
 
     fn streams_loop(events: mpsc::UnboundedSender<StreamsEvent>) -> MemberLoop<StreamsTask> {
         let task = StreamsTask {
-            group: "app".into(),
             calls: OffsetCalls::default(),
         };
         MemberLoop::new(task, events, Arc::default())

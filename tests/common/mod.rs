@@ -35,27 +35,12 @@ pub fn bootstrap() -> Option<String> {
 /// one broker that is the coordinator.
 pub async fn described_members(bootstrap: &str, group: &str) -> Vec<String> {
     use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
-    let (t, _) = transport(bootstrap);
-    let r = t
-        .send(
-            Target::Bootstrap,
-            Request::Raw {
-                body: Box::new(RequestKind::ConsumerGroupDescribe(
-                    ConsumerGroupDescribeRequest::default()
-                        .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
-                )),
-                versions: 0..=1,
-                fit: None,
-            },
-            Duration::from_secs(10),
-        )
-        .await;
-    let Ok(Response {
-        body: ResponseBody::Kafka(ResponseKind::ConsumerGroupDescribe(r)),
-        ..
-    }) = r
-    else {
-        panic!("{r:?}")
+    let body = RequestKind::ConsumerGroupDescribe(
+        ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
+    );
+    let ResponseKind::ConsumerGroupDescribe(r) = ask(bootstrap, body, 0..=1).await else {
+        panic!("not a ConsumerGroupDescribe answer")
     };
     let g = &r.groups[0];
     if g.error_code == 69 {
@@ -63,6 +48,31 @@ pub async fn described_members(bootstrap: &str, group: &str) -> Vec<String> {
     }
     assert_eq!(g.error_code, 0, "{:?}", g.error_message);
     g.members.iter().map(|m| m.member_id.to_string()).collect()
+}
+
+/// Sends `body` (at `versions`) to the bootstrap broker through a transport of its own and
+/// returns the answer; panics on a failure or an answer that is not a Kafka response.
+pub async fn ask(
+    bootstrap: &str,
+    body: RequestKind,
+    versions: std::ops::RangeInclusive<i16>,
+) -> ResponseKind {
+    let (t, _) = transport(bootstrap);
+    let request = Request::Raw {
+        body: Box::new(body),
+        versions,
+        fit: None,
+    };
+    match t
+        .send(Target::Bootstrap, request, Duration::from_secs(10))
+        .await
+    {
+        Ok(Response {
+            body: ResponseBody::Kafka(r),
+            ..
+        }) => r,
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A transport to `bootstrap` with a short request timeout.

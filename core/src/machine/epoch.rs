@@ -24,12 +24,15 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 
 use crate::config::GroupConfig;
 use crate::error::{
     ApiMisuse, ConfigError, ErrorAction, GroupError, TransportError, classify, codes,
 };
+use kafka_protocol::messages::RequestKind;
+
 use crate::machine::TopicPartition;
 use crate::machine::events::{
     CloseOptions, CommitError, CommitId, CommitOffset, Event, MemberState, Reason, RevokeTicket,
@@ -38,8 +41,11 @@ use crate::machine::offsets::{Fence, Hint, Protocol, SentOffsets};
 use crate::machine::session;
 use crate::machine::shell::{PhaseName, Shell, Skeleton, epoch_lease_bound, phases};
 use crate::machine::timer::{Timer, after};
+use crate::machine::topic_ids::IdAssignment;
 use crate::member_id::MemberId;
-use crate::request::{Api, Broker, Outbound, Reply, Request, RequestId, Response, Target};
+use crate::request::{
+    Api, Broker, Outbound, Reply, Request, RequestId, Response, ResponseBody, Target,
+};
 
 /// How often a static member recovers from UNRELEASED_INSTANCE_ID caused by its own earlier join
 /// before it gives up.
@@ -59,16 +65,12 @@ const STATIC_LEAVE_EPOCH: i32 = -2;
 /// assignment, its join fields, its own errors and events. Every hook takes the whole member,
 /// whose protocol state is `m.proto` (the implementing type itself).
 pub trait EpochProtocol: Sized + fmt::Debug {
-    /// The heartbeat API, as errors name it.
-    const API: Api;
     /// The group configs naming the group's session timeout.
     const SESSION: session::Keys;
     /// What the member records of a heartbeat it sent (what it listed as owned).
     type Heartbeat: Clone + fmt::Debug;
     /// What a revocation ticket covers.
     type Revoking: Clone + fmt::Debug;
-    /// What the member records of a request of the protocol's own (not a heartbeat).
-    type Sent: Clone + fmt::Debug;
     /// The heartbeat answer.
     type Answer: EpochAnswer;
 
@@ -77,9 +79,13 @@ pub trait EpochProtocol: Sized + fmt::Debug {
         Ok(())
     }
     /// The heartbeat answer in `response`, if it is one.
-    fn decode(response: Response) -> Option<Self::Answer>;
+    fn decode(response: Response) -> Option<Self::Answer> {
+        Self::Answer::from_body(response.body)
+    }
     /// The error code of the heartbeat answer in `response`, if it is one.
-    fn error_code(response: &Response) -> Option<i16>;
+    fn error_code(response: &Response) -> Option<i16> {
+        Self::Answer::in_body(&response.body).map(EpochAnswer::error_code)
+    }
     /// The terminal error of a coordinator that does not speak the protocol.
     fn unsupported() -> GroupError;
     /// An error code of the protocol's own, terminal, read before the shared error table.
@@ -99,13 +105,21 @@ pub trait EpochProtocol: Sized + fmt::Debug {
     /// Moves the assignment towards the target: revoke first (with a ticket, see
     /// `EpochMember::start_revocation`), then assign, then acknowledge.
     fn reconcile(m: &mut EpochMember<Self>);
-    /// Whether a target assignment is known.
-    fn has_target(&self) -> bool;
+    /// Whether a target assignment is known (by default, that of [`ids`](Self::ids)).
+    fn has_target(&self) -> bool {
+        self.ids().is_some_and(|ids| ids.target.is_some())
+    }
     /// The broker's view of the member is unknown now: the next heartbeat is full (`refused`:
     /// an answer with an error, else a failure in the transport).
     fn forget_sent(&mut self, refused: bool);
-    /// A new membership starts (join, leave): no target, nothing sent.
-    fn reset(&mut self);
+    /// A new membership starts (join, leave): no target, nothing sent (by default: the sent
+    /// fields forgotten, and the target of [`ids`](Self::ids)).
+    fn reset(&mut self) {
+        self.forget_sent(false);
+        if let Some(ids) = self.ids_mut() {
+            ids.target = None;
+        }
+    }
     /// Whether the application still wants to be in the group (a leave then rejoins).
     fn subscribed(&self) -> bool;
     /// The application left the subscription (unsubscribe, close).
@@ -151,19 +165,31 @@ pub trait EpochProtocol: Sized + fmt::Debug {
     fn acts_on(_m: &EpochMember<Self>, _timer: Timer) -> bool {
         true
     }
-    /// A request of the protocol's own that needs no coordinator (`needed`: the member has
-    /// anything to do).
-    fn poll_first(_m: &mut EpochMember<Self>, _needed: bool) -> Option<Outbound> {
+    /// The member's assignment by topic id, for a protocol that assigns by id: the member then
+    /// asks Metadata for the topic names itself (`topic_ids`).
+    fn ids(&self) -> Option<&IdAssignment> {
         None
     }
-    /// The outcome of a request of the protocol's own.
-    fn on_own(_m: &mut EpochMember<Self>, _sent: Self::Sent, _result: Reply) {}
+    /// As [`ids`](Self::ids), to change.
+    fn ids_mut(&mut self) -> Option<&mut IdAssignment> {
+        None
+    }
+    /// The topics a Metadata request for topic names asks for (`None`: every topic).
+    fn metadata_topics(&self) -> Option<Vec<String>> {
+        None
+    }
     /// The member closes: what the protocol lets go of.
     fn closed(_m: &mut EpochMember<Self>) {}
 }
 
 /// The fields every epoch-heartbeat answer has.
-pub trait EpochAnswer {
+pub trait EpochAnswer: Sized {
+    /// The heartbeat API, as errors name it.
+    const API: Api;
+    /// The answer `body` is, if it is one of this type.
+    fn from_body(body: ResponseBody) -> Option<Self>;
+    /// The answer `body` holds, if it is one of this type.
+    fn in_body(body: &ResponseBody) -> Option<&Self>;
     /// The error code.
     fn error_code(&self) -> i16;
     /// The error message, if any.
@@ -176,11 +202,36 @@ pub trait EpochAnswer {
     fn heartbeat_interval_ms(&self) -> i32;
 }
 
-/// Implements [`EpochAnswer`] for a heartbeat response type with the usual field names; the
-/// closure reads the member id from the answer `r`.
+/// Implements [`EpochAnswer`] for a heartbeat response type of API `$api` with the usual field
+/// names, held in a response body as the pattern `$body` binding `$b`; the closure reads the
+/// member id from the answer `r`.
 macro_rules! epoch_answer {
-    ($ty:ty, |$r:ident| $member_id:expr) => {
+    // A kafka-protocol answer whose ApiKey and ResponseKind variants are both `$variant`.
+    (kafka $variant:ident: $ty:ty) => {
+        $crate::machine::epoch::epoch_answer!(
+            $ty,
+            $crate::request::Api::of(kafka_protocol::messages::ApiKey::$variant),
+            r in $crate::request::ResponseBody::Kafka(
+                kafka_protocol::messages::ResponseKind::$variant(r)
+            ),
+            |r| r.member_id.as_deref()
+        );
+    };
+    ($ty:ty, $api:expr, $b:ident in $body:pat, |$r:ident| $member_id:expr) => {
         impl $crate::machine::epoch::EpochAnswer for $ty {
+            const API: $crate::request::Api = $api;
+            fn from_body(body: $crate::request::ResponseBody) -> Option<Self> {
+                match body {
+                    $body => Some($b),
+                    _ => None,
+                }
+            }
+            fn in_body(body: &$crate::request::ResponseBody) -> Option<&Self> {
+                match body {
+                    $body => Some($b),
+                    _ => None,
+                }
+            }
             fn error_code(&self) -> i16 {
                 self.error_code
             }
@@ -267,7 +318,8 @@ pub(crate) enum Sent<P: EpochProtocol> {
     SessionRead(session::Step),
     /// A commit or offset fetch.
     Offsets(SentOffsets),
-    Own(P::Sent),
+    /// A Metadata request for the topic names of an assignment by id.
+    Metadata,
 }
 
 /// What the broker may know of a member: its registration state, which decides whether a leave
@@ -330,6 +382,43 @@ pub(crate) fn member_id_of(config: &GroupConfig) -> Result<MemberId, ConfigError
             // No member id: the seed, or the error that names what is missing.
             Ok(MemberId::from_seed(config.jitter_seed()?))
         }
+    }
+}
+
+/// The heartbeat `body` as the member sends it: raw, at `versions`.
+pub(crate) fn raw_heartbeat(body: RequestKind, versions: RangeInclusive<i16>) -> Request {
+    Request::Raw {
+        body: Box::new(body),
+        versions,
+        fit: None,
+    }
+}
+
+/// The members whose protocol starts from nothing but the group config (consumer and share).
+impl<P: EpochProtocol + Default> EpochMember<P> {
+    /// A member of `config.group_id`; not yet subscribed. Its KIP-1082 member id is
+    /// `config.member_id`, else one derived from `config.seed` ([`MemberId::from_seed`]): the core
+    /// reads no random source of its own. With neither, the configuration is refused (see
+    /// [`GroupConfig::seed`]); the tokio driver fills the member id from the OS CSPRNG.
+    pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
+        let member_id = member_id_of(&config)?;
+        Self::with_member_id(config, member_id, now)
+    }
+
+    /// A member with the given id, whatever `config.member_id` says (the member's
+    /// [`config`](Self::config) then names `member_id`). Without `config.seed`, the backoff
+    /// jitter is seeded from the id's bytes.
+    pub fn with_member_id(
+        config: GroupConfig,
+        member_id: MemberId,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        Self::create(config, member_id, now, P::default())
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.next_event()
     }
 }
 
@@ -595,7 +684,7 @@ impl<P: EpochProtocol> EpochMember<P> {
         if self.stopped() {
             return None;
         }
-        if let Some(out) = P::poll_first(self, needed) {
+        if let Some(out) = self.prefetch(needed) {
             return Some(out);
         }
         let Some(coordinator) = self.coordinator().cloned() else {
@@ -675,7 +764,7 @@ impl<P: EpochProtocol> EpochMember<P> {
             Timer::Heartbeat | Timer::Rejoin => {
                 self.in_group() && self.heartbeat_in_flight.is_none()
             }
-            _ => P::acts_on(self, t),
+            _ => self.ids_act_on(t) && P::acts_on(self, t),
         })
     }
 
@@ -685,6 +774,7 @@ impl<P: EpochProtocol> EpochMember<P> {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.shell.tick(now);
         self.check_lease();
+        self.metadata_refresh_due();
         P::on_timers(self);
         if self.shell.expired(Timer::PollInterval) && self.in_group() {
             tracing::warn!(group = %self.shell.config.group_id, "application did not poll within max.poll.interval.ms; leaving the group");
@@ -735,7 +825,7 @@ impl<P: EpochProtocol> EpochMember<P> {
                 self.interval,
             ),
             Sent::Offsets(sent) => self.on_offsets(sent, result),
-            Sent::Own(sent) => P::on_own(self, sent, result),
+            Sent::Metadata => self.on_metadata(result),
         }
         P::settle(self);
     }
@@ -980,7 +1070,7 @@ impl<P: EpochProtocol> EpochMember<P> {
         let a = match result.map(P::decode) {
             Ok(Some(a)) => a,
             Ok(None) => {
-                let api = P::API;
+                let api = P::Answer::API;
                 return self.fail(invalid::<P>(&format!("the answer is not a {api} response")));
             }
             Err(TransportError::UnsupportedApi { .. }) => return self.fail(P::unsupported()),
@@ -1016,7 +1106,7 @@ impl<P: EpochProtocol> EpochMember<P> {
             return self.fail(e);
         }
         let group = self.shell.config.group_id.clone();
-        match classify(P::API, code, &group) {
+        match classify(P::Answer::API, code, &group) {
             ErrorAction::Proceed => self.heartbeat_ok(sent_epoch, own, a),
             ErrorAction::FencedMember => {
                 tracing::info!(%group, code, "fenced; rejoining with the same member id");
@@ -1064,7 +1154,7 @@ impl<P: EpochProtocol> EpochMember<P> {
         let Some(instance_id) = self.shell.config.instance_id.clone() else {
             // A member without an instance id holds none to release.
             return self.fail(GroupError::Fatal {
-                api: P::API,
+                api: P::Answer::API,
                 code: codes::UNRELEASED_INSTANCE_ID,
             });
         };
@@ -1251,7 +1341,7 @@ impl<P: EpochProtocol> EpochMember<P> {
 /// The terminal error of an answer that breaks the protocol.
 pub(crate) fn invalid<P: EpochProtocol>(reason: &str) -> GroupError {
     GroupError::InvalidResponse {
-        api: P::API,
+        api: P::Answer::API,
         reason: reason.to_owned(),
     }
 }

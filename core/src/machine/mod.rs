@@ -58,12 +58,14 @@ pub mod member;
 pub mod metadata;
 pub mod offsets;
 pub(crate) mod session;
+pub mod share;
 mod shell;
 mod state;
 pub mod streams;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod timer;
+pub(crate) mod topic_ids;
 pub mod topics;
 
 use std::time::Instant;
@@ -139,5 +141,6 @@ machine!(coordinator::CoordinatorLookup, coordinator::LookupEvent);
 machine!(classic::ClassicMember, events::Event);
 machine!(consumer::ConsumerMember, events::Event);
 machine!(member::Member, events::Event);
+machine!(share::ShareMember, events::Event);
 machine!(streams::StreamsMember, streams::StreamsEvent);
 machine!(topics::TopicWatch, events::Event);

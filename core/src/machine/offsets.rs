@@ -427,8 +427,9 @@ impl OffsetQueue {
             SentOffsets::Commit { attempts, .. } | SentOffsets::Fetch { attempts, .. } => *attempts,
         };
         let (event, hint) = answer(sent.clone(), result, fence);
-        if !tracked && !self.stopped {
-            // Reported TimedOut when its time ran out in flight.
+        if !tracked {
+            // Reported TimedOut when its time ran out in flight, also when the member stopped
+            // since (its answer reports nothing more).
             return (None, hint);
         }
         let retriable = match &event {

@@ -80,6 +80,12 @@ pub(crate) const STREAMS: Keys = Keys {
     broker: "group.streams.session.timeout.ms",
 };
 
+/// The share protocol's names.
+pub(crate) const SHARE: Keys = Keys {
+    group: "share.session.timeout.ms",
+    broker: "group.share.session.timeout.ms",
+};
+
 /// The DescribeConfigs answer in `result`, or why there is none.
 fn describe_answer(result: &Reply) -> Result<&DescribeConfigsResponse, String> {
     match result {

@@ -9,9 +9,13 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponsePartition, MetadataResponseTopic,
 };
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     BrokerId, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    FindCoordinatorResponse, MetadataResponse, RequestKind, ResponseKind, TopicName,
+    FindCoordinatorResponse, MetadataResponse, OffsetCommitResponse, RequestKind, ResponseKind,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -20,6 +24,7 @@ use crate::config::GroupConfig;
 use crate::error::TransportError;
 use crate::machine::Machine;
 use crate::machine::consumer::ConsumerMember;
+use crate::machine::share::ShareMember;
 use crate::machine::streams::StreamsMember;
 use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
 use crate::request::{Broker, Outbound, Request, Response, ResponseBody, Target};
@@ -29,6 +34,19 @@ pub(crate) const ID: &str = "Zm9vYmFyYmF6cXV4MTIzNA";
 
 pub(crate) fn s(x: &str) -> StrBytes {
     StrBytes::from_string(x.to_owned())
+}
+
+/// An OffsetCommit answer for t-0 with `code`.
+pub(crate) fn commit_answer(code: i16) -> ResponseKind {
+    ResponseKind::OffsetCommit(OffsetCommitResponse::default().with_topics(vec![
+        OffsetCommitResponseTopic::default()
+            .with_name(TopicName(s("t")))
+            .with_partitions(vec![
+                OffsetCommitResponsePartition::default()
+                    .with_partition_index(0)
+                    .with_error_code(code),
+            ]),
+    ]))
 }
 
 /// Group `group` with a 10 s session, 1 s heartbeats, a 30 s poll interval and seed 1.
@@ -237,6 +255,22 @@ impl Heartbeats for StreamsMember {
 
     fn heartbeat_answer(r: StreamsGroupHeartbeatResponse) -> ResponseBody {
         ResponseBody::StreamsGroupHeartbeat(r)
+    }
+}
+
+impl Heartbeats for ShareMember {
+    type Heartbeat = ShareGroupHeartbeatRequest;
+    type HeartbeatAnswer = ShareGroupHeartbeatResponse;
+
+    fn heartbeat_of(out: &Outbound) -> ShareGroupHeartbeatRequest {
+        match body(out) {
+            RequestKind::ShareGroupHeartbeat(b) => b,
+            other => panic!("expected a ShareGroupHeartbeat, got {other:?}"),
+        }
+    }
+
+    fn heartbeat_answer(r: ShareGroupHeartbeatResponse) -> ResponseBody {
+        ResponseBody::Kafka(ResponseKind::ShareGroupHeartbeat(r))
     }
 }
 

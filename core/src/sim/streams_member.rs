@@ -14,14 +14,12 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::world::SimMember;
-use crate::config::{GroupConfig, GroupProtocol};
-use crate::error::{ApiMisuse, ConfigError, GroupError, TransportError};
+use crate::config::GroupProtocol;
+use crate::error::{ApiMisuse, GroupError, TransportError};
 use crate::machine::events::{
     CloseOptions, CommitId, CommitOffset, Event, MemberState, RevokeTicket,
 };
-use crate::machine::streams::{
-    StreamsConfig, StreamsEvent, StreamsMember, StreamsProcess, StreamsTasks, TaskId,
-};
+use crate::machine::streams::{StreamsEvent, StreamsMember, StreamsTasks, TaskId};
 use crate::machine::timer::Timer;
 use crate::machine::{Machine, TopicPartition};
 use crate::request::{Broker, Outbound, RequestId, Response};
@@ -65,19 +63,13 @@ pub(super) fn fmt_tasks(t: &StreamsTasks) -> String {
 }
 
 impl SimStreamsMember {
-    /// A member of `process` with `streams` (its topology); its member id is
-    /// `config.member_id`, else derived from `config.seed` ([`StreamsMember::new`]).
-    pub fn new(
-        config: GroupConfig,
-        streams: StreamsConfig,
-        process: StreamsProcess,
-        now: Instant,
-    ) -> Result<Self, ConfigError> {
-        Ok(Self {
-            member: StreamsMember::new(config, streams, process, now)?,
+    /// Runs `member` in the simulation.
+    pub fn new(member: StreamsMember) -> Self {
+        Self {
+            member,
             events: VecDeque::new(),
             notes: Vec::new(),
-        })
+        }
     }
 
     /// The streams member.
@@ -125,30 +117,6 @@ impl SimStreamsMember {
                 partitions: all(&tasks),
                 reason,
             },
-            StreamsEvent::StateChanged {
-                from,
-                to,
-                reason,
-                member_id,
-                epoch,
-            } => Event::StateChanged {
-                from,
-                to,
-                reason,
-                member_id,
-                generation: epoch,
-            },
-            StreamsEvent::InstanceHeld { instance_id, limit } => {
-                Event::InstanceHeld { instance_id, limit }
-            }
-            StreamsEvent::Fatal(e) => Event::Fatal(e),
-            StreamsEvent::Closed => Event::Closed,
-            StreamsEvent::ConnectionTrouble { broker, error } => {
-                Event::ConnectionTrouble { broker, error }
-            }
-            StreamsEvent::NotJoined { error } => Event::NotJoined { error },
-            StreamsEvent::Committed { id, result } => Event::Committed { id, result },
-            StreamsEvent::OffsetsFetched { id, result } => Event::OffsetsFetched { id, result },
             StreamsEvent::GuardIntervened(i) => {
                 self.notes.push(format!(
                     "GUARD {:?} {} ({}; {} holds/claims it as {})",
@@ -172,6 +140,14 @@ impl SimStreamsMember {
                 ));
                 return;
             }
+            // The rest is shared with the other members.
+            shared => match shared.into_shared() {
+                Ok(event) => event,
+                Err(own) => {
+                    self.notes.push(format!("no member form of {own:?}"));
+                    return;
+                }
+            },
         };
         self.events.push_back(event);
     }

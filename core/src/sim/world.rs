@@ -770,7 +770,12 @@ impl World {
             config.seed = Some(self.rng.random());
         }
         config.group_id = self.config.group_id.clone();
-        let member = SimStreamsMember::new(config, streams, process.clone(), self.now)?;
+        let member = SimStreamsMember::new(StreamsMember::new(
+            config,
+            streams,
+            process.clone(),
+            self.now,
+        )?);
         self.streams_processes
             .entry(process.process_id())
             .or_insert(process);

@@ -11,7 +11,8 @@
 //! message/*Response.json`) at the versions kafka-protocol 0.18.0 generates, with flexible
 //! versions (compact lengths, tagged fields) as listed. The first twelve are what the crate sends
 //! itself; the others are what users plausibly send as [`Request::Raw`](crate::request::Request)
-//! (a consumer's Fetch and ListOffsets, Produce, and the admin calls this crate's own tests make).
+//! (a consumer's Fetch and ListOffsets, Produce, and the admin calls this crate's own tests make),
+//! and the share sessions' ShareFetch and ShareAcknowledge (`machine::share::session`).
 //!
 //! | response | versions | flexible |
 //! |---|---|---|
@@ -35,6 +36,10 @@
 //! | ConsumerGroupDescribe | 0-1 | 0+ |
 //! | DescribeConfigs | 1-4 | 4+ |
 //! | IncrementalAlterConfigs | 0-1 | 1+ |
+//! | ShareGroupHeartbeat | 1 | 1+ |
+//! | ShareGroupDescribe | 1 | 1+ |
+//! | ShareFetch | 1 | 1+ |
+//! | ShareAcknowledge | 1 | 1+ |
 //!
 //! The records of a Fetch answer stay bytes: kafka-protocol does not decode them as part of the
 //! response, so no record count is read here.
@@ -66,6 +71,10 @@ pub(super) fn known_versions(api: ApiKey) -> Option<(i16, i16)> {
         ApiKey::ConsumerGroupDescribe => (0, 1),
         ApiKey::DescribeConfigs => (1, 4),
         ApiKey::IncrementalAlterConfigs => (0, 1),
+        ApiKey::ShareGroupHeartbeat => (1, 1),
+        ApiKey::ShareGroupDescribe => (1, 1),
+        ApiKey::ShareFetch => (1, 1),
+        ApiKey::ShareAcknowledge => (1, 1),
         _ => return None,
     })
 }
@@ -141,7 +150,13 @@ pub(super) fn check_sizes(api: ApiKey, version: i16, body: &[u8]) -> Walk {
         }
         ApiKey::OffsetCommit => offset_commit(c, v),
         ApiKey::OffsetFetch => offset_fetch(c, v),
-        ApiKey::ConsumerGroupHeartbeat => consumer_group_heartbeat(c),
+        // ShareGroupHeartbeatResponse.json v1 has ConsumerGroupHeartbeatResponse.json's fields:
+        // ErrorMessage, MemberId, MemberEpoch, HeartbeatIntervalMs, a nullable Assignment of
+        // TopicPartitions by topic id.
+        ApiKey::ConsumerGroupHeartbeat | ApiKey::ShareGroupHeartbeat => consumer_group_heartbeat(c),
+        ApiKey::ShareGroupDescribe => share_group_describe(c),
+        ApiKey::ShareFetch => share_fetch(c),
+        ApiKey::ShareAcknowledge => share_acknowledge(c),
         ApiKey::Fetch => fetch(c, v),
         ApiKey::ListOffsets => list_offsets(c, v),
         ApiKey::Produce => produce(c, v),
@@ -463,7 +478,8 @@ fn fetch(c: &mut Cursor, v: i16) -> Walk {
     c.tags_with(|c, tag| (tag == 0 && v >= 16).then(|| c.array(true, node_endpoint)))
 }
 
-/// The NodeEndpoints of Fetch (v16+) and Produce (v10+) answers: NodeId, Host, Port, Rack.
+/// The NodeEndpoints of Fetch (v16+), Produce (v10+), ShareFetch and ShareAcknowledge answers:
+/// NodeId, Host, Port, Rack.
 fn node_endpoint(c: &mut Cursor) -> Walk {
     c.skip(4)?;
     c.string(true)?;
@@ -576,15 +592,6 @@ fn describe_groups(c: &mut Cursor, v: i16) -> Walk {
 /// ConsumerGroupDescribeResponse.json: Groups with Members, each with its current and target
 /// Assignment (topic id, name, partitions) and MemberType (v1+).
 fn consumer_group_describe(c: &mut Cursor, v: i16) -> Walk {
-    let assignment = |c: &mut Cursor| {
-        c.array(true, |c| {
-            c.skip(16)?;
-            c.string(true)?;
-            c.array(true, |c| c.skip(4))?;
-            c.tags(true)
-        })?;
-        c.tags(true)
-    };
     let member = |c: &mut Cursor| {
         for _ in 0..3 {
             c.string(true)?;
@@ -594,11 +601,30 @@ fn consumer_group_describe(c: &mut Cursor, v: i16) -> Walk {
         c.string(true)?;
         c.array(true, |c| c.string(true))?;
         c.string(true)?;
-        assignment(c)?;
-        assignment(c)?;
+        described_assignment(c)?;
+        described_assignment(c)?;
         c.skip_if(v >= 1, 1)?;
         c.tags(true)
     };
+    described_groups(c, member)
+}
+
+/// A member's Assignment in a ConsumerGroupDescribe or ShareGroupDescribe answer:
+/// TopicPartitions [TopicId, TopicName, Partitions].
+fn described_assignment(c: &mut Cursor) -> Walk {
+    c.array(true, |c| {
+        c.skip(16)?;
+        c.string(true)?;
+        c.array(true, |c| c.skip(4))?;
+        c.tags(true)
+    })?;
+    c.tags(true)
+}
+
+/// The Groups of a ConsumerGroupDescribe or ShareGroupDescribe answer (after ThrottleTimeMs):
+/// ErrorCode, ErrorMessage, GroupId, GroupState, GroupEpoch, AssignmentEpoch, AssignorName,
+/// Members (each walked by `member`), AuthorizedOperations.
+fn described_groups(c: &mut Cursor, member: impl Fn(&mut Cursor) -> Walk) -> Walk {
     c.skip(4)?;
     c.array(true, |c| {
         c.skip(2)?;
@@ -607,9 +633,72 @@ fn consumer_group_describe(c: &mut Cursor, v: i16) -> Walk {
         }
         c.skip(8)?;
         c.string(true)?;
-        c.array(true, member)?;
+        c.array(true, &member)?;
         c.skip(4)?;
         c.tags(true)
     })?;
+    c.tags(true)
+}
+
+/// ShareGroupDescribeResponse.json v1: Groups [ErrorCode, ErrorMessage, GroupId, GroupState,
+/// GroupEpoch, AssignmentEpoch, AssignorName, Members [MemberId, RackId, MemberEpoch, ClientId,
+/// ClientHost, SubscribedTopicNames, Assignment], AuthorizedOperations].
+fn share_group_describe(c: &mut Cursor) -> Walk {
+    let member = |c: &mut Cursor| {
+        c.string(true)?;
+        c.string(true)?;
+        c.skip(4)?;
+        c.string(true)?;
+        c.string(true)?;
+        c.array(true, |c| c.string(true))?;
+        described_assignment(c)?;
+        c.tags(true)
+    };
+    described_groups(c, member)
+}
+
+/// ShareFetchResponse.json v1: ThrottleTimeMs, ErrorCode, ErrorMessage,
+/// AcquisitionLockTimeoutMs, Responses [TopicId, Partitions [PartitionIndex, ErrorCode,
+/// ErrorMessage, AcknowledgeErrorCode, AcknowledgeErrorMessage, CurrentLeader {LeaderId,
+/// LeaderEpoch}, Records, AcquiredRecords [FirstOffset, LastOffset, DeliveryCount]]],
+/// NodeEndpoints. No tagged field is decoded in place.
+fn share_fetch(c: &mut Cursor) -> Walk {
+    c.skip(6)?;
+    c.string(true)?;
+    c.skip(4)?;
+    let partition = |c: &mut Cursor| {
+        c.skip(6)?;
+        c.string(true)?;
+        c.skip(2)?;
+        c.string(true)?;
+        c.skip(8)?;
+        c.tags(true)?;
+        c.bytes(true)?;
+        c.array(true, |c| {
+            c.skip(18)?;
+            c.tags(true)
+        })?;
+        c.tags(true)
+    };
+    by_topic(c, true, |c| c.skip(16), partition)?;
+    c.array(true, node_endpoint)?;
+    c.tags(true)
+}
+
+/// ShareAcknowledgeResponse.json v1: ThrottleTimeMs, ErrorCode, ErrorMessage, Responses
+/// [TopicId, Partitions [PartitionIndex, ErrorCode, ErrorMessage, CurrentLeader {LeaderId,
+/// LeaderEpoch}]], NodeEndpoints.
+fn share_acknowledge(c: &mut Cursor) -> Walk {
+    c.skip(6)?;
+    c.string(true)?;
+    let partition = |c: &mut Cursor| {
+        c.skip(6)?;
+        c.string(true)?;
+        c.skip(8)?;
+        c.tags(true)?;
+        c.tags(true)
+    };
+    by_topic(c, true, |c| c.skip(16), partition)?;
+    c.array(true, node_endpoint)?;
     c.tags(true)
 }

@@ -1120,6 +1120,16 @@ impl ClassicMember {
             }
         };
         if !waiting {
+            if r.error_code == codes::NONE
+                && !self.member_id.is_empty()
+                && r.member_id.as_str() == self.member_id
+            {
+                // A late success for the member id it holds (e.g. a join answered after an
+                // unsubscribe): the coordinator that answered registered that id after anything
+                // it unloaded, so a later FENCED_INSTANCE_ID from it is not the stale
+                // registration of a failover (see `fenced`).
+                self.registered(self.shell.answered_by);
+            }
             tracing::debug!(%id, code = r.error_code, "ignoring a stale JoinGroup answer");
             return;
         }
@@ -1216,9 +1226,18 @@ impl ClassicMember {
         self.shell.coordinator_failed();
     }
 
+    /// Coordinator `by` answered a JoinGroup with the member id this member holds: it is the one
+    /// whose registration is current.
+    fn registered(&mut self, by: Option<i32>) {
+        self.registered_by = by;
+        self.failover_fence_forgiven = None;
+        self.unloaded_since_join = false;
+    }
+
     /// A forgiven FENCED_INSTANCE_ID: what the member owned is lost, and it rejoins with `""`
     /// and its instance id (or goes on with a close or unsubscribe that waited for a revocation
-    /// this voids).
+    /// this voids). A member already leaving (its LeaveGroup in flight, e.g. when a commit sent
+    /// before the close is answered so) stays on its way out: the LeaveGroup's answer ends it.
     fn replaced(&mut self, reason: Reason) {
         self.lose_owned(reason);
         self.reset_member_id();
@@ -1228,7 +1247,7 @@ impl ClassicMember {
             // to leave.
             return self.leave(d.options, d.then_close, d.reason(Why::Replaced));
         }
-        self.set_phase(Phase::Rejoin { not_before: None }, Reason::SelfFenced);
+        self.interrupt_for_rejoin(Reason::SelfFenced);
     }
 
     fn joined(&mut self, r: JoinGroupResponse) {
@@ -1261,9 +1280,7 @@ impl ClassicMember {
         }
         self.join_failures = 0;
         // This coordinator registered the member id now; a later move may be forgiven again.
-        self.registered_by = self.shell.answered_by;
-        self.failover_fence_forgiven = None;
-        self.unloaded_since_join = false;
+        self.registered(self.shell.answered_by);
         if self.generation >= 0 && i64::from(r.generation_id) > i64::from(self.generation) + 1 {
             // Generations went by without this member: one of their assignments may have given
             // what it still owns to another member (a static member that did not rejoin stays

@@ -15,8 +15,8 @@ use crate::error::{GroupError, codes};
 use crate::machine::TopicPartition;
 use crate::machine::events::{CloseOptions, CommitError, CommitOffset, Event, MemberState, Reason};
 use crate::machine::test_support::{
-    self, base_config, body, find_coordinator_answer, is_find_coordinator, is_metadata,
-    metadata_answer, picked, s,
+    self, base_config, body, commit_answer, find_coordinator_answer, is_find_coordinator,
+    is_metadata, metadata_answer, picked, s,
 };
 use crate::request::{Outbound, Request, RequestBody, Response, ResponseBody};
 
@@ -312,6 +312,91 @@ fn fenced_instance_id_is_terminal_and_names_the_instance() {
     h.advance(Duration::from_secs(60));
     assert!(h.drain().is_empty(), "a stopped member sends nothing");
     assert!(h.m.subscribe(["t".into()], h.now).is_err());
+}
+
+/// A commit sent before `close(LeaveGroup)` and answered FENCED_INSTANCE_ID by a coordinator
+/// that gave the group up since the join (COORDINATOR_NOT_AVAILABLE on a heartbeat in between)
+/// is the forgiven failover fence; the member is leaving, so it stays on its way out instead of
+/// rejoining, and the LeaveGroup's answer closes it (found by tests/op_sequences.rs).
+#[test]
+fn a_forgiven_fence_answering_a_commit_does_not_turn_a_close_into_a_rejoin() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    let hb = h.heartbeat();
+    h.m.commit(
+        vec![CommitOffset::new(TopicPartition::new("t", 0), 7)],
+        h.now,
+    );
+    let commit = h.one();
+    assert!(
+        matches!(body(&commit), RequestKind::OffsetCommit(_)),
+        "{commit:?}"
+    );
+    h.m.close(CloseOptions::LeaveGroup, h.now);
+    let leave = h.one();
+    assert!(
+        matches!(body(&leave), RequestKind::LeaveGroup(_)),
+        "{leave:?}"
+    );
+    h.heartbeat_answer(&hb, codes::COORDINATOR_NOT_AVAILABLE);
+    h.answer(&commit, commit_answer(codes::FENCED_INSTANCE_ID));
+    assert_eq!(h.m.state(), MemberState::Leaving, "{:?}", h.take_events());
+    let out = h.drain();
+    assert!(
+        out.iter()
+            .all(|o| !matches!(body(o), RequestKind::JoinGroup(_))),
+        "a closing member never rejoins: {out:?}"
+    );
+    h.answer(
+        &leave,
+        ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+    );
+    assert_eq!(h.m.state(), MemberState::Closed);
+    let events = h.take_events();
+    assert_eq!(
+        events.iter().filter(|e| matches!(e, Event::Closed)).count(),
+        1,
+        "{events:?}"
+    );
+    h.advance(Duration::from_secs(60));
+    assert!(h.drain().is_empty(), "a closed member sends nothing");
+}
+
+/// An offset fetch that ran out of `default.api.timeout.ms` in flight is reported once
+/// (TimedOut); its late answer reports nothing more, also after the member stopped (found by
+/// tests/op_sequences.rs: a fetch timed out, the member was fenced, and the answer was reported
+/// a second time).
+#[test]
+fn a_fetch_timed_out_in_flight_is_not_reported_again_by_its_answer_after_a_stop() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    h.m.fetch_offsets(vec![TopicPartition::new("t", 0)], h.now);
+    let fetch = h.one();
+    assert!(
+        matches!(body(&fetch), RequestKind::OffsetFetch(_)),
+        "{fetch:?}"
+    );
+    // The application polls and heartbeats are answered until the fetch's 60 s ran out.
+    for _ in 0..60 {
+        h.m.poll(h.now);
+        let hb = h.heartbeat();
+        h.heartbeat_answer(&hb, codes::NONE);
+    }
+    let fetched = |events: &[Event]| -> Vec<Result<_, CommitError>> {
+        picked!(events, Event::OffsetsFetched { result, .. } => result.clone())
+    };
+    let events = h.take_events();
+    assert!(
+        matches!(fetched(&events)[..], [Err(CommitError::TimedOut { .. })]),
+        "{events:?}"
+    );
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, codes::FENCED_INSTANCE_ID);
+    assert_eq!(h.m.state(), MemberState::Fatal);
+    h.answer(
+        &fetch,
+        ResponseKind::OffsetFetch(kafka_protocol::messages::OffsetFetchResponse::default()),
+    );
+    let events = h.take_events();
+    assert!(fetched(&events).is_empty(), "reported twice: {events:?}");
 }
 
 #[test]
@@ -1749,4 +1834,38 @@ fn a_custom_assignor_is_offered_in_join_group_and_assigns_when_leader() {
         )],
         "called once, with the partition counts and every member"
     );
+}
+
+/// A join answered successfully after the member stopped waiting for it (it unsubscribed
+/// meanwhile) still registered the member id it holds at that coordinator, after the
+/// coordinator's unload: a later FENCED_INSTANCE_ID from it is a genuine duplicate, not a
+/// stale registration loaded in a failover, so it is terminal (found by tests/op_sequences.rs).
+#[test]
+fn a_late_successful_join_for_the_held_id_makes_the_next_fence_terminal() {
+    let mut h = Harness::stable(Some("i1"), "i1-abc");
+    let hb = h.heartbeat();
+    h.heartbeat_answer(&hb, codes::COORDINATOR_NOT_AVAILABLE);
+    h.advance(Duration::from_secs(1));
+    h.find_coordinator_at(1);
+    let hb = h.one();
+    assert!(matches!(body(&hb), RequestKind::Heartbeat(_)), "{hb:?}");
+    h.heartbeat_answer(&hb, codes::NONE);
+    h.m.subscribe(["t".to_string(), "u".to_string()], h.now)
+        .unwrap();
+    let ticket = h.take_ticket();
+    h.m.complete_revocation(ticket, h.now).unwrap();
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "i1-abc");
+    h.m.unsubscribe(h.now);
+    h.join_ok(&join, "i1-abc", 2, "other");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
+    h.m.subscribe(["t".to_string()], h.now).unwrap();
+    let (join, id) = h.expect_join();
+    assert_eq!(id, "i1-abc");
+    h.join_error(&join, codes::FENCED_INSTANCE_ID);
+    assert_eq!(h.m.state(), MemberState::Fatal, "{:?}", h.take_events());
+    assert!(matches!(
+        h.m.fatal_error(),
+        Some(GroupError::FencedInstanceId { .. })
+    ));
 }

@@ -2,28 +2,24 @@
 //! [`EpochMember`]; its rules are the docs of the parent module.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Instant;
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
 use kafka_protocol::messages::{
-    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, RequestKind,
-    ResponseKind, TopicName,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, RequestKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use crate::config::GroupConfig;
-use crate::error::{ApiMisuse, ConfigError, GroupError, TransportError};
+use crate::error::{ApiMisuse, GroupError};
 use crate::machine::TopicPartition;
-use crate::machine::epoch::{EpochMember, EpochProtocol, Phase, Sent, epoch_answer, member_id_of};
+use crate::machine::epoch::{EpochMember, EpochProtocol, Phase, epoch_answer, raw_heartbeat};
 use crate::machine::events::{CloseOptions, CommitId, CommitOffset, Event, FetchId, Reason};
-use crate::machine::metadata::ClusterMetadata;
 use crate::machine::session;
 use crate::machine::shell::{Skeleton, millis};
-use crate::machine::timer::{Timer, after};
-use crate::member_id::MemberId;
-use crate::request::{Api, Outbound, Reply, Request, Response, ResponseBody};
+
+use crate::machine::topic_ids::IdAssignment;
+use crate::request::Request;
 
 /// ConsumerGroupHeartbeat v1: client-generated member ids are mandatory (KIP-1082).
 const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 1..=1;
@@ -39,38 +35,19 @@ pub struct SentFields {
     owned: BTreeSet<(Uuid, i32)>,
 }
 
-/// The consumer protocol's own requests.
-#[derive(Debug, Clone)]
-pub struct ConsumerSent(Own);
-
-#[derive(Debug, Clone)]
-enum Own {
-    Metadata,
-}
-
 /// The KIP-848 consumer protocol's part of a [`ConsumerMember`]: its subscription, its
 /// partitions by topic id, and what the broker knows of them.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ConsumerProtocol {
     /// Test only: the Java reset policy a classic member built by the `auto` fallback runs.
     #[cfg(feature = "sim")]
     pub(crate) java_reset_policy: bool,
     topics: BTreeSet<String>,
     regex: Option<String>,
-    /// Owned partitions by topic id (what acknowledgements carry).
-    owned: BTreeSet<(Uuid, i32)>,
-    /// The latest target assignment from the coordinator, sanitised (shared with a
-    /// reconciliation rather than copied).
-    target: Option<Arc<BTreeSet<(Uuid, i32)>>>,
-    /// Topic names by id, each shared by the partitions named with it.
-    names: BTreeMap<Uuid, Arc<str>>,
+    /// Owned and target partitions by topic id, and the topic names.
+    ids: IdAssignment,
     /// What the broker knows; `None` makes the next heartbeat full.
     known: Option<SentFields>,
-    metadata_in_flight: bool,
-    /// Ask for the subscribed topics' metadata right after the coordinator lookup: the broker
-    /// assigns by topic id, and knowing the names before the first assignment arrives saves a
-    /// round trip on the join and rejoin path.
-    prefetch_metadata: bool,
     /// The owned partitions as of the last answered heartbeat (what the broker last read from
     /// this member). Unlike the other known fields it survives a failed heartbeat.
     acked_owned: Option<BTreeSet<(Uuid, i32)>>,
@@ -82,37 +59,15 @@ pub struct ConsumerProtocol {
 /// the other epoch-heartbeat members those of [`machine::epoch`](crate::machine::epoch).
 pub type ConsumerMember = EpochMember<ConsumerProtocol>;
 
-impl ConsumerProtocol {
-    fn named(&self, (id, p): &(Uuid, i32)) -> Option<TopicPartition> {
-        self.names.get(id).map(|n| TopicPartition::new(n, *p))
-    }
-}
-
-epoch_answer!(ConsumerGroupHeartbeatResponse, |r| r.member_id.as_deref());
+epoch_answer!(kafka ConsumerGroupHeartbeat: ConsumerGroupHeartbeatResponse);
 
 impl EpochProtocol for ConsumerProtocol {
-    const API: Api = Api::of(ApiKey::ConsumerGroupHeartbeat);
     const SESSION: session::Keys = session::CONSUMER;
     /// What the heartbeat carried, and whether it listed the owned partitions (full, or they
     /// changed).
     type Heartbeat = (SentFields, bool);
     type Revoking = BTreeSet<(Uuid, i32)>;
-    type Sent = ConsumerSent;
     type Answer = ConsumerGroupHeartbeatResponse;
-
-    fn decode(response: Response) -> Option<Self::Answer> {
-        match response.body {
-            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => Some(r),
-            _ => None,
-        }
-    }
-
-    fn error_code(response: &Response) -> Option<i16> {
-        match &response.body {
-            ResponseBody::Kafka(ResponseKind::ConsumerGroupHeartbeat(r)) => Some(r.error_code),
-            _ => None,
-        }
-    }
 
     fn unsupported() -> GroupError {
         GroupError::ConsumerProtocolUnsupported
@@ -152,23 +107,10 @@ impl EpochProtocol for ConsumerProtocol {
         p.acked_owned = Some(known.owned.clone());
         p.known = Some(known);
         if let Some(a) = r.assignment {
-            // Sanitised: sorted, no duplicates, no negative partitions.
-            let target: BTreeSet<(Uuid, i32)> = a
-                .topic_partitions
-                .iter()
-                .flat_map(|t| {
-                    t.partitions
-                        .iter()
-                        .filter(|p| **p >= 0)
-                        .map(move |p| (t.topic_id, *p))
-                })
-                .collect();
-            p.target = Some(Arc::new(target));
+            let topics = a.topic_partitions.iter();
+            p.ids
+                .set_target(topics.map(|t| (t.topic_id, &t.partitions[..])));
         }
-    }
-
-    fn has_target(&self) -> bool {
-        self.target.is_some()
     }
 
     fn reconcile(m: &mut ConsumerMember) {
@@ -182,7 +124,7 @@ impl EpochProtocol for ConsumerProtocol {
     fn reset(&mut self) {
         self.known = None;
         self.acked_owned = None;
-        self.target = None;
+        self.ids.target = None;
     }
 
     fn subscribed(&self) -> bool {
@@ -196,12 +138,12 @@ impl EpochProtocol for ConsumerProtocol {
 
     fn revoked(m: &mut ConsumerMember, revoking: Self::Revoking) {
         for tp in revoking {
-            m.proto.owned.remove(&tp);
+            m.proto.ids.owned.remove(&tp);
         }
     }
 
     fn release_except(m: &mut ConsumerMember, revoking: &Self::Revoking) {
-        let p = &mut m.proto;
+        let p = &mut m.proto.ids;
         let released: Vec<(Uuid, i32)> = (p.owned.iter())
             .filter(|tp| !revoking.contains(tp))
             .cloned()
@@ -221,112 +163,47 @@ impl EpochProtocol for ConsumerProtocol {
     // client's onPartitionsLost covers them. Released partitions leave `owned` before this runs
     // (`complete_revocation`, `release_except`), so a release never names a ticket's partitions.
     fn take_owned(m: &mut ConsumerMember) -> Vec<TopicPartition> {
-        let p = &mut m.proto;
-        let mut partitions: Vec<TopicPartition> =
-            p.owned.iter().filter_map(|tp| p.named(tp)).collect();
-        partitions.sort();
-        p.owned.clear();
-        partitions
+        m.proto.ids.take_owned()
     }
 
     /// What the member may commit: what it owns (the partitions being revoked stay owned until
     /// the ticket is back).
+    fn ids(&self) -> Option<&IdAssignment> {
+        Some(&self.ids)
+    }
+
+    fn ids_mut(&mut self) -> Option<&mut IdAssignment> {
+        Some(&mut self.ids)
+    }
+
+    // Subscribed by names: those topics; by pattern: every topic.
+    fn metadata_topics(&self) -> Option<Vec<String>> {
+        (self.regex.is_none()).then(|| self.topics.iter().cloned().collect())
+    }
+
     fn committable(m: &ConsumerMember) -> BTreeSet<TopicPartition> {
-        let p = &m.proto;
+        let p = &m.proto.ids;
         p.owned.iter().filter_map(|tp| p.named(tp)).collect()
-    }
-
-    fn on_timers(m: &mut ConsumerMember) {
-        if m.shell.expired(Timer::MetadataRefresh)
-            && matches!(
-                m.phase,
-                Phase::Reconciling | Phase::Stable | Phase::Acknowledging
-            )
-        {
-            m.reconcile();
-        }
-    }
-
-    fn acts_on(m: &ConsumerMember, timer: Timer) -> bool {
-        timer != Timer::MetadataRefresh || !m.proto.metadata_in_flight
-    }
-
-    fn poll_first(m: &mut ConsumerMember, needed: bool) -> Option<Outbound> {
-        if m.proto.prefetch_metadata && needed {
-            m.proto.prefetch_metadata = false;
-            m.request_metadata();
-            return m.shell.outbound.pop_front();
-        }
-        None
-    }
-
-    fn on_own(m: &mut ConsumerMember, sent: ConsumerSent, result: Reply) {
-        match sent.0 {
-            Own::Metadata => m.on_metadata(result),
-        }
     }
 }
 
 /// ConsumerGroupHeartbeat `r`, as the member sends it.
 fn heartbeat_request(r: ConsumerGroupHeartbeatRequest) -> Request {
-    Request::Raw {
-        body: Box::new(RequestKind::ConsumerGroupHeartbeat(r)),
-        versions: HEARTBEAT_VERSIONS,
-        fit: None,
-    }
+    raw_heartbeat(RequestKind::ConsumerGroupHeartbeat(r), HEARTBEAT_VERSIONS)
 }
 
 impl ConsumerMember {
-    /// A member of `config.group_id`; not yet subscribed. Its KIP-1082 member id is
-    /// `config.member_id`, else one derived from `config.seed` ([`MemberId::from_seed`]): the core
-    /// reads no random source of its own. With neither, the configuration is refused (see
-    /// [`GroupConfig::seed`]); `GroupMember::start` fills
-    /// the member id from the OS CSPRNG.
-    pub fn new(config: GroupConfig, now: Instant) -> Result<Self, ConfigError> {
-        let member_id = member_id_of(&config)?;
-        Self::with_member_id(config, member_id, now)
-    }
-
-    /// A member with the given id, whatever `config.member_id` says (the member's
-    /// [`config`](Self::config) then names `member_id`). Without `config.seed`, the backoff
-    /// jitter is seeded from the id's bytes.
-    pub fn with_member_id(
-        config: GroupConfig,
-        member_id: MemberId,
-        now: Instant,
-    ) -> Result<Self, ConfigError> {
-        // The config (with the member id) is also what a classic member built after an `auto`
-        // fallback seeds from.
-        let proto = ConsumerProtocol {
-            #[cfg(feature = "sim")]
-            java_reset_policy: false,
-            topics: BTreeSet::new(),
-            regex: None,
-            owned: BTreeSet::new(),
-            target: None,
-            names: BTreeMap::new(),
-            known: None,
-            metadata_in_flight: false,
-            prefetch_metadata: false,
-            acked_owned: None,
-        };
-        Self::create(config, member_id, now, proto)
-    }
-
     // ------------------------------------------------------------------ accessors
 
     /// Owned partitions, by name (partitions of topics not yet resolved are not owned yet).
     pub fn assignment(&self) -> Vec<TopicPartition> {
         let revoking = self.revoking();
-        let p = &self.proto;
-        let mut v: Vec<TopicPartition> = p
-            .owned
-            .iter()
-            .filter(|tp| revoking.is_none_or(|r| !r.contains(tp)))
-            .filter_map(|tp| p.named(tp))
-            .collect();
-        v.sort();
-        v
+        let p = &self.proto.ids;
+        p.names_of(
+            p.owned
+                .iter()
+                .filter(|tp| revoking.is_none_or(|r| !r.contains(tp))),
+        )
     }
 
     /// The subscription (topic names), for a fallback to the classic protocol.
@@ -350,17 +227,10 @@ impl ConsumerMember {
         topics: impl IntoIterator<Item = String>,
         now: Instant,
     ) -> Result<(), ApiMisuse> {
-        self.proto.topics = self.subscription(topics, now)?;
-        let p = &mut self.proto;
-        p.regex = None;
-        // Joining: the names of the subscribed topics are needed as soon as the first
-        // assignment arrives. (A member in the group resolves new ids when they come.)
-        p.prefetch_metadata = matches!(self.phase, Phase::Unsubscribed | Phase::Stale)
-            && p.topics
-                .iter()
-                .any(|t| !p.names.values().any(|n| **n == **t));
-        self.start(now);
-        Ok(())
+        self.subscribe_names(topics, now, |p, topics| {
+            p.topics = topics;
+            p.regex = None;
+        })
     }
 
     /// Subscribes by a server-side regular expression (RE2/J syntax, `SubscribedTopicRegex`, v1).
@@ -386,7 +256,7 @@ impl ConsumerMember {
         self.proto.topics.clear();
         self.proto.regex = Some(pattern);
         // By pattern the metadata would be every topic's: fetched only for ids assigned.
-        self.proto.prefetch_metadata = false;
+        self.proto.ids.prefetch = false;
         self.start(now);
         Ok(())
     }
@@ -412,38 +282,15 @@ impl ConsumerMember {
         self.commit_offsets(offsets, now)
     }
 
-    /// The next event for the application.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.next_event()
-    }
-
     // ------------------------------------------------------------------ reconciliation
 
     /// Revoke first, then assign, then acknowledge (AbstractMembershipManager.maybeReconcile).
     fn reconcile(&mut self) {
-        let Some(target) = self.proto.target.clone() else {
-            if matches!(self.phase, Phase::Joining) {
-                self.set_phase(Phase::Stable, Reason::Joined);
-            }
+        let Some(step) = self.next_step() else {
             return;
         };
-        let p = &self.proto;
-        let unresolved: BTreeSet<Uuid> = target
-            .iter()
-            .map(|(id, _)| *id)
-            .filter(|id| !p.names.contains_key(id))
-            .collect();
-        if !unresolved.is_empty() && self.shell.timers.get(Timer::MetadataRefresh).is_none() {
-            self.request_metadata();
-        }
-        let p = &self.proto;
-        let resolved: BTreeSet<(Uuid, i32)> = target
-            .iter()
-            .filter(|(id, _)| p.names.contains_key(id))
-            .cloned()
-            .collect();
-        let revoked: BTreeSet<(Uuid, i32)> = p.owned.difference(&target).cloned().collect();
-        let added: Vec<(Uuid, i32)> = resolved.difference(&p.owned).cloned().collect();
+        let p = &self.proto.ids;
+        let (revoked, added) = (step.revoked, step.added);
         if !revoked.is_empty() {
             let partitions = revoked.iter().filter_map(|tp| p.named(tp)).collect();
             return self.start_revocation(revoked, |m, ticket| {
@@ -455,8 +302,11 @@ impl ConsumerMember {
             return self.set_phase(Phase::Reconciling, Reason::AwaitingHeartbeat);
         }
         if !added.is_empty() || matches!(self.phase, Phase::Joining) {
-            self.proto.owned.extend(added.iter().cloned());
-            let added = added.iter().filter_map(|tp| self.proto.named(tp)).collect();
+            self.proto.ids.owned.extend(added.iter().cloned());
+            let added = added
+                .iter()
+                .filter_map(|tp| self.proto.ids.named(tp))
+                .collect();
             self.shell.events.push_back(Event::Assigned {
                 added,
                 owned: self.assignment(),
@@ -464,58 +314,9 @@ impl ConsumerMember {
             });
         }
         let p = &self.proto;
-        let acked = p.known.as_ref().is_some_and(|k| k.owned == p.owned);
-        let waiting = (!unresolved.is_empty()).then_some(Reason::AwaitingTopicMetadata);
+        let acked = p.known.as_ref().is_some_and(|k| k.owned == p.ids.owned);
+        let waiting = step.unresolved.then_some(Reason::AwaitingTopicMetadata);
         self.reconciled(acked, waiting);
-    }
-
-    fn request_metadata(&mut self) {
-        if self.proto.metadata_in_flight {
-            return;
-        }
-        self.proto.metadata_in_flight = true;
-        // Subscribed by names: those topics; by pattern: every topic.
-        let p = &self.proto;
-        let topics = p
-            .regex
-            .is_none()
-            .then(|| p.topics.iter().cloned().collect());
-        self.shell
-            .send_metadata(topics, Sent::Own(ConsumerSent(Own::Metadata)));
-    }
-
-    fn on_metadata(&mut self, result: Result<Response, TransportError>) {
-        let p = &mut self.proto;
-        p.metadata_in_flight = false;
-        match result
-            .map_err(|e| e.to_string())
-            .and_then(|r| ClusterMetadata::from_response(&r).map_err(|e| e.to_string()))
-        {
-            Ok(m) => {
-                for (name, t) in m.topics {
-                    if !t.id.is_nil() {
-                        // A name already known stays shared with the partitions named with it.
-                        if p.names.get(&t.id).is_none_or(|n| **n != *name) {
-                            p.names.insert(t.id, name.into());
-                        }
-                    }
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "metadata for topic ids failed"),
-        }
-        // Ids still unknown are carried until metadata catches up.
-        let unresolved =
-            (p.target.as_ref()).is_some_and(|t| t.iter().any(|(id, _)| !p.names.contains_key(id)));
-        if unresolved {
-            let at = after(self.shell.now, self.shell.config.retry_backoff_max);
-            self.shell.timers.set(Timer::MetadataRefresh, at);
-        }
-        if matches!(
-            self.phase,
-            Phase::Reconciling | Phase::Stable | Phase::Acknowledging
-        ) {
-            self.reconcile();
-        }
     }
 
     // ------------------------------------------------------------------ requests
@@ -554,7 +355,7 @@ impl ConsumerMember {
             regex: p.regex.clone(),
             rebalance_timeout: millis(self.shell.config.max_poll_interval),
             assignor: self.shell.config.remote_assignor.clone(),
-            owned: p.owned.clone(),
+            owned: p.ids.owned.clone(),
         };
         let mut r = self.base_heartbeat(self.epoch);
         if full || fields.rebalance_timeout != known.rebalance_timeout {

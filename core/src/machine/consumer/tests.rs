@@ -4,12 +4,9 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
-use kafka_protocol::messages::offset_commit_response::{
-    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
-};
 use kafka_protocol::messages::{
-    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, OffsetCommitResponse,
-    RequestKind, ResponseKind, TopicName,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, RequestKind,
+    ResponseKind,
 };
 use uuid::Uuid;
 
@@ -23,8 +20,8 @@ use crate::machine::events::{
 };
 use crate::machine::member::Member;
 use crate::machine::test_support::{
-    self, Heartbeats, ID, body, coordinator_broker, epoch_config, is_find_coordinator, is_metadata,
-    picked, s,
+    self, Heartbeats, ID, body, commit_answer, coordinator_broker, epoch_config,
+    is_find_coordinator, is_metadata, picked, s,
 };
 use crate::member_id::{MEMBER_ID_LEN, MemberId};
 use crate::request::{Outbound, Request, Response, ResponseBody, Target};
@@ -1923,18 +1920,6 @@ fn offset(t: &str, p: i32, offset: i64) -> CommitOffset {
         offset,
         metadata: None,
     }
-}
-
-fn commit_answer(code: i16) -> ResponseKind {
-    ResponseKind::OffsetCommit(OffsetCommitResponse::default().with_topics(vec![
-            OffsetCommitResponseTopic::default()
-                .with_name(TopicName(s("t")))
-                .with_partitions(vec![
-                    OffsetCommitResponsePartition::default()
-                        .with_partition_index(0)
-                        .with_error_code(code),
-                ]),
-        ]))
 }
 
 fn committed(events: &[Event]) -> Vec<Result<(), CommitError>> {

@@ -2,7 +2,6 @@
 //! [`EpochMember`]; its rules are the docs of the parent module.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use crate::config::GroupConfig;
@@ -11,14 +10,14 @@ use crate::machine::TopicPartition;
 use crate::machine::epoch::{
     EpochMember, EpochProtocol, Phase, epoch_answer, invalid, member_id_of,
 };
-use crate::machine::events::{CloseOptions, CommitId, CommitOffset, Event, FetchId, Reason};
+use crate::machine::events::{CloseOptions, CommitId, CommitOffset, FetchId, Reason};
 use crate::machine::session;
 use crate::machine::shell::{Skeleton, millis};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
 use crate::messages::streams_group_heartbeat_request as req;
 use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
-use crate::request::{Api, Reply, Request, Response, ResponseBody};
+use crate::request::{Api, Request, Response, ResponseBody};
 
 use super::guard::{Acquire, Intervention, InterventionKind, StreamsProcess};
 use super::topology::{
@@ -109,8 +108,12 @@ impl Drop for StreamsProtocol {
 pub type StreamsMember = EpochMember<StreamsProtocol>;
 
 // The member id is empty when the coordinator names no member.
-epoch_answer!(StreamsGroupHeartbeatResponse, |r| (!r.member_id.is_empty())
-    .then_some(r.member_id.as_str()));
+epoch_answer!(
+    StreamsGroupHeartbeatResponse,
+    Api::STREAMS_GROUP_HEARTBEAT,
+    r in ResponseBody::StreamsGroupHeartbeat(r),
+    |r| (!r.member_id.is_empty()).then_some(r.member_id.as_str())
+);
 
 /// StreamsGroupHeartbeat `r`, as the member sends it.
 fn heartbeat_request(r: StreamsGroupHeartbeatRequest) -> Request {
@@ -121,13 +124,11 @@ fn heartbeat_request(r: StreamsGroupHeartbeatRequest) -> Request {
 }
 
 impl EpochProtocol for StreamsProtocol {
-    const API: Api = Api::STREAMS_GROUP_HEARTBEAT;
     const SESSION: session::Keys = session::STREAMS;
     /// The owned tasks the heartbeat listed, if it listed them.
     type Heartbeat = Option<StreamsTasks>;
     /// The active tasks being revoked.
     type Revoking = BTreeSet<TaskId>;
-    type Sent = Infallible;
     type Answer = StreamsGroupHeartbeatResponse;
 
     fn validate(&self, _config: &GroupConfig) -> Result<(), ConfigError> {
@@ -143,13 +144,6 @@ impl EpochProtocol for StreamsProtocol {
                 }
                 Some(r)
             }
-            _ => None,
-        }
-    }
-
-    fn error_code(response: &Response) -> Option<i16> {
-        match &response.body {
-            ResponseBody::StreamsGroupHeartbeat(r) => Some(r.error_code),
             _ => None,
         }
     }
@@ -299,10 +293,6 @@ impl EpochProtocol for StreamsProtocol {
 
     fn acts_on(m: &StreamsMember, timer: Timer) -> bool {
         timer != Timer::TaskGuard || m.in_group()
-    }
-
-    fn on_own(_m: &mut StreamsMember, sent: Infallible, _result: Reply) {
-        match sent {}
     }
 
     fn closed(m: &mut StreamsMember) {
@@ -492,37 +482,12 @@ impl StreamsMember {
     /// Moves the shell's events (state changes) into the member's queue, in order.
     fn flush(&mut self) {
         while let Some(e) = self.shell.events.pop_front() {
-            let e = match e {
-                Event::StateChanged {
-                    from,
-                    to,
-                    reason,
-                    member_id,
-                    generation,
-                } => StreamsEvent::StateChanged {
-                    from,
-                    to,
-                    reason,
-                    member_id,
-                    epoch: generation,
-                },
-                Event::InstanceHeld { instance_id, limit } => {
-                    StreamsEvent::InstanceHeld { instance_id, limit }
+            match StreamsEvent::from_shared(e) {
+                Ok(e) => self.proto.events.push_back(e),
+                Err(other) => {
+                    tracing::debug!(event = ?other, "streams member: no streams form of this event")
                 }
-                Event::Fatal(e) => StreamsEvent::Fatal(e),
-                Event::Closed => StreamsEvent::Closed,
-                Event::ConnectionTrouble { broker, error } => {
-                    StreamsEvent::ConnectionTrouble { broker, error }
-                }
-                Event::NotJoined { error } => StreamsEvent::NotJoined { error },
-                Event::Committed { id, result } => StreamsEvent::Committed { id, result },
-                Event::OffsetsFetched { id, result } => StreamsEvent::OffsetsFetched { id, result },
-                other => {
-                    tracing::debug!(event = ?other, "streams member: no streams form of this event");
-                    continue;
-                }
-            };
-            self.proto.events.push_back(e);
+            }
         }
     }
 

@@ -84,7 +84,7 @@ pub use topology::{
 use crate::error::GroupError;
 use crate::machine::TopicPartition;
 use crate::machine::events::{
-    CommitError, CommitId, CommittedOffset, FetchId, MemberState, Reason, RevokeTicket,
+    CommitError, CommitId, CommittedOffset, Event, FetchId, MemberState, Reason, RevokeTicket,
 };
 
 /// Why tasks were released without a ticket.
@@ -179,7 +179,7 @@ pub enum StreamsEvent {
         epoch: i32,
     },
     /// A commit ([`StreamsMember::commit`]) finished: the streams form of
-    /// [`Event::Committed`](crate::machine::events::Event::Committed).
+    /// [`Event::Committed`].
     Committed {
         /// Which commit.
         id: CommitId,
@@ -187,7 +187,7 @@ pub enum StreamsEvent {
         result: Result<(), CommitError>,
     },
     /// An offset fetch ([`StreamsMember::fetch_offsets`]) finished: the streams form of
-    /// [`Event::OffsetsFetched`](crate::machine::events::Event::OffsetsFetched).
+    /// [`Event::OffsetsFetched`].
     OffsetsFetched {
         /// Which fetch.
         id: FetchId,
@@ -197,7 +197,7 @@ pub enum StreamsEvent {
     /// A static member's join was answered UNRELEASED_INSTANCE_ID: another member id holds
     /// `instance_id` (a crashed earlier incarnation, until its session expires); the member
     /// keeps trying, and stops with [`GroupError::UnreleasedInstanceId`] once it stayed held for
-    /// `limit`. As [`Event::InstanceHeld`](crate::machine::events::Event::InstanceHeld).
+    /// `limit`. As [`Event::InstanceHeld`].
     InstanceHeld {
         /// The instance id held.
         instance_id: String,
@@ -209,7 +209,7 @@ pub enum StreamsEvent {
     /// The member closed (after its leave heartbeat, if one was due).
     Closed,
     /// Finding the coordinator fails in a way retrying will most likely not fix (see
-    /// [`Event::ConnectionTrouble`](crate::machine::events::Event::ConnectionTrouble)); the
+    /// [`Event::ConnectionTrouble`]); the
     /// member keeps retrying with backoff.
     ConnectionTrouble {
         /// The broker (`host:port (bootstrap)`, or `(bootstrap)`).
@@ -218,12 +218,57 @@ pub enum StreamsEvent {
         error: crate::error::TransportError,
     },
     /// The member has tried for `default.api.timeout.ms` to get into the group and is not in
-    /// yet (see [`Event::NotJoined`](crate::machine::events::Event::NotJoined)); it keeps trying.
+    /// yet (see [`Event::NotJoined`]); it keeps trying.
     NotJoined {
         /// What the member waited on, and why it is not in.
         error: GroupError,
     },
 }
+
+/// The events a streams member shares with the other members, in one list mapped both ways (the
+/// streams form names the generation `epoch`).
+macro_rules! shared_events {
+    ($($variant:ident { $($field:ident),* }),* $(,)?) => {
+        impl StreamsEvent {
+            /// The streams form of a member event; the event back when it has none.
+            pub(crate) fn from_shared(e: Event) -> Result<Self, Event> {
+                Ok(match e {
+                    Event::StateChanged { from, to, reason, member_id, generation } => {
+                        Self::StateChanged { from, to, reason, member_id, epoch: generation }
+                    }
+                    Event::Fatal(e) => Self::Fatal(e),
+                    Event::Closed => Self::Closed,
+                    $(Event::$variant { $($field),* } => Self::$variant { $($field),* },)*
+                    other => return Err(other),
+                })
+            }
+
+            /// The member event this is the streams form of; itself back when it is the
+            /// streams member's own (the simulation reads streams members so).
+            #[cfg(feature = "sim")]
+            #[allow(clippy::result_large_err, reason = "a move back to the caller, once per event")]
+            pub(crate) fn into_shared(self) -> Result<Event, Self> {
+                Ok(match self {
+                    Self::StateChanged { from, to, reason, member_id, epoch } => {
+                        Event::StateChanged { from, to, reason, member_id, generation: epoch }
+                    }
+                    Self::Fatal(e) => Event::Fatal(e),
+                    Self::Closed => Event::Closed,
+                    $(Self::$variant { $($field),* } => Event::$variant { $($field),* },)*
+                    other => return Err(other),
+                })
+            }
+        }
+    };
+}
+
+shared_events!(
+    InstanceHeld { instance_id, limit },
+    ConnectionTrouble { broker, error },
+    NotJoined { error },
+    Committed { id, result },
+    OffsetsFetched { id, result },
+);
 
 #[cfg(test)]
 mod tests;
