@@ -205,6 +205,18 @@ pub use config::{ClientConfig, GroupConfig, GroupProtocol, OffsetReset};
 #[cfg(feature = "tokio")]
 pub use driver::{GroupMember, MemberHandle, Snapshot};
 
+/// Share groups (KIP-932): the sans-IO share member, its share sessions and the consumer that
+/// runs both ([`machine::share`]) and, with feature `tokio`, the member on tokio
+/// ([`ShareGroupMember`](share::ShareGroupMember)).
+pub mod share {
+    #[cfg(feature = "tokio")]
+    pub use crate::driver::{ShareGroupMember, ShareMemberHandle, ShareSnapshot};
+    pub use crate::machine::share::session::{
+        AckError, Acknowledged, AcquiredRange, ShareFetchError, ShareMisuse, ShareRecords,
+    };
+    pub use crate::machine::share::*;
+}
+
 /// Streams groups (KIP-1071): the sans-IO member and its types ([`machine::streams`]) and, with
 /// feature `tokio`, the member on tokio ([`StreamsGroupMember`](streams::StreamsGroupMember)).
 ///

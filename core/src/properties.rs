@@ -58,6 +58,7 @@ use crate::config::{
     ClientConfig, GroupConfig, GroupProtocol, OffsetReset, SaslMechanism, Secret, SecurityProtocol,
 };
 use crate::error::ConfigError;
+use crate::machine::share::{AckMode, ShareFetchSettings};
 
 /// Every key [`from_properties`] understands.
 pub const KEYS: &[&str] = &[
@@ -168,6 +169,63 @@ pub fn offset_reset(props: &BTreeMap<String, String>) -> Result<OffsetReset, Con
     props
         .get("auto.offset.reset")
         .map_or(Ok(OffsetReset::default()), |value| value.parse())
+}
+
+/// The share consumer's settings (KIP-932) from the data-plane half of [`split_properties`]:
+/// `share.acknowledgement.mode` (`explicit`, the default, or `implicit`), `fetch.max.wait.ms`,
+/// `fetch.min.bytes`, `fetch.max.bytes`, `max.poll.records` (also the acquisition batch size,
+/// as the Java share consumer sends it), `retry.backoff.ms` and `retry.backoff.max.ms` taken
+/// from `group` (the membership half). Other keys are left to the caller; a bad value is an
+/// error naming its key.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use consumer_membership_core::config::GroupConfig;
+/// use consumer_membership_core::machine::share::AckMode;
+/// use consumer_membership_core::properties::share_settings;
+///
+/// let data_plane = BTreeMap::from([
+///     ("share.acknowledgement.mode".to_string(), "implicit".to_string()),
+///     ("max.poll.records".to_string(), "100".to_string()),
+/// ]);
+/// let (fetch, mode) = share_settings(&data_plane, &GroupConfig::new("jobs"))?;
+/// assert_eq!((fetch.max_records, fetch.batch_size, mode), (100, 100, AckMode::Implicit));
+/// # Ok::<(), consumer_membership_core::ConfigError>(())
+/// ```
+pub fn share_settings(
+    props: &BTreeMap<String, String>,
+    group: &GroupConfig,
+) -> Result<(ShareFetchSettings, AckMode), ConfigError> {
+    let p = Props(props);
+    let mode = match p.get("share.acknowledgement.mode") {
+        None | Some("explicit") => AckMode::Explicit,
+        Some("implicit") => AckMode::Implicit,
+        Some(other) => {
+            return Err(err(
+                "share.acknowledgement.mode",
+                format!("{other:?} is neither \"explicit\" nor \"implicit\""),
+            ));
+        }
+    };
+    let mut fetch = ShareFetchSettings {
+        retry_backoff: group.retry_backoff,
+        retry_backoff_max: group.retry_backoff_max,
+        ..ShareFetchSettings::default()
+    };
+    if let Some(wait) = p.ms("fetch.max.wait.ms")? {
+        fetch.max_wait = wait;
+    }
+    if let Some(n) = p.count("fetch.min.bytes", 1)? {
+        fetch.min_bytes = n;
+    }
+    if let Some(n) = p.count("fetch.max.bytes", 1)? {
+        fetch.max_bytes = n;
+    }
+    if let Some(n) = p.count("max.poll.records", 1)? {
+        fetch.max_records = n;
+        fetch.batch_size = n;
+    }
+    Ok((fetch, mode))
 }
 
 /// Builds the transport's and the member's configs from Kafka's property names (see the module
@@ -582,6 +640,20 @@ impl<'a> Props<'a> {
             _ => Err(err(
                 key,
                 format!("{n} ms is out of range: must be between 1 and {}", i32::MAX),
+            )),
+        }
+    }
+
+    /// A whole number in `min..=i32::MAX`.
+    fn count(&self, key: &'static str, min: i32) -> Result<Option<i32>, ConfigError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        match v.parse::<i32>() {
+            Ok(n) if n >= min => Ok(Some(n)),
+            _ => Err(err(
+                key,
+                format!("{v:?} is not a whole number between {min} and {}", i32::MAX),
             )),
         }
     }

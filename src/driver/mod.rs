@@ -27,9 +27,11 @@ use crate::request::{Broker, Outbound, RequestId, Response};
 use crate::transport::Transport;
 
 mod group;
+mod share;
 mod streams;
 
 pub use group::{GroupMember, MemberHandle, Snapshot};
+pub use share::{ShareGroupMember, ShareMemberHandle, ShareSnapshot};
 pub use streams::{StreamsGroupMember, StreamsMemberHandle, StreamsSnapshot};
 
 /// Commits and offset fetches whose callers wait for the outcome, by id: `commit()` and
@@ -546,6 +548,11 @@ impl<E> EventStream<E> {
         self.rx.recv().await
     }
 
+    /// An event already handed over, without waiting (no poll).
+    fn try_next(&mut self) -> Option<E> {
+        self.rx.try_recv().ok()
+    }
+
     /// The events of [`next`](Self::next) as a [`Stream`](futures_core::Stream)'s, with the
     /// same polling rule.
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<E>> {
@@ -590,6 +597,11 @@ impl<C> Commands<C> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(Call::Member(make(tx))).ok()?;
         rx.await.ok()
+    }
+
+    /// Sends `command` without waiting for an answer (lost once the member's task ended).
+    fn send(&self, command: C) {
+        let _ = self.tx.send(Call::Member(command));
     }
 
     /// The member's answer to a command, [`ApiMisuse::Stopped`] once its task ended.

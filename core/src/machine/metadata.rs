@@ -16,6 +16,8 @@ pub struct TopicMetadata {
     pub partitions: Vec<i32>,
     /// The topic's error code (0, or e.g. 3 UNKNOWN_TOPIC_OR_PARTITION, 5 LEADER_NOT_AVAILABLE).
     pub error_code: i16,
+    /// Each partition's leader (node id), for the partitions that have one.
+    pub leaders: BTreeMap<i32, i32>,
 }
 
 /// The parts of a Metadata answer membership needs.
@@ -73,10 +75,15 @@ impl ClusterMetadata {
                     "topic {name} has invalid partitions {partitions:?}"
                 )));
             }
+            let leaders = (t.partitions.iter())
+                .filter(|p| p.error_code == 0 && p.leader_id.0 >= 0)
+                .map(|p| (p.partition_index, p.leader_id.0))
+                .collect();
             let topic = TopicMetadata {
                 id: t.topic_id,
                 partitions,
                 error_code: t.error_code,
+                leaders,
             };
             if out.topics.insert(name.clone(), topic).is_some() {
                 return Err(invalid(format!("topic {name} appears twice")));

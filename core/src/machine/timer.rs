@@ -39,10 +39,12 @@ pub enum Timer {
     ///
     /// [`CommitError::TimedOut`]: crate::machine::events::CommitError::TimedOut
     Offsets,
+    /// A share session may send again after its backoff (a failed ShareFetch).
+    ShareFetch,
 }
 
 impl Timer {
-    const ALL: [Timer; 11] = [
+    const ALL: [Timer; 12] = [
         Timer::CoordinatorRetry,
         Timer::Heartbeat,
         Timer::Session,
@@ -54,6 +56,7 @@ impl Timer {
         Timer::Lease,
         Timer::NotJoined,
         Timer::Offsets,
+        Timer::ShareFetch,
     ];
 
     fn index(self) -> usize {

@@ -30,11 +30,15 @@
 //! - the leave is epoch -1, also for a close before the first answer (behind the join on the
 //!   same connection).
 
+mod consumer;
 mod member;
 pub mod session;
 
+pub use consumer::{ShareConsumer, ShareEvent};
 pub use member::{ShareMember, ShareProtocol};
 pub use session::{AckMode, AcknowledgeType, ShareFetchSettings, SharePartition, ShareSessions};
 
+#[cfg(test)]
+mod consumer_tests;
 #[cfg(test)]
 mod tests;

@@ -484,6 +484,11 @@ impl ShareSessions {
         &self.member_id
     }
 
+    /// What the fetches ask for.
+    pub fn settings(&self) -> &ShareFetchSettings {
+        &self.settings
+    }
+
     /// The acknowledgement mode.
     pub fn mode(&self) -> AckMode {
         self.mode
