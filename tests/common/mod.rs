@@ -437,6 +437,7 @@ pub async fn wait_balanced(
 pub mod java_peer;
 pub mod ownership;
 pub mod proxy;
+pub mod share_peer;
 pub mod streams_peer;
 
 /// The binary of example `name` next to the running test's (`cargo test` builds examples),
