@@ -82,6 +82,9 @@ struct Args {
     /// One JSON line per record and acknowledgement instead of the summary lines
     #[arg(long)]
     json: bool,
+    /// Count the records instead of printing them (the summary or stats line still comes)
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// `--ack`.
@@ -193,6 +196,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::pin!(stop);
     let (mut processed, mut acked, mut failed) = (0u64, 0u64, 0u64);
     let started = Instant::now();
+    // From the first record to the last: wall time and this process's CPU time.
+    let mut span: Option<((Instant, Duration), (Instant, Duration))> = None;
     loop {
         let event = tokio::select! {
             _ = &mut stop => break,
@@ -208,7 +213,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         (decoded.iter()).filter(|r| (range.first..=range.last).contains(&r.offset))
                     {
                         let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default());
-                        if args.json {
+                        if args.quiet {
+                            // Counted only.
+                        } else if args.json {
                             println!(
                                 "{}",
                                 serde_json::json!({
@@ -228,6 +235,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                         processed += 1;
                     }
+                    let at = (Instant::now(), cpu_time());
+                    span = Some(span.map_or((at, at), |(first, _)| (first, at)));
                     if mode == AckMode::Explicit {
                         member
                             .acknowledge(records.partition, range.first, range.last, kind)
@@ -290,11 +299,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    let (wall, cpu) = span.map_or((0.0, 0.0), |((t0, c0), (t1, c1))| {
+        ((t1 - t0).as_secs_f64(), c1.saturating_sub(c0).as_secs_f64())
+    });
     if args.json {
         println!(
             "{}",
             serde_json::json!({"event": "stats", "records": processed, "acked": acked,
-                "failed": failed, "seconds": seconds, "close": format!("{outcome:?}")})
+                "failed": failed, "seconds": seconds, "first_to_last_s": wall,
+                "cpu_first_to_last_s": cpu, "close": format!("{outcome:?}")})
         );
     } else {
         println!(
@@ -342,4 +355,24 @@ async fn set_earliest<T: Transport>(
         }
     }
     Ok(())
+}
+
+/// This process's CPU time (user + system) so far, from `/proc/self/stat` (zero where that
+/// cannot be read).
+fn cpu_time() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // The fields after the command name (which may hold spaces) end with ')'; utime and stime
+    // are fields 14 and 15, in clock ticks (100 per second on Linux).
+    let fields: Vec<&str> = (stat.rsplit_once(')').map_or("", |x| x.1))
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }

@@ -10,6 +10,7 @@
 //! - [`lease`]: the membership lease; measured against the Java client.
 //! - [`streams`]: streams groups (KIP-1071), the per-process task guard (KAFKA-21401), compared
 //!   with Kafka Streams.
+//! - [`share`]: share groups (KIP-932), the share sessions, beside Java's `KafkaShareConsumer`.
 //! - [`rskafka`]: pairing with rskafka for the records; measured against the crate's own fetch.
 //!
 //! Setup:
@@ -38,6 +39,9 @@ pub mod lease {}
 
 #[doc = include_str!("../doc/manual/streams.md")]
 pub mod streams {}
+
+#[doc = include_str!("../doc/manual/share.md")]
+pub mod share {}
 
 #[doc = include_str!("../doc/manual/rskafka.md")]
 pub mod rskafka {}

@@ -57,7 +57,7 @@ async fn example_consumer_consumes_commits_and_resumes() {
     let Some(bootstrap) = common::bootstrap() else {
         return;
     };
-    let exe = build_example("consumer");
+    let exe = common::build_example("consumer");
     for protocol in ["classic", "consumer"] {
         let topic = common::unique("example");
         let (t, _) = transport(&bootstrap);
@@ -496,81 +496,12 @@ fn record_batches_decode_and_bad_ones_are_typed_errors() {
 
 // ---------------------------------------------------------------------------- the example
 
-/// Variables Cargo sets for the crates it builds and runs (besides `CARGO_PKG_*` and
-/// `CARGO_BIN_EXE_*`).
-const CARGO_SET: &[&str] = &[
-    "CARGO_MANIFEST_DIR",
-    "CARGO_MANIFEST_PATH",
-    "CARGO_MANIFEST_LINKS",
-    "CARGO_CRATE_NAME",
-    "CARGO_BIN_NAME",
-    "CARGO_PRIMARY_PACKAGE",
-    "CARGO_TARGET_TMPDIR",
-    "CARGO_RUSTC_CURRENT_DIR",
-    "CARGO_SBOM_PATH",
-    "OUT_DIR",
-];
-
-/// Builds the example once per test binary; its path from Cargo's artifact messages.
+/// Builds the example once per test binary.
 fn example_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY
-        .get_or_init(|| build_example("verifiable_consumer"))
+        .get_or_init(|| common::build_example("verifiable_consumer"))
         .clone()
-}
-
-/// Builds `examples/<name>.rs` with cargo and returns its executable.
-fn build_example(name: &str) -> PathBuf {
-    {
-        {
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-            let mut cmd = Command::new(env!("CARGO"));
-            // Not the variables Cargo set for this test: build scripts that watch one (ring
-            // watches CARGO_MANIFEST_DIR) would be rerun, and the next `cargo test` would
-            // rebuild everything after them again.
-            for (key, _) in std::env::vars_os() {
-                let key = key.to_string_lossy();
-                if CARGO_SET.iter().any(|k| key == *k)
-                    || ["CARGO_PKG_", "CARGO_BIN_EXE_"]
-                        .iter()
-                        .any(|p| key.starts_with(p))
-                {
-                    cmd.env_remove(&*key);
-                }
-            }
-            cmd.args(["build", "--example", name])
-                .args(["--message-format", "json-render-diagnostics"])
-                .arg("--manifest-path")
-                .arg(&manifest);
-            // Same profile as this test binary (target/<profile>/deps/<test>).
-            let exe = std::env::current_exe().expect("current exe");
-            if exe
-                .parent()
-                .and_then(Path::parent)
-                .and_then(Path::file_name)
-                .is_some_and(|p| p == "release")
-            {
-                cmd.arg("--release");
-            }
-            let out = cmd
-                .stderr(Stdio::inherit())
-                .output()
-                .expect("run cargo build --example");
-            assert!(out.status.success(), "cargo build --example {name} failed");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            stdout
-                .lines()
-                .filter_map(parse)
-                .filter(|m| m.str("reason") == Some("compiler-artifact"))
-                .filter(|m| {
-                    m.get("target")
-                        .and_then(|t| t.str("name"))
-                        .is_some_and(|n| n == name)
-                })
-                .find_map(|m| m.str("executable").map(PathBuf::from))
-                .expect("cargo reported the example's executable")
-        }
-    }
 }
 
 /// One line of the example's stdout.

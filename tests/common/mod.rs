@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -527,4 +527,66 @@ pub async fn set_group_configs(bootstrap: &str, group: &str, configs: &[(&str, &
             res.error_message
         );
     }
+}
+
+/// Variables Cargo sets for the crates it builds and runs (besides `CARGO_PKG_*` and
+/// `CARGO_BIN_EXE_*`).
+const CARGO_SET: &[&str] = &[
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_MANIFEST_LINKS",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "CARGO_SBOM_PATH",
+    "OUT_DIR",
+];
+
+/// Builds `examples/<name>.rs` with cargo and returns its executable.
+pub fn build_example(name: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let mut cmd = Command::new(env!("CARGO"));
+    // Not the variables Cargo set for this test: build scripts that watch one (ring
+    // watches CARGO_MANIFEST_DIR) would be rerun, and the next `cargo test` would
+    // rebuild everything after them again.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if CARGO_SET.iter().any(|k| key == *k)
+            || ["CARGO_PKG_", "CARGO_BIN_EXE_"]
+                .iter()
+                .any(|p| key.starts_with(p))
+        {
+            cmd.env_remove(&*key);
+        }
+    }
+    cmd.args(["build", "--example", name])
+        .args(["--message-format", "json-render-diagnostics"])
+        .arg("--manifest-path")
+        .arg(&manifest);
+    // Same profile as this test binary (target/<profile>/deps/<test>).
+    let exe = std::env::current_exe().expect("current exe");
+    if exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .is_some_and(|p| p == "release")
+    {
+        cmd.arg("--release");
+    }
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run cargo build --example");
+    assert!(out.status.success(), "cargo build --example {name} failed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = |m: &serde_json::Value, key: &str| m.get(key)?.as_str().map(str::to_owned);
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| text(m, "reason").as_deref() == Some("compiler-artifact"))
+        .filter(|m| (m.get("target")).and_then(|t| text(t, "name")).as_deref() == Some(name))
+        .find_map(|m| text(&m, "executable").map(PathBuf::from))
+        .expect("cargo reported the example's executable")
 }
