@@ -88,16 +88,6 @@ impl From<Protocol> for GroupProtocol {
     }
 }
 
-fn local_bootstrap() -> Option<String> {
-    if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP") {
-        return Some(b);
-    }
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/kafka-it/bootstrap");
-    std::fs::read_to_string(file)
-        .ok()
-        .map(|s| s.trim().to_owned())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
@@ -115,7 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         quiet,
         member_id_file,
     } = Args::parse();
-    let Some(bootstrap) = bootstrap.or_else(local_bootstrap) else {
+    let Some(bootstrap) = bootstrap.or_else(fetch::local_bootstrap) else {
         eprintln!(
             "no broker: pass --bootstrap, set KAFKA_BOOTSTRAP, or run through tests/kafka/with-broker.sh"
         );

@@ -35,7 +35,7 @@ use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::events::{CloseOptions, Event};
 use consumer_membership::request::{Request, Target};
 use consumer_membership::share::{
-    AckMode, AcknowledgeType, ShareEvent, ShareFetchSettings, ShareGroupMember,
+    AckMode, AcknowledgeType, Acknowledged, ShareEvent, ShareFetchSettings, ShareGroupMember,
 };
 use consumer_membership::transport::{TcpTransport, Transport};
 use consumer_membership::{ClientConfig, MemberId};
@@ -112,16 +112,6 @@ impl Ack {
     }
 }
 
-fn local_bootstrap() -> Option<String> {
-    if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP") {
-        return Some(b);
-    }
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/kafka-it/bootstrap");
-    std::fs::read_to_string(file)
-        .ok()
-        .map(|s| s.trim().to_owned())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
@@ -129,7 +119,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let Some(bootstrap) = args.bootstrap.clone().or_else(local_bootstrap) else {
+    let Some(bootstrap) = args.bootstrap.clone().or_else(fetch::local_bootstrap) else {
         eprintln!(
             "no broker: pass --bootstrap, set KAFKA_BOOTSTRAP, or run through tests/kafka/with-broker.sh"
         );
@@ -194,7 +184,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     tokio::pin!(stop);
-    let (mut processed, mut acked, mut failed) = (0u64, 0u64, 0u64);
+    let (mut processed, mut acks) = (0u64, Acks::default());
     let started = Instant::now();
     // From the first record to the last: wall time and this process's CPU time.
     let mut span: Option<((Instant, Duration), (Instant, Duration))> = None;
@@ -244,28 +234,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                 }
             }
-            Some(ShareEvent::Acknowledged(a)) => {
-                match &a.result {
-                    Ok(()) => acked += 1,
-                    Err(_) => failed += 1,
-                }
-                if args.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({
-                            "event": "acked",
-                            "partition": a.partition.partition,
-                            "first": a.first,
-                            "last": a.last,
-                            "kind": format!("{:?}", a.kind),
-                            "ok": a.result.is_ok(),
-                            "error": a.result.as_ref().err().map(|e| e.to_string()),
-                        })
-                    );
-                } else if let Err(e) = &a.result {
-                    println!("acknowledgement of {}..={} failed: {e}", a.first, a.last);
-                }
-            }
+            Some(ShareEvent::Acknowledged(a)) => acks.report(&a, args.json),
             Some(ShareEvent::Member(Event::Assigned { owned, .. })) if !args.json => {
                 println!("assigned {} partition(s)", owned.len());
             }
@@ -282,20 +251,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The close's events (the last acknowledgements, Closed) still arrive: drain them.
     while let Some(event) = member.next_event().await {
         if let ShareEvent::Acknowledged(a) = event {
-            match &a.result {
-                Ok(()) => acked += 1,
-                Err(_) => failed += 1,
-            }
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "event": "acked", "partition": a.partition.partition,
-                        "first": a.first, "last": a.last, "kind": format!("{:?}", a.kind),
-                        "ok": a.result.is_ok(),
-                    })
-                );
-            }
+            acks.report(&a, args.json);
         }
     }
     let seconds = started.elapsed().as_secs_f64();
@@ -305,17 +261,51 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"event": "stats", "records": processed, "acked": acked,
-                "failed": failed, "seconds": seconds, "first_to_last_s": wall,
+            serde_json::json!({"event": "stats", "records": processed, "acked": acks.applied,
+                "failed": acks.failed, "seconds": seconds, "first_to_last_s": wall,
                 "cpu_first_to_last_s": cpu, "close": format!("{outcome:?}")})
         );
     } else {
         println!(
-            "processed {processed} records in {seconds:.1} s; {acked} acknowledgements applied, \
-             {failed} failed; closed: {outcome:?}"
+            "processed {processed} records in {seconds:.1} s; {} acknowledgements applied, \
+             {} failed; closed: {outcome:?}",
+            acks.applied, acks.failed
         );
     }
     Ok(())
+}
+
+/// Acknowledgements answered: applied, failed.
+#[derive(Debug, Default)]
+struct Acks {
+    applied: u64,
+    failed: u64,
+}
+
+impl Acks {
+    /// Counts `a` and prints it (a JSON line with `json`, else only a failure).
+    fn report(&mut self, a: &Acknowledged, json: bool) {
+        match &a.result {
+            Ok(()) => self.applied += 1,
+            Err(_) => self.failed += 1,
+        }
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "event": "acked",
+                    "partition": a.partition.partition,
+                    "first": a.first,
+                    "last": a.last,
+                    "kind": format!("{:?}", a.kind),
+                    "ok": a.result.is_ok(),
+                    "error": a.result.as_ref().err().map(|e| e.to_string()),
+                })
+            );
+        } else if let Err(e) = &a.result {
+            println!("acknowledgement of {}..={} failed: {e}", a.first, a.last);
+        }
+    }
 }
 
 /// Sets the share group's `share.auto.offset.reset` to `earliest` (IncrementalAlterConfigs on

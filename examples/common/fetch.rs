@@ -767,3 +767,15 @@ pub async fn produce<T: Transport>(
 fn topic_name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_owned()))
 }
+
+/// The broker of an example: `KAFKA_BOOTSTRAP`, else the one tests/kafka/broker.sh started
+/// (target/kafka-it/bootstrap).
+pub fn local_bootstrap() -> Option<String> {
+    if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP") {
+        return Some(b);
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/kafka-it/bootstrap");
+    std::fs::read_to_string(file)
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
