@@ -1231,7 +1231,10 @@ impl<P: EpochProtocol> EpochMember<P> {
         let at = after(self.shell.now, self.interval);
         self.shell.timers.set(Timer::Heartbeat, at);
         // ...but one with a negative epoch is otherwise ignored (it only completes leaves).
+        // Whatever the heartbeat carried is then not recorded as the coordinator's view: the
+        // next heartbeat is full, so a changed subscription it carried is sent again.
         if a.member_epoch() < 0 {
+            self.proto.forget_sent(false);
             return;
         }
         if let Some(id) = a.member_id()
