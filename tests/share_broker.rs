@@ -23,10 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::unique;
 use consumer_membership::config::GroupConfig;
-use consumer_membership::kafka_protocol::messages::{
-    GroupId, RequestKind, ResponseKind, ShareGroupDescribeRequest,
-};
-use consumer_membership::kafka_protocol::protocol::StrBytes;
+use consumer_membership::kafka_protocol::messages::{RequestKind, ResponseKind};
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::events::{CloseOptions, Event, MemberState};
 use consumer_membership::machine::share::ShareMember;
@@ -112,29 +109,6 @@ async fn drive(
     }
 }
 
-/// The member ids ShareGroupDescribe lists for `group`, and each one's assigned partitions.
-async fn described(bootstrap: &str, group: &str) -> Vec<(String, BTreeSet<i32>)> {
-    let body = RequestKind::ShareGroupDescribe(
-        ShareGroupDescribeRequest::default()
-            .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
-    );
-    let ResponseKind::ShareGroupDescribe(r) = common::ask(bootstrap, body, 1..=1).await else {
-        panic!("not a ShareGroupDescribe answer")
-    };
-    let g = &r.groups[0];
-    assert_eq!(g.error_code, 0, "{:?}", g.error_message);
-    let mut members: Vec<(String, BTreeSet<i32>)> = (g.members.iter())
-        .map(|m| {
-            let partitions = (m.assignment.topic_partitions.iter())
-                .flat_map(|t| t.partitions.iter().copied())
-                .collect();
-            (m.member_id.to_string(), partitions)
-        })
-        .collect();
-    members.sort();
-    members
-}
-
 fn partitions_of(m: &Ours) -> BTreeSet<i32> {
     m.member
         .assignment()
@@ -184,7 +158,7 @@ async fn two_share_members_split_a_topic_and_a_close_leaves_at_once() {
         })
         .collect();
     assert!(split, "not split within 60 s: {states:?}");
-    let described_now = described(&bootstrap, &group).await;
+    let described_now = common::share_group_members(&bootstrap, &group).await;
     let mut want: Vec<String> = ids.clone();
     want.sort();
     assert_eq!(
@@ -216,7 +190,7 @@ async fn two_share_members_split_a_topic_and_a_close_leaves_at_once() {
     })
     .await;
     assert!(closed, "{:?}", members[0].member.state());
-    let after_close = described(&bootstrap, &group).await;
+    let after_close = common::share_group_members(&bootstrap, &group).await;
     assert_eq!(
         after_close
             .iter()

@@ -40,9 +40,9 @@ fn broker() -> Option<String> {
     Some(bootstrap)
 }
 
-/// Creates `topic` with `partitions` partitions, produces `per_partition` records
-/// `v-{p}-{i}` (in batches of 1,000) to each, and sets `share.auto.offset.reset=earliest` on
-/// `group` (a share group starts at the latest offset otherwise). Returns the values.
+/// Creates `topic` with `partitions` partitions, sets `share.auto.offset.reset=earliest` on
+/// `group` (a share group starts at the latest offset otherwise), and produces
+/// `per_partition` records to each partition ([`produce_values`]). Returns the values.
 async fn prepare(
     bootstrap: &str,
     topic: &str,
@@ -50,24 +50,44 @@ async fn prepare(
     partitions: i32,
     per_partition: usize,
 ) -> BTreeSet<String> {
-    let (t, config) = common::transport(bootstrap);
+    create(bootstrap, topic, group, partitions).await;
+    produce_values(bootstrap, topic, partitions, per_partition).await
+}
+
+/// Creates `topic` and sets `share.auto.offset.reset=earliest` on `group`.
+async fn create(bootstrap: &str, topic: &str, group: &str, partitions: i32) {
+    let (t, _) = common::transport(bootstrap);
     common::create_topic(&*t, topic, partitions).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    common::set_group_configs(bootstrap, group, &[("share.auto.offset.reset", "earliest")]).await;
+}
+
+/// Produces `per_partition` records `v-{p}-{i}` to each partition of `topic`, in batches of
+/// 1,000 taking the partitions in turn (every partition fills at the same pace). Returns the
+/// values.
+async fn produce_values(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    per_partition: usize,
+) -> BTreeSet<String> {
+    let (t, config) = common::transport(bootstrap);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut values = BTreeSet::new();
-    for p in 0..partitions {
-        let tp = TopicPartition::new(topic, p);
-        let all: Vec<String> = (0..per_partition).map(|i| format!("v-{p}-{i}")).collect();
-        for chunk in all.chunks(1000) {
+    for first in (0..per_partition).step_by(1000) {
+        for p in 0..partitions {
+            let tp = TopicPartition::new(topic, p);
+            let chunk: Vec<String> = (first..per_partition.min(first + 1000))
+                .map(|i| format!("v-{p}-{i}"))
+                .collect();
             let records: Vec<(Option<Bytes>, Option<Bytes>)> = (chunk.iter())
                 .map(|v| (None, Some(Bytes::from(v.clone()))))
                 .collect();
             fetch::produce_settling(&*t, &tp, &records, config.request_timeout, deadline)
                 .await
                 .unwrap_or_else(|e| panic!("produce to {tp}: {e}"));
+            values.extend(chunk);
         }
-        values.extend(all);
     }
-    common::set_group_configs(bootstrap, group, &[("share.auto.offset.reset", "earliest")]).await;
     values
 }
 
@@ -389,8 +409,7 @@ async fn ours_and_java_accept_100000_records_exactly_once_across_a_kill_9() {
     let Some(bootstrap) = broker() else { return };
     let topic = unique("share-mixed");
     let group = unique("share-mixed-group");
-    let expected = prepare(&bootstrap, &topic, &group, 4, 25_000).await;
-    let total = expected.len();
+    create(&bootstrap, &topic, &group, 4).await;
 
     let java: Vec<SharePeer> = (0..2)
         .map(|_| SharePeer::builder(&bootstrap, &topic, &group).spawn())
@@ -399,6 +418,27 @@ async fn ours_and_java_accept_100000_records_exactly_once_across_a_kill_9() {
         Ours::spawn("ours-0", &bootstrap, &topic, &group, &[]),
         Ours::spawn("ours-1", &bootstrap, &topic, &group, &[]),
     ];
+    // Every member in the group with a partition before the records come: a member that
+    // joins later finds them taken (Java's consumer reads 100,000 in about a second).
+    let until = Instant::now() + Duration::from_secs(120);
+    let mut members = Vec::new();
+    while Instant::now() < until {
+        members = common::share_group_members(&bootstrap, &group).await;
+        if members.len() == 4 && members.iter().all(|(_, p)| !p.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        Instant::now() < until,
+        "4 members assigned within 120 s: {members:?}"
+    );
+    // Records come while the members consume: the kill falls mid-stream.
+    let producing = tokio::spawn({
+        let (bootstrap, topic) = (bootstrap.clone(), topic.clone());
+        async move { produce_values(&bootstrap, &topic, 4, 25_000).await }
+    });
+    let total = 100_000;
     let processed = |ours: &[Ours], java: &[SharePeer]| {
         ours.iter().map(|o| o.of("record").len()).sum::<usize>()
             + java.iter().map(|j| j.records().len()).sum::<usize>()
@@ -426,6 +466,8 @@ async fn ours_and_java_accept_100000_records_exactly_once_across_a_kill_9() {
     ours[0].kill9();
     let killed_at = processed(&ours, &java);
     ours.push(Ours::spawn("ours-2", &bootstrap, &topic, &group, &[]));
+    let expected = producing.await.expect("the producer");
+    assert_eq!(expected.len(), total);
 
     // Until every value is confirmed accepted, or nothing moved for 90 s: what the killed
     // process held comes back after its acquisition lock (30 s), but its partitions may be
@@ -458,7 +500,9 @@ async fn ours_and_java_accept_100000_records_exactly_once_across_a_kill_9() {
     let java_commits: Vec<_> = java.iter().flat_map(|j| j.commits()).collect();
     let mut java_closed = Vec::new();
     let mut java_values = Vec::new();
+    let mut java_deliveries = Vec::new();
     for j in java {
+        java_deliveries.extend(j.records().iter().map(|r| i64::from(r.delivery_count)));
         java_values.push(j.values_accepted());
         java_closed.push(j.close_async().await);
     }
@@ -508,6 +552,18 @@ async fn ours_and_java_accept_100000_records_exactly_once_across_a_kill_9() {
          {redelivered} redeliveries to ours; closes ours {closed:?} java {java_closed:?}",
         in_doubt.len()
     );
+    // The broker's own account: nothing of the topic is left unacknowledged in the group (the
+    // lag counts the records not in a terminal state), and with ACCEPT only and no record near
+    // the delivery limit (5), terminal means accepted.
+    let offsets = common::share_peer::share_group_offsets(&bootstrap, &group, &topic).await;
+    let max_delivery = (ours.iter().flat_map(|o| o.records()))
+        .map(|r| r.3)
+        .chain(java_deliveries)
+        .max();
+    eprintln!("share group offsets {offsets:?}; highest delivery count {max_delivery:?}");
+    assert_eq!(offsets.len(), 4, "{offsets:?}");
+    assert!(offsets.values().all(|o| o.lag == Some(0)), "{offsets:?}");
+    assert!(max_delivery < Some(5), "{max_delivery:?}");
     assert!(
         twice.is_empty(),
         "accepted twice: {:?}",

@@ -590,3 +590,30 @@ pub fn build_example(name: &str) -> PathBuf {
         .find_map(|m| text(&m, "executable").map(PathBuf::from))
         .expect("cargo reported the example's executable")
 }
+
+/// The member ids ShareGroupDescribe lists for `group`, and each one's assigned partitions.
+pub async fn share_group_members(
+    bootstrap: &str,
+    group: &str,
+) -> Vec<(String, std::collections::BTreeSet<i32>)> {
+    use kafka_protocol::messages::{GroupId, ShareGroupDescribeRequest};
+    let body = RequestKind::ShareGroupDescribe(
+        ShareGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
+    );
+    let ResponseKind::ShareGroupDescribe(r) = ask(bootstrap, body, 1..=1).await else {
+        panic!("not a ShareGroupDescribe answer")
+    };
+    let g = &r.groups[0];
+    assert_eq!(g.error_code, 0, "{:?}", g.error_message);
+    let mut members: Vec<(String, std::collections::BTreeSet<i32>)> = (g.members.iter())
+        .map(|m| {
+            let partitions = (m.assignment.topic_partitions.iter())
+                .flat_map(|t| t.partitions.iter().copied())
+                .collect();
+            (m.member_id.to_string(), partitions)
+        })
+        .collect();
+    members.sort();
+    members
+}

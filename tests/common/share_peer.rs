@@ -19,7 +19,20 @@
 //! Closing the peer's stdin makes it `close()` (sending pending acknowledgements, leaving the
 //! group) and exit ([`SharePeer::close_async`]); dropping it kills the JVM. Its stderr (WARN
 //! and up, consumer internals at INFO) goes to `target/share-peer/<name>.stderr.log`.
+//!
+//! [`share_group_start_offsets`] (and [`share_group_offsets`], with the lag) runs the same
+//! JVM in `--offsets` mode: the Java Admin client's `listShareGroupOffsets` reports the share
+//! group's start offset of each partition, the first offset not yet in a terminal state
+//! (acknowledged ACCEPT or REJECT, or archived), as last persisted by the share coordinator,
+//! and the lag. On Kafka 4.4 the persisted start offset is one state write behind: a write
+//! (an acknowledgement, `commitSync()` returns after it) persists the start offset from
+//! before that acknowledgement moved it, so after the last acknowledgement of a partition
+//! it stays where it was (e.g. 0 after 100 records were all accepted) until the next write
+//! (measured: it read 100 only once a 101st record was accepted; not on a timer, not on an
+//! idle fetch, not after 35 s). The lag is exact: 0 once every record up to the log end is
+//! in a terminal state. To check "everything acknowledged", check `lag == Some(0)`.
 
+use std::collections::BTreeMap;
 use std::collections::hash_map::DefaultHasher;
 use std::fs::File;
 use std::hash::{Hash, Hasher};
@@ -482,6 +495,143 @@ impl Drop for SharePeer {
             self.reap(child);
         }
     }
+}
+
+// ---------------------------------------------------------------------------- offsets
+
+/// How long [`share_group_offsets`] lets the JVM run (SharePeer waits 40 s per Admin call).
+const OFFSETS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The state of one share partition, as the Java Admin client's `listShareGroupOffsets`
+/// reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShareOffset {
+    /// `SharePartitionOffsetInfo.startOffset()`: the persisted start offset, the first offset
+    /// not yet in a terminal state (acknowledged ACCEPT or REJECT, or archived), counting
+    /// every acknowledgement but the latest write's: it does not reach the log end offset
+    /// with the last acknowledgement (see the module doc). -1 if the group has no state for the partition
+    /// (measured: before any member fetched it, and for an empty partition a member was
+    /// assigned).
+    pub start: i64,
+    /// `SharePartitionOffsetInfo.lag()`: records up to the log end not yet in a terminal
+    /// state, as the broker computes it (current: 0 right after the last acknowledgement's
+    /// `commitSync()`). None when the start offset is -1.
+    pub lag: Option<i64>,
+}
+
+/// The persisted start offset of every partition of `topic` in share group `group` (-1 for a
+/// partition the group has no state for): [`share_group_offsets`] without the lag. On Kafka
+/// 4.4 it trails the acknowledgements by one write ([`ShareOffset::start`]): it does not equal
+/// the log end offset right after every record was acknowledged; use the lag for that.
+pub async fn share_group_start_offsets(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+) -> BTreeMap<i32, i64> {
+    (share_group_offsets(bootstrap, group, topic)
+        .await
+        .into_iter())
+    .map(|(p, o)| (p, o.start))
+    .collect()
+}
+
+/// The start offset and lag of every partition of `topic` in share group `group`, read from
+/// the broker by `SharePeer --offsets` (a JVM with the peer's command and classpath; Admin
+/// `describeTopics` for the partitions, `listShareGroupOffsets` for the offsets). Waits for
+/// it with tokio sleeps; panics (with the tail of its stderr) if it fails, prints no
+/// `offsets` line, or runs over 60 s (then it is killed).
+pub async fn share_group_offsets(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+) -> BTreeMap<i32, ShareOffset> {
+    let env = share_env();
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let name: String = format!("offsets-{group}-o{seq}-{}", std::process::id())
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .collect();
+    let stderr_path = env.dir.join(format!("{name}.stderr.log"));
+    let stderr = File::create(&stderr_path)
+        .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
+    let mut cmd = Command::new(env.setpriv.as_deref().unwrap_or(&env.java));
+    if env.setpriv.is_some() {
+        cmd.args(["--pdeathsig", "KILL", "--"]).arg(&env.java);
+    }
+    let mut child = cmd
+        .args(&env.jvm)
+        .args(["--offsets", "--bootstrap-server", bootstrap])
+        .args(["--group", group, "--topic", topic])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {} ({CLASS} --offsets): {e}", env.java.display()));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    let deadline = Instant::now() + OFFSETS_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => tokio::time::sleep(POLL_EVERY).await,
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let out = reader.join().unwrap_or_default();
+    let parsed = (out.lines())
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|v| v.get("event").and_then(Value::as_str) == Some("offsets"))
+        .and_then(|v| parse_offsets(&v));
+    match (status, parsed) {
+        (Some(status), Some(offsets)) if status.success() => offsets,
+        (status, _) => {
+            let what = match status {
+                None => format!("still running after {OFFSETS_TIMEOUT:?} (killed)"),
+                Some(s) => format!("exited with {s}"),
+            };
+            let log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail: String = (lines[lines.len().saturating_sub(30)..].iter())
+                .map(|l| format!("    | {}\n", l.chars().take(400).collect::<String>()))
+                .collect();
+            panic!(
+                "{CLASS} --offsets (group {group}, topic {topic}) {what}; stdout {out:?}; \
+                 stderr {}:\n{tail}",
+                stderr_path.display()
+            )
+        }
+    }
+}
+
+/// The partitions of an `offsets` line: `"partitions"` (start offsets) and `"lags"` (-1:
+/// none), keyed by the partition number as a string.
+fn parse_offsets(v: &Value) -> Option<BTreeMap<i32, ShareOffset>> {
+    let lags = v.get("lags").and_then(Value::as_object);
+    (v.get("partitions")?.as_object()?.iter())
+        .map(|(p, start)| {
+            let lag = lags
+                .and_then(|l| l.get(p))
+                .and_then(Value::as_i64)
+                .filter(|&l| l >= 0);
+            let offset = ShareOffset {
+                start: start.as_i64()?,
+                lag,
+            };
+            Some((p.parse().ok()?, offset))
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------- stdout

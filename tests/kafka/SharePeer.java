@@ -5,6 +5,7 @@
 //   java -cp "<classes>:<peer.sh libs dir>/*" SharePeer --bootstrap-server B --group G --topic T
 //       [--ack accept|release|reject|release-first] [--max-records N] [--explicit|--implicit]
 //       [--bench N] [--property KEY=VALUE]...
+//   java -cp ... SharePeer --offsets --bootstrap-server B --group G --topic T [--property K=V]...
 //
 // A KafkaShareConsumer with group.id G subscribed to T. --property sets a consumer property;
 // the flags above override it for the keys they set (bootstrap.servers, group.id,
@@ -21,6 +22,16 @@
 //   it is printed too (implicit acknowledgement cannot release), then close as below.
 // --bench N: implicit mode, nothing printed per record; after N records (the whole batch in
 //   which the N-th arrives) print the "bench" line and close as below.
+// --offsets: no consumer. An Admin client (--property sets its properties) reads the share
+//   group's start offsets, Admin.listShareGroupOffsets(Map.of(G, new ListShareGroupOffsetsSpec()))
+//   .partitionsToOffsetInfo(G), for every partition of T (describeTopics), prints the "offsets"
+//   line below and exits 0 (1 on an error, with the exception on stderr). The start offset of
+//   a share partition is the first offset not yet in a terminal state (acknowledged ACCEPT or
+//   REJECT, or archived) as the share coordinator last persisted it: on Kafka 4.4 one write
+//   behind (a write persists the start offset from before the acknowledgement it carries), so
+//   it does not reach the log end with the last acknowledgement. -1 for a partition the group
+//   has no state for. The lag (computed by the broker: records up to the end of the log not
+//   yet in a terminal state) is exact, 0 once all are; -1 when the broker gave none.
 //
 // stdout: one JSON object per line:
 //   {"event":"started"}                                  after subscribe()
@@ -42,10 +53,13 @@
 //   {"event":"error","message":".."}                     an exception from poll / commitSync
 //                                                        (the peer goes on polling)
 //   {"event":"closed"}                                   after close(), then exit 0
+//   {"event":"offsets","partitions":{"0":S,..},"lags":{"0":L,..}}
+//                                                        --offsets: start offset S and lag L
+//                                                        of every partition of T (-1: none)
 // When stdin closes (EOF: the test closed it, or died), the consumer is woken up, close()d
 // (which sends pending acknowledgements and leaves the group), and the peer exits 0.
 //
-// Exit status: 0 closed, 2 bad usage.
+// Exit status: 0 closed (--offsets: printed), 1 --offsets failed, 2 bad usage.
 
 import java.io.IOException;
 import java.io.OutputStream;
@@ -58,8 +72,14 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
+import java.util.TreeMap;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
+import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -67,6 +87,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -80,7 +101,7 @@ public class SharePeer {
     public static void main(String[] args) throws Exception {
         String bootstrap = null, group = null, topic = null;
         Ack ack = Ack.ACCEPT;
-        boolean ackGiven = false, explicit = true;
+        boolean ackGiven = false, explicit = true, offsets = false;
         long maxRecords = -1, bench = -1;
         Properties props = new Properties();
         for (int i = 0; i < args.length; i++) {
@@ -88,6 +109,7 @@ public class SharePeer {
             switch (a) {
                 case "--explicit" -> explicit = true;
                 case "--implicit" -> explicit = false;
+                case "--offsets" -> offsets = true;
                 case "--bootstrap-server" -> bootstrap = value(args, ++i, a);
                 case "--group" -> group = value(args, ++i, a);
                 case "--topic" -> topic = value(args, ++i, a);
@@ -113,6 +135,10 @@ public class SharePeer {
         }
         if (bootstrap == null || group == null || topic == null) {
             usage("--bootstrap-server, --group and --topic are required");
+        }
+        if (offsets) {
+            offsets(bootstrap, group, topic, props);
+            return;
         }
         if (bench >= 0) explicit = false;
         if (!explicit && ackGiven && ack != Ack.ACCEPT) {
@@ -219,6 +245,45 @@ public class SharePeer {
         }
         emit("{\"event\":\"closed\"}");
         System.exit(0);
+    }
+
+    /// --offsets: prints the start offset and lag of every partition of `topic` in share group
+    /// `group`, then exits 0; exits 1 with the exception on stderr if the Admin calls fail.
+    static void offsets(String bootstrap, String group, String topic, Properties props) {
+        Properties config = new Properties();
+        config.putAll(props);
+        config.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        Map<Integer, Long> starts = new TreeMap<>(), lags = new TreeMap<>();
+        try (Admin admin = Admin.create(config)) {
+            int partitions = admin.describeTopics(List.of(topic)).allTopicNames()
+                .get(40, TimeUnit.SECONDS).get(topic).partitions().size();
+            for (int p = 0; p < partitions; p++) {
+                starts.put(p, -1L);
+                lags.put(p, -1L);
+            }
+            Map<TopicPartition, SharePartitionOffsetInfo> info = admin
+                .listShareGroupOffsets(Map.of(group, new ListShareGroupOffsetsSpec()))
+                .partitionsToOffsetInfo(group)
+                .get(40, TimeUnit.SECONDS);
+            for (var e : info.entrySet()) {
+                if (!e.getKey().topic().equals(topic)) continue;
+                SharePartitionOffsetInfo o = e.getValue();
+                starts.put(e.getKey().partition(), o == null ? -1L : o.startOffset());
+                lags.put(e.getKey().partition(), o == null ? -1L : o.lag().orElse(-1L));
+            }
+        } catch (Exception e) {
+            e.printStackTrace();
+            System.err.flush();
+            System.exit(1);
+        }
+        emit("{\"event\":\"offsets\",\"partitions\":" + jsonMap(starts) + ",\"lags\":" + jsonMap(lags) + "}");
+        System.exit(0);
+    }
+
+    static String jsonMap(Map<Integer, Long> m) {
+        List<String> entries = new ArrayList<>();
+        for (var e : m.entrySet()) entries.add("\"" + e.getKey() + "\":" + e.getValue());
+        return "{" + String.join(",", entries) + "}";
     }
 
     /// commitSync() the acknowledgements of one batch (`acked`: count per "topic:partition");
