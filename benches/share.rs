@@ -19,10 +19,8 @@
 //! out. Absolute figures on a shared machine are noise; the ratios are the result.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unreachable_pub)]
 mod common;
 #[path = "../examples/common/fetch.rs"]
-#[allow(dead_code)]
 mod fetch;
 
 use std::io::{BufRead, BufReader};

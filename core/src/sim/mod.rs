@@ -42,6 +42,7 @@
 pub mod coordinator;
 mod invariants;
 pub mod network;
+pub mod share;
 pub mod streams_member;
 pub mod world;
 

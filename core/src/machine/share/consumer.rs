@@ -241,6 +241,8 @@ impl ShareConsumer {
         }
         self.closing = Some(options);
         self.wanting = false;
+        // Closes go to the leaders of the open sessions: no lookup is needed any more.
+        self.lookup = None;
         let (calls, out) = self.sessions.close();
         self.closes.extend(calls);
         self.report(out);
@@ -291,7 +293,7 @@ impl ShareConsumer {
             partitions.push((SharePartition::new(t.id, tp.partition), leader));
         }
         self.sessions.set_assignment(partitions);
-        if unknown && self.lookup.is_none() {
+        if unknown && self.lookup.is_none() && self.closing.is_none() {
             self.lookup = Some(self.now);
         }
     }
@@ -302,11 +304,15 @@ impl ShareConsumer {
         id
     }
 
+    fn lookup_in_flight(&self) -> bool {
+        self.sent.values().any(|s| matches!(s, Sent::Metadata))
+    }
+
     /// The next request of the consumer's own: a leader lookup, a session's close, a fetch.
     fn poll_own(&mut self) -> Option<Outbound> {
-        let lookup_in_flight = self.sent.values().any(|s| matches!(s, Sent::Metadata));
         if let Some(at) = self.lookup
-            && !lookup_in_flight
+            && self.closing.is_none()
+            && !self.lookup_in_flight()
             && at <= self.now
             && !self.assigned.is_empty()
         {
@@ -409,6 +415,8 @@ impl ShareConsumer {
     }
 
     fn on_metadata(&mut self, result: Result<Response, TransportError>) {
+        // A lookup asked for while this one was in flight is this one's to answer.
+        self.lookup = None;
         let metadata = match result.as_ref().map(ClusterMetadata::from_response) {
             Ok(Ok(m)) => m,
             Ok(Err(_)) | Err(_) => {
@@ -488,9 +496,14 @@ impl ShareConsumer {
 
     /// When [`handle_timeout`](Self::handle_timeout) is next due.
     pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        // A lookup waits for the one in flight; a leader's backoff matters only to fetches
+        // (a close goes to every leader at once).
         let own = [
-            self.lookup.map(|at| (at, Timer::MetadataRefresh)),
-            (self.wanting || self.closing.is_some())
+            (self.lookup)
+                .filter(|_| self.closing.is_none() && !self.assigned.is_empty())
+                .filter(|_| !self.lookup_in_flight())
+                .map(|at| (at, Timer::MetadataRefresh)),
+            (self.wanting && self.closing.is_none())
                 .then(|| self.sessions.next_deadline())
                 .flatten()
                 .map(|at| (at, Timer::ShareFetch)),

@@ -513,8 +513,12 @@ impl ShareSessions {
     /// The earliest instant a leader waiting out a backoff may be sent to again (call
     /// [`poll_fetch`](Self::poll_fetch) then).
     pub fn next_deadline(&self) -> Option<Instant> {
+        if self.closing {
+            // Nothing waits for a backoff once closing: closes go out as leaders fall idle.
+            return None;
+        }
         (self.leaders.values())
-            .filter(|l| l.in_flight.is_none())
+            .filter(|l| l.in_flight.is_none() && !l.closed)
             .filter_map(|l| l.retry_at)
             .min()
     }
