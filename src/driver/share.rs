@@ -68,7 +68,7 @@ pub struct ShareSnapshot {
 /// handle are dropped (it then closes).
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), consumer_membership::Error> {
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use consumer_membership::{ClientConfig, CloseOptions, GroupConfig, TcpTransport};
 /// use consumer_membership::share::{
