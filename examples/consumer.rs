@@ -32,17 +32,13 @@ use kafka_protocol::messages::ApiKey;
 /// Joins a consumer group, prints the records of its partitions and commits them.
 #[derive(Debug, Parser)]
 #[command(name = "consumer", args_override_self = true)]
+#[command(mut_arg(
+    "group",
+    fetch::group_arg("Consumer group to join (group.id)", "consumer-membership-example")
+))]
 struct Args {
-    /// Bootstrap brokers [default: $KAFKA_BOOTSTRAP, else the broker tests/kafka/broker.sh started]
-    #[arg(long, value_name = "HOST:PORT[,...]")]
-    bootstrap: Option<String>,
-    /// Consumer group to join (group.id)
-    #[arg(
-        long,
-        value_name = "GROUP",
-        default_value = "consumer-membership-example"
-    )]
-    group: String,
+    #[command(flatten)]
+    connect: fetch::GroupArgs,
     /// Topic to subscribe to; without it the example stops once it has found the coordinator
     #[arg(long, value_name = "TOPIC")]
     topic: Option<String>,
@@ -94,8 +90,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
     let Args {
-        bootstrap,
-        group,
+        connect: fetch::GroupArgs { bootstrap, group },
         topic,
         instance_id,
         protocol,
@@ -105,12 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         quiet,
         member_id_file,
     } = Args::parse();
-    let Some(bootstrap) = bootstrap.or_else(fetch::local_bootstrap) else {
-        eprintln!(
-            "no broker: pass --bootstrap, set KAFKA_BOOTSTRAP, or run through tests/kafka/with-broker.sh"
-        );
-        std::process::exit(1)
-    };
+    let bootstrap = fetch::bootstrap_or_exit(bootstrap);
 
     let config = ClientConfig::new(&bootstrap)?;
     let transport = Arc::new(TcpTransport::new(config.clone()));

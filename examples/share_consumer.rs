@@ -43,17 +43,13 @@ use consumer_membership::{ClientConfig, MemberId};
 /// Joins a share group and processes the records acquired for it.
 #[derive(Debug, Parser)]
 #[command(name = "share_consumer", args_override_self = true)]
+#[command(mut_arg(
+    "group",
+    fetch::group_arg("Share group to join (group.id)", "consumer-membership-share")
+))]
 struct Args {
-    /// Bootstrap brokers [default: $KAFKA_BOOTSTRAP, else the broker tests/kafka/broker.sh started]
-    #[arg(long, value_name = "HOST:PORT[,...]")]
-    bootstrap: Option<String>,
-    /// Share group to join (group.id)
-    #[arg(
-        long,
-        value_name = "GROUP",
-        default_value = "consumer-membership-share"
-    )]
-    group: String,
+    #[command(flatten)]
+    connect: fetch::GroupArgs,
     /// Topic to subscribe to
     #[arg(long, value_name = "TOPIC")]
     topic: String,
@@ -119,12 +115,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let Some(bootstrap) = args.bootstrap.clone().or_else(fetch::local_bootstrap) else {
-        eprintln!(
-            "no broker: pass --bootstrap, set KAFKA_BOOTSTRAP, or run through tests/kafka/with-broker.sh"
-        );
-        std::process::exit(1)
-    };
+    let bootstrap = fetch::bootstrap_or_exit(args.connect.bootstrap.clone());
     let config = ClientConfig::new(&bootstrap)?;
     let transport = Arc::new(TcpTransport::new(config.clone()));
     // Let the broker auto-create the topic if it does not exist yet.
@@ -148,10 +139,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
     }
     if args.earliest {
-        set_earliest(&*transport, &args.group, config.request_timeout).await?;
+        set_earliest(&*transport, &args.connect.group, config.request_timeout).await?;
     }
 
-    let group = GroupConfig::new(&args.group).with_member_id(MemberId::generate());
+    let group = GroupConfig::new(&args.connect.group).with_member_id(MemberId::generate());
     let fetch = ShareFetchSettings {
         max_records: args.max_poll_records,
         batch_size: args.max_poll_records,

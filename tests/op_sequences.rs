@@ -2002,10 +2002,14 @@ fn transport_error(sent: &Sent, k: u8) -> TransportError {
 // ---------------------------------------------------------------------------------- cargo test
 
 #[cfg(test)]
+#[path = "common/ops.rs"]
+mod ops;
+
+#[cfg(test)]
 mod props {
+    use super::ops::{check, subscribed_first, tick_ms};
     use super::*;
     use proptest::prelude::*;
-    use proptest::test_runner::{Config, TestRunner};
 
     fn pick() -> impl Strategy<Value = Pick> {
         prop_oneof![3 => Just(Pick::Oldest), 1 => Just(Pick::Newest)]
@@ -2043,51 +2047,35 @@ mod props {
             2 => Just(Op::Fetch),
             6 => prop_oneof![3 => Just(false), 1 => Just(true)]
                 .prop_map(|stale| Op::CompleteRevocation { stale }),
-            8 => prop_oneof![6 => 0u32..1500, 1 => 1500u32..40_000].prop_map(Op::Tick),
+            8 => tick_ms().prop_map(Op::Tick),
             50 => (pick(), answer()).prop_map(|(p, a)| Op::Respond(p, a)),
             3 => pick().prop_map(Op::Duplicate),
         ]
     }
 
-    /// A subscription first (most runs are about a member in a group), then up to 59 ops.
+    /// Cases per variant.
+    const CASES: u32 = 256;
+
+    /// A subscription first, then up to 99 ops.
     fn ops() -> impl Strategy<Value = Vec<Op>> {
-        (1u8..8, prop::collection::vec(op(), 0..100)).prop_map(|(mask, mut ops)| {
-            ops.insert(0, Op::Subscribe(mask));
-            ops
-        })
+        subscribed_first(Op::Subscribe, op(), 100)
     }
 
-    fn config() -> Config {
-        let mut c = Config::default();
-        if std::env::var_os("PROPTEST_CASES").is_none() {
-            c.cases = 256;
-        }
-        // A failure is turned into a unit test by hand; no regression files next to the tests.
-        c.failure_persistence = None;
-        c
+    /// `(cooperative, partitions, ops)` of a [`Setup`] and its ops.
+    fn setups() -> impl Strategy<Value = (bool, [u8; 3], Vec<Op>)> {
+        (any::<bool>(), any::<[u8; 3]>(), ops())
     }
 
     fn run(variant: Variant) {
-        let started = Instant::now();
-        let mut runner = TestRunner::new(config());
-        let strategy = (any::<bool>(), any::<[u8; 3]>(), ops());
-        let result = runner.run(&strategy, |(cooperative, partitions, ops)| {
+        let name = format!("{variant:?}");
+        check(&name, CASES, setups(), |(cooperative, partitions, ops)| {
             let setup = Setup {
                 variant,
                 cooperative,
                 partitions,
             };
             Run::ops(setup, &ops);
-            Ok(())
         });
-        if let Err(e) = result {
-            panic!("{variant:?}: {e}");
-        }
-        eprintln!(
-            "{variant:?}: {} cases in {:?}",
-            runner.config().cases,
-            started.elapsed()
-        );
     }
 
     /// What the sequences reach, per variant (`cargo test --test op_sequences -- --ignored
@@ -2096,25 +2084,15 @@ mod props {
     #[ignore = "a report, not a check"]
     fn reached() {
         for variant in Variant::ALL {
-            let mut runner = TestRunner::new(config());
-            let reached = std::sync::Mutex::new(BTreeMap::<String, u64>::new());
-            let strategy = (any::<bool>(), any::<[u8; 3]>(), ops());
-            runner
-                .run(&strategy, |(cooperative, partitions, ops)| {
-                    let setup = Setup {
-                        variant,
-                        cooperative,
-                        partitions,
-                    };
-                    let run = Run::ops(setup, &ops);
-                    let mut all = reached.lock().unwrap();
-                    for (k, n) in run.reached {
-                        *all.entry(k).or_default() += n;
-                    }
-                    Ok(())
-                })
-                .unwrap();
-            eprintln!("{variant:?}: {:#?}", reached.into_inner().unwrap());
+            let reached = super::ops::reached(CASES, setups(), |(cooperative, partitions, ops)| {
+                let setup = Setup {
+                    variant,
+                    cooperative,
+                    partitions,
+                };
+                Run::ops(setup, &ops).reached
+            });
+            eprintln!("{variant:?}: {reached:#?}");
         }
     }
 

@@ -1174,10 +1174,13 @@ fn a_negative_epoch_answer_does_not_hide_a_changed_subscription() {
 
 // ------------------------------------------------------------------------------- proptest
 
+#[path = "common/ops.rs"]
+mod ops;
+
 mod props {
+    use super::ops::{check, subscribed_first, tick_ms};
     use super::*;
     use proptest::prelude::*;
-    use proptest::test_runner::{Config, TestRunner};
 
     fn reply() -> impl Strategy<Value = Reply> {
         prop_oneof![
@@ -1199,28 +1202,33 @@ mod props {
             ]
             .prop_map(Op::Close),
             4 => Just(Op::Poll),
-            8 => prop_oneof![6 => 0u32..1500, 1 => 1500u32..40_000].prop_map(Op::Tick),
+            8 => tick_ms().prop_map(Op::Tick),
             40 => (any::<u8>(), reply()).prop_map(|(pick, reply)| Op::Answer { pick, reply }),
             2 => any::<u8>().prop_map(Op::Redeliver),
         ]
     }
 
-    /// A subscription first (most runs are about a member in the group), then up to 149 ops.
+    /// Cases.
+    const CASES: u32 = 2_000;
+
+    /// A subscription first, then up to 149 ops.
     fn ops() -> impl Strategy<Value = Vec<Op>> {
-        (1u8..8, prop::collection::vec(op(), 0..150)).prop_map(|(mask, mut ops)| {
-            ops.insert(0, Op::Subscribe(mask));
-            ops
-        })
+        subscribed_first(Op::Subscribe, op(), 150)
     }
 
-    fn config() -> Config {
-        let mut c = Config::default();
-        if std::env::var_os("PROPTEST_CASES").is_none() {
-            c.cases = 2_000;
+    /// `(seed, rack, ops)` of a [`Run`] and its ops.
+    fn runs() -> impl Strategy<Value = (u64, bool, Vec<Op>)> {
+        (any::<u64>(), any::<bool>(), ops())
+    }
+
+    /// The run of `ops` from `seed` (with a rack or not), finished.
+    fn run((seed, rack, ops): (u64, bool, Vec<Op>)) -> Run {
+        let mut run = Run::new(seed, rack);
+        for op in &ops {
+            run.apply(op);
         }
-        // A failure becomes a unit test by hand; no regression files next to the tests.
-        c.failure_persistence = None;
-        c
+        run.finish();
+        run
     }
 
     /// What the sequences reach (`cargo test --all-features --test share_op_sequences --
@@ -1228,48 +1236,15 @@ mod props {
     #[test]
     #[ignore = "a report, not a check"]
     fn reached() {
-        let mut runner = TestRunner::new(config());
-        let reached = std::sync::Mutex::new(BTreeMap::<String, u64>::new());
-        let strategy = (any::<u64>(), any::<bool>(), ops());
-        runner
-            .run(&strategy, |(seed, rack, ops)| {
-                let mut run = Run::new(seed, rack);
-                for op in &ops {
-                    run.apply(op);
-                }
-                run.finish();
-                let mut all = reached.lock().unwrap();
-                for (k, n) in run.reached {
-                    *all.entry(k).or_default() += n;
-                }
-                Ok(())
-            })
-            .unwrap();
-        for (k, n) in reached.into_inner().unwrap() {
+        for (k, n) in super::ops::reached(CASES, runs(), |case| run(case).reached) {
             eprintln!("{n:>9} {k}");
         }
     }
 
     #[test]
     fn share_member_op_sequences() {
-        let started = Instant::now();
-        let mut runner = TestRunner::new(config());
-        let strategy = (any::<u64>(), any::<bool>(), ops());
-        let result = runner.run(&strategy, |(seed, rack, ops)| {
-            let mut run = Run::new(seed, rack);
-            for op in &ops {
-                run.apply(op);
-            }
-            run.finish();
-            Ok(())
+        check("share member", CASES, runs(), |case| {
+            run(case);
         });
-        if let Err(e) = result {
-            panic!("{e}");
-        }
-        eprintln!(
-            "share member: {} cases in {:?}",
-            runner.config().cases,
-            started.elapsed()
-        );
     }
 }

@@ -279,44 +279,26 @@ pub async fn list_offsets<T: Transport>(
     reset: OffsetReset,
     timeout: Duration,
 ) -> Result<BTreeMap<TopicPartition, Result<i64, DataError>>, DataError> {
-    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for tp in partitions {
-        by_topic.entry(&tp.topic).or_default().push(tp.partition);
-    }
+    let topics = topics_of(
+        partitions.iter().map(|tp| (tp, ())),
+        |p, ()| {
+            ListOffsetsPartition::default()
+                .with_partition_index(p)
+                .with_timestamp(reset.list_offsets_timestamp())
+        },
+        |name, ps| {
+            ListOffsetsTopic::default()
+                .with_name(name)
+                .with_partitions(ps)
+        },
+    );
     let body = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_isolation_level(0)
-        .with_topics(
-            by_topic
-                .into_iter()
-                .map(|(topic, parts)| {
-                    ListOffsetsTopic::default()
-                        .with_name(topic_name(topic))
-                        .with_partitions(
-                            parts
-                                .into_iter()
-                                .map(|p| {
-                                    ListOffsetsPartition::default()
-                                        .with_partition_index(p)
-                                        .with_timestamp(reset.list_offsets_timestamp())
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        );
-    let response = transport
-        .send(
-            Target::Node(leader.clone()),
-            Request::Raw {
-                body: Box::new(RequestKind::ListOffsets(body)),
-                versions: LIST_OFFSETS_VERSIONS,
-                fit: None,
-            },
-            timeout,
-        )
-        .await?;
-    let ResponseBody::Kafka(ResponseKind::ListOffsets(r)) = response.body else {
+        .with_topics(topics);
+    let body = RequestKind::ListOffsets(body);
+    let answer = send_to(transport, leader, body, LIST_OFFSETS_VERSIONS, timeout).await?;
+    let ResponseBody::Kafka(ResponseKind::ListOffsets(r)) = answer else {
         return Err(DataError::invalid(
             ApiKey::ListOffsets,
             None,
@@ -424,13 +406,16 @@ pub async fn fetch<T: Transport>(
     positions: &[(TopicPartition, i64)],
     options: &FetchOptions,
 ) -> Result<BTreeMap<TopicPartition, Result<Fetched, DataError>>, DataError> {
-    let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
-    for (tp, offset) in positions {
-        by_topic
-            .entry(&tp.topic)
-            .or_default()
-            .push((tp.partition, *offset));
-    }
+    let topics = topics_of(
+        positions.iter().map(|(tp, offset)| (tp, *offset)),
+        |p, offset| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(options.partition_max_bytes)
+        },
+        |name, ps| FetchTopic::default().with_topic(name).with_partitions(ps),
+    );
     let millis = |d: Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX);
     let body = FetchRequest::default()
         .with_replica_id(BrokerId(-1))
@@ -441,38 +426,11 @@ pub async fn fetch<T: Transport>(
         // No fetch session: session id 0 with the final epoch asks for a full, sessionless fetch.
         .with_session_id(0)
         .with_session_epoch(-1)
-        .with_topics(
-            by_topic
-                .into_iter()
-                .map(|(topic, parts)| {
-                    FetchTopic::default()
-                        .with_topic(topic_name(topic))
-                        .with_partitions(
-                            parts
-                                .into_iter()
-                                .map(|(p, offset)| {
-                                    FetchPartition::default()
-                                        .with_partition(p)
-                                        .with_fetch_offset(offset)
-                                        .with_partition_max_bytes(options.partition_max_bytes)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        );
-    let response = transport
-        .send(
-            Target::Node(leader.clone()),
-            Request::Raw {
-                body: Box::new(RequestKind::Fetch(body)),
-                versions: FETCH_VERSIONS,
-                fit: None,
-            },
-            options.request_timeout + options.max_wait,
-        )
-        .await?;
-    let ResponseBody::Kafka(ResponseKind::Fetch(r)) = response.body else {
+        .with_topics(topics);
+    let body = RequestKind::Fetch(body);
+    let timeout = options.request_timeout + options.max_wait;
+    let answer = send_to(transport, leader, body, FETCH_VERSIONS, timeout).await?;
+    let ResponseBody::Kafka(ResponseKind::Fetch(r)) = answer else {
         return Err(DataError::invalid(
             ApiKey::Fetch,
             None,
@@ -710,18 +668,10 @@ pub async fn produce<T: Transport>(
                         .with_records(Some(batch)),
                 ]),
         ]);
-    let response = transport
-        .send(
-            Target::Node(leader.clone()),
-            Request::Raw {
-                body: Box::new(RequestKind::Produce(body)),
-                versions: PRODUCE_VERSIONS,
-                fit: None,
-            },
-            timeout + Duration::from_secs(5),
-        )
-        .await?;
-    let ResponseBody::Kafka(ResponseKind::Produce(r)) = response.body else {
+    let body = RequestKind::Produce(body);
+    let wait = timeout + Duration::from_secs(5);
+    let answer = send_to(transport, leader, body, PRODUCE_VERSIONS, wait).await?;
+    let ResponseBody::Kafka(ResponseKind::Produce(r)) = answer else {
         return Err(DataError::invalid(
             ApiKey::Produce,
             Some(tp),
@@ -764,8 +714,71 @@ pub async fn produce<T: Transport>(
     Ok(p.base_offset)
 }
 
+/// The topics of a request: `partitions` grouped by topic (in name order; a topic's in the order
+/// given), each partition built by `partition` from its index and its `P`, each topic by `topic`
+/// from its name and its partitions.
+fn topics_of<'a, P, Part, Topic>(
+    partitions: impl IntoIterator<Item = (&'a TopicPartition, P)>,
+    partition: impl Fn(i32, P) -> Part,
+    topic: impl Fn(TopicName, Vec<Part>) -> Topic,
+) -> Vec<Topic> {
+    let mut by_topic: BTreeMap<&str, Vec<Part>> = BTreeMap::new();
+    for (tp, p) in partitions {
+        (by_topic.entry(&tp.topic).or_default()).push(partition(tp.partition, p));
+    }
+    (by_topic.into_iter())
+        .map(|(name, parts)| topic(topic_name(name), parts))
+        .collect()
+}
+
+/// Sends `body` (at `versions`) to `leader` and hands back the answer's body.
+async fn send_to<T: Transport>(
+    transport: &T,
+    leader: &Broker,
+    body: RequestKind,
+    versions: RangeInclusive<i16>,
+    timeout: Duration,
+) -> Result<ResponseBody, DataError> {
+    let request = Request::Raw {
+        body: Box::new(body),
+        versions,
+        fit: None,
+    };
+    let response = (transport.send(Target::Node(leader.clone()), request, timeout)).await?;
+    Ok(response.body)
+}
+
 fn topic_name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+/// The arguments of the group examples that say where to go: the broker and the group
+/// (`#[command(flatten)]`; each example gives `--group` its help and default with
+/// [`group_arg`]).
+#[derive(Debug, clap::Args)]
+pub struct GroupArgs {
+    /// Bootstrap brokers [default: $KAFKA_BOOTSTRAP, else the broker tests/kafka/broker.sh started]
+    #[arg(long, value_name = "HOST:PORT[,...]")]
+    pub bootstrap: Option<String>,
+    #[arg(long, value_name = "GROUP")]
+    pub group: String,
+}
+
+/// `--group` with `help` and the default `group` (`#[command(mut_arg("group", group_arg(...)))]`
+/// next to a flattened [`GroupArgs`]).
+pub fn group_arg(help: &'static str, group: &'static str) -> impl FnOnce(clap::Arg) -> clap::Arg {
+    move |arg| arg.help(help).required(false).default_value(group)
+}
+
+/// `--bootstrap`, else [`local_bootstrap`]; without either the example stops (exit code 1).
+pub fn bootstrap_or_exit(bootstrap: Option<String>) -> String {
+    let Some(bootstrap) = bootstrap.or_else(local_bootstrap) else {
+        eprintln!(
+            "no broker: pass --bootstrap, set KAFKA_BOOTSTRAP, or run through tests/kafka/with-broker.sh"
+        );
+        std::process::exit(1)
+    };
+    bootstrap
 }
 
 /// The broker of an example: `KAFKA_BOOTSTRAP`, else the one tests/kafka/broker.sh started

@@ -1214,19 +1214,10 @@ impl World {
 
     /// Performs `action`, due at `at`.
     fn step_to(&mut self, at: Instant, action: Action) {
-        if at > self.now {
-            self.now = at;
-            self.steps_at_now = 0;
-        }
-        self.steps += 1;
-        self.steps_at_now += 1;
-        if self.steps_at_now > 100_000 {
-            self.anomalies.push(format!(
-                "over 100000 steps at {:?}: livelock",
-                self.elapsed()
-            ));
-            self.now += Duration::from_millis(1);
-            self.steps_at_now = 0;
+        let (now, steps) = (&mut self.now, &mut self.steps);
+        if let Some(stuck) = clock_step(now, steps, &mut self.steps_at_now, at, 100_000) {
+            let elapsed = stuck - self.start;
+            (self.anomalies).push(format!("over 100000 steps at {elapsed:?}: livelock"));
         }
         self.perform(action);
         self.observe(action);
@@ -1970,4 +1961,29 @@ fn roundtrip_response(
     let frame = wire::encode_response(body, api, version, correlation)?;
     let frame = Bytes::from(frame).slice(4..);
     Ok(wire::decode_response(frame, api, version)?.body)
+}
+
+/// Counts one step of a simulation's clock, due at `at`: `now` moves on to it (the steps at one
+/// instant then count anew). More than `limit` steps at one instant is a livelock: the clock is
+/// pushed on 1 ms and the instant it was stuck at is handed back, for the report.
+pub(crate) fn clock_step(
+    now: &mut Instant,
+    steps: &mut u64,
+    steps_at_now: &mut u64,
+    at: Instant,
+    limit: u64,
+) -> Option<Instant> {
+    if at > *now {
+        *now = at;
+        *steps_at_now = 0;
+    }
+    *steps += 1;
+    *steps_at_now += 1;
+    if *steps_at_now <= limit {
+        return None;
+    }
+    let stuck = *now;
+    *now += Duration::from_millis(1);
+    *steps_at_now = 0;
+    Some(stuck)
 }

@@ -39,6 +39,7 @@ use crate::backoff::ExponentialBackoff;
 use crate::backoff::JitterRng;
 use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, TransportError};
+use crate::machine::epoch::EpochProtocol;
 use crate::machine::events::{CloseOptions, CloseOutcome, Event, MemberState};
 use crate::machine::metadata::ClusterMetadata;
 use crate::machine::{Machine, Timer, TopicPartition};
@@ -99,6 +100,9 @@ pub struct ShareConsumer {
     ids: RequestIds,
     sent: HashMap<RequestId, Sent>,
     topics: BTreeMap<String, Topic>,
+    /// The name of each topic id of `topics` (the first name in name order, should two names
+    /// share an id).
+    names: HashMap<Uuid, String>,
     brokers: BTreeMap<i32, Broker>,
     /// A Metadata lookup is needed (not before this instant).
     lookup: Option<Instant>,
@@ -109,6 +113,9 @@ pub struct ShareConsumer {
     closes: VecDeque<ShareCall<ShareAcknowledgeRequest>>,
     /// The assignment the sessions were last given.
     assigned: Vec<TopicPartition>,
+    /// The member's partitions as last read, in its own order (by topic id): `assigned` is
+    /// this sorted.
+    assigned_by_id: Vec<TopicPartition>,
     /// The application asked for records it has not received yet.
     wanting: bool,
     /// A close was asked for: the sessions close, then the member.
@@ -145,6 +152,7 @@ impl ShareConsumer {
             ids: RequestIds::starting_at(SHARE_IDS),
             sent: HashMap::new(),
             topics: BTreeMap::new(),
+            names: HashMap::new(),
             brokers: BTreeMap::new(),
             lookup: None,
             lookup_failures: 0,
@@ -152,6 +160,7 @@ impl ShareConsumer {
             jitter,
             closes: VecDeque::new(),
             assigned: Vec::new(),
+            assigned_by_id: Vec::new(),
             wanting: false,
             closing: None,
             events: VecDeque::new(),
@@ -259,8 +268,7 @@ impl ShareConsumer {
         while let Some(e) = self.member.poll_event() {
             self.events.push_back(ShareEvent::Member(e));
         }
-        let assignment = self.member.assignment();
-        if assignment != self.assigned {
+        if let Some(assignment) = self.new_assignment() {
             self.assigned = assignment;
             self.assign();
         }
@@ -276,6 +284,24 @@ impl ShareConsumer {
                 self.events.push_back(ShareEvent::Member(e));
             }
         }
+    }
+
+    /// The member's assignment, if it is not the one the sessions were last given. Its
+    /// partitions are first compared in the member's own order with those read last time: an
+    /// unchanged assignment (after almost every input) is not collected and sorted anew.
+    fn new_assignment(&mut self) -> Option<Vec<TopicPartition>> {
+        if let Some(ids) = self.member.proto.ids() {
+            let mut named = ids.owned.iter().filter_map(|tp| ids.named(tp));
+            let same = (self.assigned_by_id.iter()).all(|tp| named.next().as_ref() == Some(tp))
+                && named.next().is_none();
+            if same {
+                return None;
+            }
+            self.assigned_by_id.clear();
+            (self.assigned_by_id).extend(ids.owned.iter().filter_map(|tp| ids.named(tp)));
+        }
+        let assignment = self.member.assignment();
+        (assignment != self.assigned).then_some(assignment)
     }
 
     /// Hands the sessions the assignment with each partition's leader; asks for Metadata when
@@ -442,6 +468,10 @@ impl ShareConsumer {
                 },
             );
         }
+        self.names.clear();
+        for (name, t) in &self.topics {
+            self.names.entry(t.id).or_insert_with(|| name.clone());
+        }
         if missing {
             self.lookup_failures = self.lookup_failures.saturating_add(1);
         } else {
@@ -458,9 +488,8 @@ impl ShareConsumer {
     /// What the sessions report, as events; moved leaders are looked up.
     fn report(&mut self, out: ShareOutcome) {
         for records in out.records {
-            let topic = (self.topics.iter())
-                .find(|(_, t)| t.id == records.partition.topic_id)
-                .map(|(name, _)| name.clone())
+            let topic = (self.names.get(&records.partition.topic_id))
+                .cloned()
                 .unwrap_or_default();
             self.events
                 .push_back(ShareEvent::Records { topic, records });
@@ -471,7 +500,8 @@ impl ShareConsumer {
             .extend(out.errors.into_iter().map(ShareEvent::FetchError));
         if !out.refresh.is_empty() {
             for r in &out.refresh {
-                if let Some(t) = (self.topics.values_mut()).find(|t| t.id == r.partition.topic_id) {
+                let name = self.names.get(&r.partition.topic_id);
+                if let Some(t) = name.and_then(|n| self.topics.get_mut(n)) {
                     t.leaders.remove(&r.partition.partition);
                 }
             }

@@ -1182,32 +1182,39 @@ fn request_error(
     AckError::Broker { code, message }
 }
 
+/// The Topics of a request of module `$m` (ShareFetch's or ShareAcknowledge's, whose
+/// partition and topic types are `$partition` and `$topic`): the partitions of `acks` with their
+/// batches, and `partitions` (added to the session) with none.
+macro_rules! share_topics {
+    ($m:ident, $partition:ident, $topic:ident, $partitions:expr, $acks:expr) => {{
+        let mut by = batches($acks, |a| {
+            $m::AcknowledgementBatch::default()
+                .with_first_offset(a.first)
+                .with_last_offset(a.last)
+                .with_acknowledge_types(vec![a.kind.code()])
+        });
+        for p in $partitions {
+            by.entry(*p).or_default();
+        }
+        let partitions = by.into_iter().map(|(p, batches)| {
+            let partition = $m::$partition::default()
+                .with_partition_index(p.partition)
+                .with_acknowledgement_batches(batches);
+            (p, partition)
+        });
+        by_topic(partitions, |id, ps| {
+            $m::$topic::default().with_topic_id(id).with_partitions(ps)
+        })
+    }};
+}
+
 /// The Topics of a ShareFetch: `partitions` (added to the session) and the partitions of `acks`
 /// with their batches.
 fn fetch_topics(
     partitions: &BTreeSet<SharePartition>,
     acks: &[PendingAck],
 ) -> Vec<fetch_req::FetchTopic> {
-    let mut by = batches(acks, |a| {
-        fetch_req::AcknowledgementBatch::default()
-            .with_first_offset(a.first)
-            .with_last_offset(a.last)
-            .with_acknowledge_types(vec![a.kind.code()])
-    });
-    for p in partitions {
-        by.entry(*p).or_default();
-    }
-    let partitions = by.into_iter().map(|(p, batches)| {
-        let partition = fetch_req::FetchPartition::default()
-            .with_partition_index(p.partition)
-            .with_acknowledgement_batches(batches);
-        (p, partition)
-    });
-    by_topic(partitions, |id, ps| {
-        fetch_req::FetchTopic::default()
-            .with_topic_id(id)
-            .with_partitions(ps)
-    })
+    share_topics!(fetch_req, FetchPartition, FetchTopic, partitions, acks)
 }
 
 /// The ForgottenTopicsData of a ShareFetch.
@@ -1221,23 +1228,8 @@ fn forgotten_topics(partitions: &BTreeSet<SharePartition>) -> Vec<fetch_req::For
 
 /// The Topics of a ShareAcknowledge: the partitions of `acks` with their batches.
 fn ack_topics(acks: &[PendingAck]) -> Vec<ack_req::AcknowledgeTopic> {
-    let by = batches(acks, |a| {
-        ack_req::AcknowledgementBatch::default()
-            .with_first_offset(a.first)
-            .with_last_offset(a.last)
-            .with_acknowledge_types(vec![a.kind.code()])
-    });
-    let partitions = by.into_iter().map(|(p, batches)| {
-        let partition = ack_req::AcknowledgePartition::default()
-            .with_partition_index(p.partition)
-            .with_acknowledgement_batches(batches);
-        (p, partition)
-    });
-    by_topic(partitions, |id, ps| {
-        ack_req::AcknowledgeTopic::default()
-            .with_topic_id(id)
-            .with_partitions(ps)
-    })
+    let none: [&SharePartition; 0] = [];
+    share_topics!(ack_req, AcknowledgePartition, AcknowledgeTopic, none, acks)
 }
 
 /// `acks` as batches (one acknowledge type per batch), by partition.

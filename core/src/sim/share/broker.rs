@@ -131,6 +131,11 @@ fn code(e: ResponseError) -> i16 {
     e.code()
 }
 
+/// The member id a ShareFetch or ShareAcknowledge carries (empty without one).
+fn member_of(id: &Option<StrBytes>) -> String {
+    id.as_ref().map(|m| m.to_string()).unwrap_or_default()
+}
+
 fn s(x: &str) -> StrBytes {
     StrBytes::from_string(x.to_owned())
 }
@@ -509,11 +514,7 @@ impl Brokers {
         now: Instant,
     ) -> (ShareFetchResponse, Option<u64>) {
         self.expire_locks(now);
-        let member = r
-            .member_id
-            .as_ref()
-            .map(|m| m.to_string())
-            .unwrap_or_default();
+        let member = member_of(&r.member_id);
         let top = |c: i16| (ShareFetchResponse::default().with_error_code(c), None);
         if member.is_empty() {
             self.violations
@@ -602,11 +603,7 @@ impl Brokers {
         now: Instant,
     ) -> ShareFetchResponse {
         self.expire_locks(now);
-        let member = r
-            .member_id
-            .as_ref()
-            .map(|m| m.to_string())
-            .unwrap_or_default();
+        let member = member_of(&r.member_id);
         let mut answer = ShareFetchResponse::default()
             .with_acquisition_lock_timeout_ms(self.lock.as_millis() as i32);
         let parts: Vec<i32> = match self.sessions.get(&(node, member.clone())) {
@@ -702,11 +699,7 @@ impl Brokers {
         now: Instant,
     ) -> ShareAcknowledgeResponse {
         self.expire_locks(now);
-        let member = r
-            .member_id
-            .as_ref()
-            .map(|m| m.to_string())
-            .unwrap_or_default();
+        let member = member_of(&r.member_id);
         let top = |c: i16| ShareAcknowledgeResponse::default().with_error_code(c);
         if member.is_empty() {
             self.violations

@@ -27,6 +27,7 @@ use crate::machine::share::{
 };
 use crate::member_id::MemberId;
 use crate::request::{Outbound, Request, RequestId, Response, ResponseBody, Target};
+use crate::sim::world::clock_step;
 
 /// Settings of a [`ShareWorld`].
 #[derive(Debug, Clone)]
@@ -495,19 +496,10 @@ impl ShareWorld {
         let Some(at) = self.next_due() else {
             return;
         };
-        if at > self.now {
-            self.now = at;
-            self.steps_at_now = 0;
-        }
-        self.steps += 1;
-        self.steps_at_now += 1;
-        if self.steps_at_now > 20_000 {
-            self.violations.push(format!(
-                "livelock: over 20000 steps at {:?}",
-                self.elapsed()
-            ));
-            self.now += Duration::from_millis(1);
-            self.steps_at_now = 0;
+        let (now, steps) = (&mut self.now, &mut self.steps);
+        if let Some(stuck) = clock_step(now, steps, &mut self.steps_at_now, at, 20_000) {
+            let elapsed = stuck - self.start;
+            (self.violations).push(format!("livelock: over 20000 steps at {elapsed:?}"));
         }
         if let Some((&key, _)) = self.events.first_key_value()
             && key.0 <= self.now
@@ -1183,6 +1175,24 @@ fn summary(out: &Outbound) -> String {
     }
 }
 
+/// The acknowledgement batches of a ShareFetch's or ShareAcknowledge's `topics`, as text.
+macro_rules! acks_text {
+    ($topics:expr) => {{
+        let acks: Vec<String> = ($topics.iter())
+            .flat_map(|t| &t.partitions)
+            .flat_map(|p| {
+                (p.acknowledgement_batches.iter()).map(move |b| {
+                    format!(
+                        "{}:{}..={}={:?}",
+                        p.partition_index, b.first_offset, b.last_offset, b.acknowledge_types
+                    )
+                })
+            })
+            .collect();
+        acks.join(" ")
+    }};
+}
+
 fn summary_kind(body: &RequestKind) -> String {
     match body {
         RequestKind::ShareGroupHeartbeat(r) => format!(
@@ -1191,17 +1201,7 @@ fn summary_kind(body: &RequestKind) -> String {
             r.subscribed_topic_names.as_ref().map(|t| t.len())
         ),
         RequestKind::ShareFetch(r) => {
-            let acks: Vec<String> = (r.topics.iter())
-                .flat_map(|t| &t.partitions)
-                .flat_map(|p| {
-                    (p.acknowledgement_batches.iter()).map(move |b| {
-                        format!(
-                            "{}:{}..={}={:?}",
-                            p.partition_index, b.first_offset, b.last_offset, b.acknowledge_types
-                        )
-                    })
-                })
-                .collect();
+            let acks = acks_text!(r.topics);
             let parts: Vec<i32> = (r.topics.iter())
                 .flat_map(|t| &t.partitions)
                 .map(|p| p.partition_index)
@@ -1211,26 +1211,14 @@ fn summary_kind(body: &RequestKind) -> String {
                 .collect();
             format!(
                 "ShareFetch epoch {} partitions {parts:?} forgotten {forgotten:?} acks [{}]",
-                r.share_session_epoch,
-                acks.join(" ")
+                r.share_session_epoch, acks
             )
         }
         RequestKind::ShareAcknowledge(r) => {
-            let acks: Vec<String> = (r.topics.iter())
-                .flat_map(|t| &t.partitions)
-                .flat_map(|p| {
-                    (p.acknowledgement_batches.iter()).map(move |b| {
-                        format!(
-                            "{}:{}..={}={:?}",
-                            p.partition_index, b.first_offset, b.last_offset, b.acknowledge_types
-                        )
-                    })
-                })
-                .collect();
+            let acks = acks_text!(r.topics);
             format!(
                 "ShareAcknowledge epoch {} acks [{}]",
-                r.share_session_epoch,
-                acks.join(" ")
+                r.share_session_epoch, acks
             )
         }
         _ => "other".into(),
