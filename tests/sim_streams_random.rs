@@ -14,7 +14,10 @@
 //! by two members of one guarded process at any instant (what the applications were handed), and
 //! no active task held by two live members at once (zombies the coordinator removed that have
 //! not heard yet aside). Once the faults stop, every live member must be Stable with nothing
-//! withheld within a bound, and the coordinator's group must hold exactly them, or the member
+//! withheld within a bound, holding exactly the tasks of the coordinator's record of it at the
+//! coordinator's epoch (a lost answer the member never recovered from fails here: the
+//! coordinator repeats an assignment only on a join or a change), and the coordinator's group
+//! must hold exactly them, or the member
 //! stopped on a legitimate fatal error (UNRELEASED_INSTANCE_ID after its predecessor crashed
 //! without a leave: the broker refuses the instance id until that session expires, and the
 //! member gives up after its bounded recovery). The guard's interventions are counted.
@@ -331,8 +334,11 @@ fn legit_fatal(w: &World, h: MemberSlot, e: &GroupError) -> bool {
 }
 
 /// Every live member that did not stop on a legitimate fatal error is Stable with nothing
-/// withheld, and the coordinator's group (members in an epoch >= 0) holds exactly them.
+/// withheld, holds exactly the tasks the coordinator's record of it names (at the same epoch,
+/// the coordinator's member STABLE too: no answer the member lost left it behind), and the
+/// coordinator's group (members in an epoch >= 0) holds exactly them.
 fn settled(w: &World, handles: &[MemberSlot]) -> bool {
+    let views = w.coordinator().streams().members("app");
     let mut ids = BTreeSet::new();
     for h in handles {
         if !w.alive(*h) {
@@ -349,6 +355,24 @@ fn settled(w: &World, handles: &[MemberSlot]) -> bool {
         if m.state() != MemberState::Stable || !s.withheld().is_empty() {
             return false;
         }
+        let Some(v) = views.iter().find(|v| v.member_id == s.member_id()) else {
+            return false;
+        };
+        let keys = |tasks: &BTreeSet<consumer_membership::machine::streams::TaskId>| {
+            tasks
+                .iter()
+                .map(|t| (t.subtopology.clone(), t.partition))
+                .collect::<BTreeSet<_>>()
+        };
+        let held = s.tasks();
+        if v.state != "STABLE"
+            || v.epoch != m.generation()
+            || keys(&held.active) != v.active
+            || keys(&held.standby) != v.standby
+            || keys(&held.warmup) != v.warmup
+        {
+            return false;
+        }
         ids.insert(m.member_id());
     }
     let members: BTreeSet<&str> = w
@@ -362,53 +386,10 @@ fn settled(w: &World, handles: &[MemberSlot]) -> bool {
     members.len() == ids.len() && ids.iter().all(|id| members.contains(id.as_str()))
 }
 
-/// A broker hazard, not a member bug: members that withhold only tasks the coordinator no
-/// longer assigns them. The coordinator sends a member its tasks only when it joins or when its
-/// own heartbeat changed them (`GroupMetadataManager.streamsGroupHeartbeat`:
-/// `memberEpoch == 0 || hasAssignedTasksChanged`), so when the answer that took a task away is
-/// lost (its connection reset), the member's target keeps the task for good; the guard then
-/// withholds it forever while another local member holds it, and the member stays Reconciling.
-/// Empty unless every member that is not settled is such a member.
-fn stale_targets(w: &World, handles: &[MemberSlot]) -> Vec<String> {
-    let views = w.coordinator().streams().members("app");
-    let mut stale = Vec::new();
-    for h in handles {
-        if !w.alive(*h) || w.member(*h).fatal_error().is_some() {
-            continue;
-        }
-        let m = w.member(*h);
-        let s = m.streams().expect("streams");
-        if m.state() == MemberState::Stable && s.withheld().is_empty() {
-            continue;
-        }
-        let Some(v) = views.iter().find(|v| v.member_id == s.member_id()) else {
-            return Vec::new();
-        };
-        let assigned = |t: &consumer_membership::machine::streams::TaskId| {
-            let key = (t.subtopology.clone(), t.partition);
-            v.active.contains(&key) || v.standby.contains(&key) || v.warmup.contains(&key)
-        };
-        if s.withheld().is_empty() || s.withheld().keys().any(assigned) {
-            return Vec::new();
-        }
-        stale.push(format!(
-            "{} withholds {:?}, which the coordinator no longer assigns it",
-            s.member_id(),
-            s.withheld()
-                .keys()
-                .map(|t| t.to_string())
-                .collect::<Vec<_>>()
-        ));
-    }
-    stale
-}
-
-/// Runs one schedule; returns its problems, the world, the guard's interventions and the broker
-/// hazards met (`stale_targets`).
-fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64, Vec<String>) {
+/// Runs one schedule; returns its problems, the world and the guard's interventions.
+fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64) {
     let (mut w, handles, _plan) = build(seed, trace);
     let mut problems = Vec::new();
-    let mut hazards = Vec::new();
     w.run_until(|w| !w.violations().is_empty(), FAULTS);
     if w.violations().is_empty() {
         let ok = w.run_until(
@@ -416,9 +397,6 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64, Vec<String>) {
             SETTLE,
         );
         if !ok {
-            hazards = stale_targets(&w, &handles);
-        }
-        if !ok && hazards.is_empty() {
             let states: Vec<String> = handles
                 .iter()
                 .map(|h| {
@@ -426,11 +404,12 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64, Vec<String>) {
                         let m = w.member(*h);
                         let s = m.streams().expect("streams");
                         format!(
-                            "{}:{} epoch {} withheld {:?}",
+                            "{}:{} epoch {} withheld {:?} tasks {:?}",
                             m.member_id(),
                             m.state(),
                             m.generation(),
-                            s.withheld()
+                            s.withheld(),
+                            s.tasks()
                         )
                     } else {
                         "dead".into()
@@ -442,7 +421,12 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64, Vec<String>) {
                 .streams()
                 .members("app")
                 .iter()
-                .map(|m| format!("{}:{}:{}", m.member_id, m.epoch, m.state))
+                .map(|m| {
+                    format!(
+                        "{}:{}:{} active {:?} standby {:?}",
+                        m.member_id, m.epoch, m.state, m.active, m.standby
+                    )
+                })
                 .collect();
             problems.push(format!(
                 "liveness: not Stable {SETTLE:?} after the faults stopped: members {states:?}, coordinator {coordinator:?}"
@@ -460,7 +444,7 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64, Vec<String>) {
     problems.extend(w.violations().iter().map(|v| format!("violation: {v}")));
     problems.extend(w.anomalies().iter().map(|a| format!("anomaly: {a}")));
     let i = w.guard_interventions();
-    (problems, w, i.withheld + i.given_up, hazards)
+    (problems, w, i.withheld + i.given_up)
 }
 
 #[test]
@@ -487,13 +471,8 @@ fn random_streams_schedules_keep_the_invariants() {
                     let mut seed = offset + t;
                     while seed < offset + seeds {
                         let r = catch_unwind(AssertUnwindSafe(|| {
-                            let (problems, w, interventions, stale) = run(seed, false);
-                            (
-                                problems,
-                                w.hazards().len() + stale.len(),
-                                interventions,
-                                w.steps(),
-                            )
+                            let (problems, w, interventions) = run(seed, false);
+                            (problems, w.hazards().len(), interventions, w.steps())
                         }));
                         let (problems, hazards, interventions, steps) = r.unwrap_or_else(|e| {
                             let msg = e
@@ -556,12 +535,12 @@ fn random_streams_schedules_keep_the_invariants() {
     }
     if !hazard_seeds.is_empty() {
         println!(
-            "  hazards (a lost answer left a member's target stale, see `stale_targets`; not failures): seeds {:?}",
+            "  hazards (World::hazards; not failures): seeds {:?}",
             &hazard_seeds[..hazard_seeds.len().min(24)]
         );
     }
     if let Some((seed, problems)) = results.iter().min_by_key(|(s, _)| *s) {
-        let (_, w, _, _) = match catch_unwind(AssertUnwindSafe(|| run(*seed, true))) {
+        let (_, w, _) = match catch_unwind(AssertUnwindSafe(|| run(*seed, true))) {
             Ok(r) => r,
             Err(_) => panic!("seed {seed} panics: {problems:?}"),
         };
@@ -579,8 +558,8 @@ fn random_streams_schedules_keep_the_invariants() {
 
 #[test]
 fn a_streams_schedule_replays_identically_from_its_seed() {
-    let (_, a, _, _) = run(4242, true);
-    let (_, b, _, _) = run(4242, true);
+    let (_, a, _) = run(4242, true);
+    let (_, b, _) = run(4242, true);
     assert!(a.trace() == b.trace(), "seed 4242 does not replay");
     assert!(a.steps() > 100, "the schedule did something");
 }
@@ -593,8 +572,7 @@ fn replay_one_streams_seed() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let (problems, w, interventions, stale) = run(seed, true);
-    println!("stale targets (broker hazard): {stale:#?}");
+    let (problems, w, interventions) = run(seed, true);
     println!("{}", w.trace_text());
     println!("seed {seed}: {problems:#?}; interventions {interventions}");
     println!("hazards: {:#?}", w.hazards());

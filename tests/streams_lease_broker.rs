@@ -310,3 +310,154 @@ async fn streams_member_loses_its_active_tasks_before_the_broker_reassigns_them(
 async fn streams_member_reads_the_group_session_timeout_from_the_broker() {
     run(true).await;
 }
+
+/// Kafka's default streams heartbeat interval (`streams.heartbeat.interval.ms`), set on the
+/// group of [`a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval`].
+const KAFKA_DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The answer the broker sends a streams member only once: a heartbeat answer carrying a new
+/// assignment (GroupMetadataManager.streamsGroupHeartbeat sends the tasks when the member joins
+/// or its heartbeat changed them, never again). The proxy drops exactly that answer and resets
+/// the connection after the broker processed the heartbeat, twice: (1) the answer that takes two
+/// of our member's four active tasks away for a second member, (2) once that member left, the
+/// answer that gives them back. Our static member must reach each new assignment within one
+/// heartbeat interval of the reset (it reads its record back with StreamsGroupDescribe before
+/// its next heartbeat): without that, (1) leaves the broker waiting for a revocation until the
+/// rebalance timeout (300 s) while the second member gets nothing, and (2) leaves two tasks
+/// nobody runs. Kafka's default streams timeouts for the group (interval 5 s, session 45 s),
+/// the crate's defaults for our members.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval() {
+    use consumer_membership::request::{Api, ResponseBody};
+    let Some(bootstrap) = common::bootstrap() else {
+        return;
+    };
+    let input = unique("streams-lost-in");
+    let group = unique("streams-lost");
+    let (admin, _) = transport(&bootstrap);
+    common::create_topic(admin.as_ref(), &input, PARTITIONS).await;
+    common::set_group_configs(
+        &bootstrap,
+        &group,
+        &[
+            ("streams.heartbeat.interval.ms", "5000"),
+            ("streams.session.timeout.ms", "45000"),
+        ],
+    )
+    .await;
+    let all: BTreeSet<TaskId> = (0..PARTITIONS).map(|p| TaskId::new("0", p)).collect();
+    let proxy = Proxy::start(&bootstrap).await.expect("proxy");
+    let config = |instance: &str| {
+        let mut c = GroupConfig::new(&group);
+        c.instance_id = Some(instance.to_owned());
+        c
+    };
+    let (through_proxy, _) = transport(proxy.bootstrap());
+    let ours = Member::start(through_proxy, config("ours-a"), &input);
+    ours.wait_seen("ours", Duration::from_secs(60), |s| s.active == all)
+        .await;
+    // The answer of an assignment with fewer than all tasks: the other member's arrival.
+    let active_count = |b: &ResponseBody| match b {
+        ResponseBody::StreamsGroupHeartbeat(r) if r.error_code == 0 => r
+            .active_tasks
+            .as_ref()
+            .map(|ts| ts.iter().map(|t| t.partitions.len()).sum::<usize>()),
+        _ => None,
+    };
+    let wait_fired = async |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while proxy.reset_rule_pending() {
+            assert!(
+                Instant::now() < deadline,
+                "no {what} answer within 60 s\n{}",
+                proxy.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Instant::now()
+    };
+    proxy.reset_on_answer(Api::STREAMS_GROUP_HEARTBEAT, move |b| {
+        active_count(b).is_some_and(|n| n < PARTITIONS as usize)
+    });
+    let (direct, _) = transport(&bootstrap);
+    let other = Member::start(direct, config("ours-b"), &input);
+    let reset = wait_fired("shrinking").await;
+    let kept = ours
+        .wait_seen("ours", KAFKA_DEFAULT_INTERVAL * 3, |s| {
+            s.active.len() < all.len()
+                && s.active_log
+                    .iter()
+                    .any(|(at, held, _)| *at >= reset && !held)
+        })
+        .await;
+    let shrunk_at = kept
+        .active_log
+        .iter()
+        .filter(|(at, held, _)| *at >= reset && !held)
+        .map(|(at, _, _)| *at)
+        .min()
+        .unwrap();
+    let others = other
+        .wait_seen("other", Duration::from_secs(30), |s| {
+            !s.active.is_empty() && s.active.is_disjoint(&kept.active)
+        })
+        .await;
+    println!(
+        "lost shrinking answer: our member revoked its tasks {:?} after the reset; the other member holds {:?}",
+        shrunk_at - reset,
+        others.active
+    );
+    assert!(
+        shrunk_at - reset <= KAFKA_DEFAULT_INTERVAL,
+        "revoked {:?} after the reset\n{}{}",
+        shrunk_at - reset,
+        ours.report("ours"),
+        proxy.log_text()
+    );
+    let doubles = double_ownership(&[&ours.seen().active_log, &other.seen().active_log]);
+    assert!(doubles.is_empty(), "{doubles:?}");
+
+    // (2) The other member leaves; the answer that gives our member all tasks back is lost.
+    let settled = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (a, b) = (ours.seen().active, other.seen().active);
+        if a.union(&b).count() == all.len() {
+            break;
+        }
+        assert!(Instant::now() < settled, "not split: {a:?} {b:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.reset_on_answer(Api::STREAMS_GROUP_HEARTBEAT, move |b| {
+        active_count(b) == Some(PARTITIONS as usize)
+    });
+    other.handle.close(CloseOptions::LeaveGroup).await;
+    let reset = wait_fired("growing").await;
+    let grown = ours
+        .wait_seen("ours", KAFKA_DEFAULT_INTERVAL * 3, |s| s.active == all)
+        .await;
+    let grown_at = grown
+        .active_log
+        .iter()
+        .filter(|(at, held, _)| *at >= reset && *held)
+        .map(|(at, _, _)| *at)
+        .max()
+        .unwrap();
+    println!(
+        "lost growing answer: our member took all tasks {:?} after the reset",
+        grown_at - reset
+    );
+    assert!(
+        grown_at - reset <= KAFKA_DEFAULT_INTERVAL,
+        "took them {:?} after the reset\n{}{}",
+        grown_at - reset,
+        ours.report("ours"),
+        proxy.log_text()
+    );
+    let s = ours.handle.snapshot().await.expect("ours running");
+    assert_eq!(s.state, MemberState::Stable, "{s:?}");
+    ours.handle.close(CloseOptions::LeaveGroup).await;
+}

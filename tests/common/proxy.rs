@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use consumer_membership::request::{RequestBody, ResponseBody};
+use consumer_membership::request::{Api, RequestBody, ResponseBody};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -150,6 +150,8 @@ pub struct ConnInfo {
 struct Frame {
     bytes: Bytes,
     api: Option<ApiKey>,
+    /// The API, also of the APIs kafka-protocol lacks (the streams-group ones).
+    any_api: Option<Api>,
     version: i16,
     correlation: i32,
 }
@@ -166,7 +168,7 @@ struct Conn {
     queue: VecDeque<Frame>,
     forwarded: usize,
     /// Correlation id -> (api, version) of forwarded requests not answered yet.
-    pending: HashMap<i32, (ApiKey, i16)>,
+    pending: HashMap<i32, (Api, i16)>,
     /// Wakes the upstream writer.
     wake: Arc<Notify>,
 }
@@ -178,6 +180,8 @@ struct State {
     conns: BTreeMap<ConnId, Conn>,
     next_conn: ConnId,
     policy: ConnPolicy,
+    /// One answer to drop, then reset its client connection (see [`Proxy::reset_on_answer`]).
+    reset_rule: Option<ResetRule>,
     records: Vec<Record>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -186,6 +190,9 @@ struct Inner {
     t0: Instant,
     state: Mutex<State>,
 }
+
+/// Which answer [`Proxy::reset_on_answer`] drops.
+type ResetRule = (Api, Box<dyn Fn(&ResponseBody) -> bool + Send>);
 
 /// The proxy. Dropping it stops every listener and connection.
 pub struct Proxy {
@@ -283,6 +290,24 @@ impl Proxy {
 
     /// Drops (or stops dropping) every answer: on the connections so far and on those accepted
     /// from now on (the rest of the new-connection policy stays).
+    /// The next answer of `api` (any connection) for which `matches` holds is dropped and its
+    /// client connection reset at once, as if the connection broke after the broker processed
+    /// the request and before its answer arrived: "exactly that answer is lost". The rest of
+    /// that connection's answers are dropped too (the client no longer has the connection).
+    /// One shot; [`Proxy::reset_rule_pending`] says whether it fired.
+    pub fn reset_on_answer(
+        &self,
+        api: Api,
+        matches: impl Fn(&ResponseBody) -> bool + Send + 'static,
+    ) {
+        lock(&self.inner).reset_rule = Some((api, Box::new(matches)));
+    }
+
+    /// Whether a [`reset_on_answer`](Self::reset_on_answer) rule waits for its answer.
+    pub fn reset_rule_pending(&self) -> bool {
+        lock(&self.inner).reset_rule.is_some()
+    }
+
     pub fn drop_all_answers(&self, on: bool) {
         lock(&self.inner).policy.drop_answers = on;
         for c in self.connections() {
@@ -589,6 +614,21 @@ pub fn describe_response(body: &ResponseBody) -> (Option<i16>, String) {
     fn first(codes: impl IntoIterator<Item = i16>) -> i16 {
         codes.into_iter().find(|c| *c != 0).unwrap_or(0)
     }
+    if let ResponseBody::StreamsGroupHeartbeat(r) = body {
+        let active = r.active_tasks.as_ref().map(|ts| {
+            ts.iter()
+                .map(|t| format!("{}:{:?}", t.subtopology_id.as_str(), t.partitions))
+                .collect::<Vec<_>>()
+        });
+        return (
+            Some(r.error_code),
+            format!(
+                "member_id={:?} epoch={} active={active:?}",
+                r.member_id.as_str(),
+                r.member_epoch
+            ),
+        );
+    }
     let ResponseBody::Kafka(body) = body else {
         return (None, String::new());
     };
@@ -740,6 +780,7 @@ async fn client_reader(inner: Arc<Inner>, id: ConnId, mut rd: OwnedReadHalf) {
             Err(e) => return mark_client_closed(&inner, id, &e),
         };
         let api = i16_at(&frame, 4).and_then(|k| ApiKey::try_from(k).ok());
+        let any_api = i16_at(&frame, 4).and_then(Api::from_key);
         let version = i16_at(&frame, 6).unwrap_or(-1);
         let correlation = i32_at(&frame, 8).unwrap_or(-1);
         let detail = if api.is_some() {
@@ -755,6 +796,7 @@ async fn client_reader(inner: Arc<Inner>, id: ConnId, mut rd: OwnedReadHalf) {
             c.queue.push_back(Frame {
                 bytes: frame,
                 api,
+                any_api,
                 version,
                 correlation,
             });
@@ -813,7 +855,7 @@ async fn upstream_writer(inner: Arc<Inner>, id: ConnId, mut wr: OwnedWriteHalf, 
                     Step::Wait
                 } else {
                     let f = c.queue.pop_front().expect("front exists");
-                    if let Some(api) = f.api {
+                    if let Some(api) = f.any_api {
                         c.pending.insert(f.correlation, (api, f.version));
                     }
                     c.forwarded += 1;
@@ -907,11 +949,26 @@ async fn upstream_reader(
         let mut out = frame.clone();
         let mut error_code = None;
         let mut detail: String;
+        let mut reset = false;
         if let Some((api, version)) = request {
             match wire::decode_response(frame.slice(4..), api, version) {
                 Ok(mut r) => {
                     (error_code, detail) = describe_response(&r.body);
-                    if matches!(api, ApiKey::FindCoordinator | ApiKey::Metadata) {
+                    {
+                        let mut s = lock(&inner);
+                        if s.reset_rule
+                            .as_ref()
+                            .is_some_and(|(a, m)| *a == api && m(&r.body))
+                        {
+                            s.reset_rule = None;
+                            reset = true;
+                            detail = format!("{detail} (reset rule: dropped, connection reset)");
+                        }
+                    }
+                    if matches!(
+                        api.kafka(),
+                        Some(ApiKey::FindCoordinator | ApiKey::Metadata)
+                    ) {
                         match rewrite_addresses(&inner, &mut r.body) {
                             Ok(changes) if !changes.is_empty() => {
                                 match wire::encode_response(&r.body, api, version, correlation) {
@@ -932,9 +989,9 @@ async fn upstream_reader(
         } else {
             detail = "answer to no request the proxy forwarded".to_owned();
         }
-        let deliver = !drop && client_open && client_ok;
+        let deliver = !drop && !reset && client_open && client_ok;
         // Logged before the write, so the log shows it before what the client does with it.
-        let (api, version) = request.map_or((None, 0), |(a, v)| (Some(a), v));
+        let (api, version) = request.map_or((None, 0), |(a, v)| (a.kafka(), v));
         push(
             &inner,
             id,
@@ -953,6 +1010,10 @@ async fn upstream_reader(
             // Logged as ClientClosed: the answer did not reach the client.
             client_ok = false;
             mark_client_closed(&inner, id, &format!("write: {e}"));
+        }
+        if reset {
+            mark_client_closed(&inner, id, "reset after the answer the rule matched");
+            break;
         }
     }
     // The broker is gone: so is the connection, for the client too.

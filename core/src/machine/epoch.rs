@@ -180,6 +180,48 @@ pub trait EpochProtocol: Sized + fmt::Debug {
     }
     /// The member closes: what the protocol lets go of.
     fn closed(_m: &mut EpochMember<Self>) {}
+    /// Whether an answer this protocol's coordinator will not repeat can be lost: a coordinator
+    /// that sends the assignment only on a join or when the member's own heartbeat changed it
+    /// (KIP-1071 streams groups) leaves a member whose answer was lost with a stale target for
+    /// good. After a heartbeat at a positive epoch whose outcome is unknown (no answer, or an
+    /// error a processed write can be answered with) such a member reads the coordinator's
+    /// record of itself back ([`read_back`](Self::read_back)) before its next heartbeat.
+    const READS_BACK: bool = false;
+    /// The request that reads the coordinator's record of this member (see
+    /// [`READS_BACK`](Self::READS_BACK)).
+    fn read_back(_m: &EpochMember<Self>) -> Option<Request> {
+        None
+    }
+    /// What the answer to [`read_back`](Self::read_back) says of this member.
+    fn read_back_answer(
+        _m: &EpochMember<Self>,
+        _response: Response,
+    ) -> ReadBack<Self::Answer, Self::Heartbeat> {
+        ReadBack::Done
+    }
+}
+
+/// What a member learns by reading the coordinator's record of itself back after a heartbeat
+/// answer was lost ([`EpochProtocol::read_back`]).
+#[derive(Debug)]
+pub enum ReadBack<A, H> {
+    /// The record, as the lost answer would have carried it (member epoch and assignment), and
+    /// what that synthetic answer's heartbeat is recorded as having listed.
+    Record(A, H),
+    /// The coordinator could not answer now (moved, loading): read again after the backoff.
+    Retry,
+    /// Nothing to learn (the member is not in the record, or the read is refused): heartbeat on.
+    Done,
+}
+
+/// Where a member is in reading its record back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum ReadBackState {
+    #[default]
+    Idle,
+    /// Due before the next heartbeat.
+    Due,
+    InFlight,
 }
 
 /// The fields every epoch-heartbeat answer has.
@@ -320,6 +362,11 @@ pub(crate) enum Sent<P: EpochProtocol> {
     Offsets(SentOffsets),
     /// A Metadata request for the topic names of an assignment by id.
     Metadata,
+    /// A read of the coordinator's record of the member ([`EpochProtocol::read_back`]).
+    ReadBack {
+        /// The member's incarnation when it went out.
+        incarnation: u64,
+    },
 }
 
 /// What the broker may know of a member: its registration state, which decides whether a leave
@@ -368,6 +415,10 @@ pub struct EpochMember<P: EpochProtocol> {
     deferred_leave: Option<(CloseOptions, AfterLeave, Reason)>,
     /// The read of the group's session timeout, when configured.
     session_read: session::SessionRead,
+    /// The read of the member's own record after a lost heartbeat answer.
+    read_back: ReadBackState,
+    /// An answer read back is being applied: it confirms no session (a read is no heartbeat).
+    reading_back: bool,
     /// The protocol's own state.
     pub(crate) proto: P,
 }
@@ -475,6 +526,8 @@ impl<P: EpochProtocol> EpochMember<P> {
             answered_once: false,
             deferred_leave: None,
             session_read: session::SessionRead::default(),
+            read_back: ReadBackState::Idle,
+            reading_back: false,
             proto,
             shell: Shell::new(config, now, seed),
         })
@@ -749,6 +802,17 @@ impl<P: EpochProtocol> EpochMember<P> {
                 .get(Timer::Rejoin)
                 .is_none_or(|at| at <= now);
             if urgent && backoff_over || due {
+                if self.read_back == ReadBackState::Due && self.epoch > 0 {
+                    if let Some(request) = P::read_back(self) {
+                        let incarnation = self.incarnation;
+                        let id = self.send(&coordinator, request, Sent::ReadBack { incarnation });
+                        // It takes the heartbeat's slot: the next heartbeat follows its answer.
+                        self.heartbeat_in_flight = Some(id);
+                        self.read_back = ReadBackState::InFlight;
+                        return self.shell.outbound.pop_front();
+                    }
+                    self.read_back = ReadBackState::Idle;
+                }
                 return Some(self.build_heartbeat(&coordinator));
             }
         }
@@ -826,6 +890,7 @@ impl<P: EpochProtocol> EpochMember<P> {
             ),
             Sent::Offsets(sent) => self.on_offsets(sent, result),
             Sent::Metadata => self.on_metadata(result),
+            Sent::ReadBack { incarnation } => self.on_read_back(id, incarnation, result),
         }
         P::settle(self);
     }
@@ -835,6 +900,7 @@ impl<P: EpochProtocol> EpochMember<P> {
     pub(crate) fn join_group(&mut self, reason: Reason) {
         self.shell.end_lease();
         self.epoch = 0;
+        self.read_back = ReadBackState::Idle;
         self.proto.reset();
         self.shell.timers.stop(Timer::Heartbeat);
         self.set_phase(Phase::Joining, reason);
@@ -862,6 +928,7 @@ impl<P: EpochProtocol> EpochMember<P> {
     fn leave(&mut self, options: CloseOptions, then: AfterLeave, reason: Reason) {
         // ConsumerMembershipManager.leaveGroupEpoch (StreamsMembershipManager's is the same),
         // and dynamic + remain-in-group sends nothing.
+        self.read_back = ReadBackState::Idle;
         let epoch = match options {
             CloseOptions::LeaveGroup => Some(LEAVE_EPOCH),
             _ if self.is_static() => Some(STATIC_LEAVE_EPOCH),
@@ -1079,6 +1146,8 @@ impl<P: EpochProtocol> EpochMember<P> {
                 if sent_epoch == 0 {
                     // The join may have landed: the broker may know this member.
                     self.registration.may_be_registered = true;
+                } else {
+                    self.read_back_due();
                 }
                 self.proto.forget_sent(false);
                 self.shell.coordinator_failed();
@@ -1101,6 +1170,15 @@ impl<P: EpochProtocol> EpochMember<P> {
             // (CoordinatorRuntime's OperationTimeout), and a coordinator that unloads answers its
             // pending writes NOT_COORDINATOR while the next leader may hold their records.
             self.registration.may_be_registered = true;
+        }
+        if sent_epoch > 0
+            && matches!(
+                code,
+                codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR
+            )
+        {
+            // The same for a heartbeat: what it changed may be committed, its answer is not.
+            self.read_back_due();
         }
         if let Some(e) = P::own_error(self, &a) {
             return self.fail(e);
@@ -1259,7 +1337,7 @@ impl<P: EpochProtocol> EpochMember<P> {
         self.answered_once = true;
         self.heartbeat_failures = 0;
         self.shell.timers.stop(Timer::Rejoin);
-        if member_epoch > 0 {
+        if member_epoch > 0 && !self.reading_back {
             // The coordinator restarted the member's session when it read this heartbeat.
             let bound = epoch_lease_bound(&self.shell.config, self.interval);
             self.shell.confirm_membership(bound);
@@ -1269,6 +1347,62 @@ impl<P: EpochProtocol> EpochMember<P> {
             self.registration.held_since = None;
         }
         self.epoch = member_epoch;
+    }
+
+    /// A heartbeat whose answer may have carried what the coordinator will not say again
+    /// ended unread: the protocol reads the member's record back first (see
+    /// [`EpochProtocol::READS_BACK`]).
+    fn read_back_due(&mut self) {
+        if P::READS_BACK {
+            self.read_back = ReadBackState::Due;
+        }
+    }
+
+    /// The answer to a read of the member's own record: applied as the lost heartbeat answer
+    /// would have been (the target, the epoch; no session confirmed: a read is no heartbeat),
+    /// then the next heartbeat goes at once, full.
+    fn on_read_back(&mut self, id: RequestId, incarnation: u64, result: Reply) {
+        if self.heartbeat_in_flight == Some(id) {
+            self.heartbeat_in_flight = None;
+        }
+        if incarnation != self.incarnation
+            || !self.in_group()
+            || self.read_back != ReadBackState::InFlight
+        {
+            return;
+        }
+        self.read_back = ReadBackState::Idle;
+        let outcome = match result {
+            Ok(response) => P::read_back_answer(self, response),
+            // A coordinator without the read: heartbeat on, as before it existed.
+            Err(TransportError::UnsupportedApi { .. }) => ReadBack::Done,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the member's record back failed");
+                ReadBack::Retry
+            }
+        };
+        match outcome {
+            ReadBack::Record(answer, listed) => {
+                tracing::info!(group = %self.shell.config.group_id, epoch = answer.member_epoch(), "a heartbeat answer was lost; applying the coordinator's record of the member");
+                let unsettled = self.owned_report_unsettled;
+                self.reading_back = true;
+                self.heartbeat_ok(self.epoch, listed, answer);
+                self.reading_back = false;
+                self.owned_report_unsettled = unsettled;
+                self.proto.forget_sent(false);
+                let now = self.shell.now;
+                self.shell.timers.set(Timer::Heartbeat, now);
+            }
+            ReadBack::Retry => {
+                self.read_back = ReadBackState::Due;
+                self.shell.coordinator_failed();
+                self.backoff_heartbeat();
+            }
+            ReadBack::Done => {
+                let now = self.shell.now;
+                self.shell.timers.set(Timer::Heartbeat, now);
+            }
+        }
     }
 
     fn on_leave(&mut self, id: RequestId, result: Result<Response, TransportError>) {

@@ -8,15 +8,19 @@ use crate::config::GroupConfig;
 use crate::error::{ApiMisuse, ConfigError, GroupError, codes};
 use crate::machine::TopicPartition;
 use crate::machine::epoch::{
-    EpochMember, EpochProtocol, Phase, epoch_answer, invalid, member_id_of,
+    EpochMember, EpochProtocol, Phase, ReadBack, epoch_answer, invalid, member_id_of,
 };
 use crate::machine::events::{CloseOptions, CommitId, CommitOffset, FetchId, Reason};
 use crate::machine::session;
 use crate::machine::shell::{Skeleton, millis};
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
+use crate::messages::streams_group_describe_response as desc;
 use crate::messages::streams_group_heartbeat_request as req;
-use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
+use crate::messages::streams_group_heartbeat_response as resp;
+use crate::messages::{
+    StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse,
+};
 use crate::request::{Api, Request, Response, ResponseBody};
 
 use super::guard::{Acquire, Intervention, InterventionKind, StreamsProcess};
@@ -174,6 +178,83 @@ impl EpochProtocol for StreamsProtocol {
 
     fn heartbeat(m: &mut StreamsMember) -> (Request, Self::Heartbeat) {
         m.heartbeat_request()
+    }
+
+    /// The coordinator sends a member its tasks only when it joins or when its own heartbeat
+    /// changed them (GroupMetadataManager.streamsGroupHeartbeat: `isJoining ||
+    /// assignedTaskChanged`; no full-request echo as for consumer groups), and a rejoin at
+    /// epoch 0 is refused to a static member whose instance id it holds
+    /// (UNRELEASED_INSTANCE_ID). StreamsGroupDescribe returns the member's current assignment
+    /// and epoch (StreamsGroupMember.asStreamsGroupDescribeMember: `assignedTasks`, the tasks
+    /// the last processed heartbeat's answer carried), whatever the member is: the read back.
+    const READS_BACK: bool = true;
+
+    fn read_back(m: &StreamsMember) -> Option<Request> {
+        let group = kafka_protocol::messages::GroupId(m.shell.config.group_id.clone().into());
+        let body = StreamsGroupDescribeRequest::default().with_group_ids(vec![group]);
+        Some(Request::StreamsGroupDescribe {
+            body: Box::new(body),
+            versions: 0..=1,
+        })
+    }
+
+    fn read_back_answer(
+        m: &StreamsMember,
+        response: Response,
+    ) -> ReadBack<StreamsGroupHeartbeatResponse, Option<StreamsTasks>> {
+        let ResponseBody::StreamsGroupDescribe(r) = response.body else {
+            return ReadBack::Done;
+        };
+        let group = m.shell.config.group_id.as_str();
+        let Some(g) = r.groups.iter().find(|g| g.group_id.0.as_str() == group) else {
+            return ReadBack::Done;
+        };
+        match g.error_code {
+            codes::NONE => {}
+            codes::NOT_COORDINATOR
+            | codes::COORDINATOR_NOT_AVAILABLE
+            | codes::COORDINATOR_LOAD_IN_PROGRESS => return ReadBack::Retry,
+            code => {
+                // GROUP_ID_NOT_FOUND, GROUP_AUTHORIZATION_FAILED, ...: the next heartbeat says
+                // what the member needs to know.
+                tracing::info!(group, code, "the member's record could not be read back");
+                return ReadBack::Done;
+            }
+        }
+        let id = m.member_id.as_str();
+        let Some(me) = g.members.iter().find(|d| d.member_id.as_str() == id) else {
+            return ReadBack::Done;
+        };
+        // Epochs only grow; a record below the member's own (or of a static member's
+        // temporary leave, -2) is no answer to the member's heartbeat.
+        if me.member_epoch < m.epoch {
+            return ReadBack::Done;
+        }
+        let tasks = |list: &[desc::TaskIds]| {
+            list.iter()
+                .map(|t| {
+                    resp::TaskIds::default()
+                        .with_subtopology_id(t.subtopology_id.clone())
+                        .with_partitions(t.partitions.clone())
+                })
+                .collect::<Vec<_>>()
+        };
+        let a = &me.assignment;
+        let p = &m.proto;
+        let answer = StreamsGroupHeartbeatResponse::default()
+            .with_member_id(me.member_id.clone())
+            .with_member_epoch(me.member_epoch)
+            .with_heartbeat_interval_ms(millis(m.interval))
+            .with_task_offset_interval_ms(millis(p.task_offset_interval))
+            .with_acceptable_recovery_lag(p.acceptable_recovery_lag)
+            .with_endpoint_information_epoch(p.endpoint_epoch)
+            // Unchanged, as a null list says (the type's defaults are empty lists).
+            .with_status(None)
+            .with_partitions_by_user_endpoint(None)
+            .with_active_tasks(Some(tasks(&a.active_tasks)))
+            .with_standby_tasks(Some(tasks(&a.standby_tasks)))
+            .with_warmup_tasks(Some(tasks(&a.warmup_tasks)));
+        ReadBack::Record(answer, None)
     }
 
     fn leave(m: &StreamsMember, epoch: i32) -> Request {

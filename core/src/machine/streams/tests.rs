@@ -24,9 +24,12 @@ use crate::machine::test_support::{
 };
 use crate::machine::timer::Timer;
 use crate::member_id::MemberId;
+use crate::messages::streams_group_describe_response as desc;
 use crate::messages::streams_group_heartbeat_response as resp;
-use crate::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
-use crate::request::{Api, Outbound, Request, Target};
+use crate::messages::{
+    StreamsGroupDescribeResponse, StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse,
+};
+use crate::request::{Api, Outbound, Request, ResponseBody, Target};
 
 const PID: &str = "6c1b4a52-1f9d-4a53-9bb0-0d5f0f6a7e11";
 
@@ -133,6 +136,52 @@ fn err(code: i16) -> StreamsGroupHeartbeatResponse {
     StreamsGroupHeartbeatResponse::default()
         .with_error_code(code)
         .with_member_id(s(ID))
+}
+
+/// The coordinator's record of this member as StreamsGroupDescribe gives it: `epoch` and
+/// current assignment `t`, in group "app" beside another member.
+fn described(epoch: i32, t: &StreamsTasks) -> ResponseBody {
+    let list = |set: &BTreeSet<TaskId>| {
+        let mut by: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for t in set {
+            by.entry(t.subtopology.as_str())
+                .or_default()
+                .push(t.partition);
+        }
+        by.into_iter()
+            .map(|(sub, ps)| {
+                desc::TaskIds::default()
+                    .with_subtopology_id(s(sub))
+                    .with_partitions(ps)
+            })
+            .collect::<Vec<_>>()
+    };
+    let assignment = desc::Assignment::default()
+        .with_active_tasks(list(&t.active))
+        .with_standby_tasks(list(&t.standby))
+        .with_warmup_tasks(list(&t.warmup));
+    let me = desc::Member::default()
+        .with_member_id(s(ID))
+        .with_member_epoch(epoch)
+        .with_assignment(assignment);
+    let other = desc::Member::default()
+        .with_member_id(s("AAAAAAAAAAAAAAAAAAAAAA"))
+        .with_member_epoch(epoch + 1);
+    described_group(desc::DescribedGroup::default().with_members(vec![other, me]))
+}
+
+fn described_group(g: desc::DescribedGroup) -> ResponseBody {
+    ResponseBody::StreamsGroupDescribe(
+        StreamsGroupDescribeResponse::default()
+            .with_groups(vec![g.with_group_id(GroupId(s("app")))]),
+    )
+}
+
+/// Whether `out` reads this member's group back (StreamsGroupDescribe of "app").
+fn is_read_back(out: &Outbound) -> bool {
+    matches!(&out.request, Request::StreamsGroupDescribe { body, .. }
+        if body.group_ids.len() == 1 && body.group_ids[0].0.as_str() == "app")
+        && matches!(out.target, Target::Coordinator(_))
 }
 
 fn hb_body(out: &Outbound) -> StreamsGroupHeartbeatRequest {
@@ -638,12 +687,15 @@ fn later_heartbeats_carry_only_what_changed_and_everything_after_a_failure() {
     let (hb, b) = h.expect_hb();
     assert_eq!(owned_of(&b), None);
     h.hb_answer(&hb, ok(1, None));
-    // A transport failure resets too.
+    // A transport failure resets too (after the member read its record back).
     h.advance(Duration::from_secs(1));
     let (hb, _) = h.expect_hb();
     h.fail(&hb);
     h.find_coordinator();
     h.advance(Duration::from_secs(2));
+    let rb = h.one();
+    assert!(is_read_back(&rb), "{rb:?}");
+    h.answer_body(&rb, described(1, &t));
     let (_, b) = h.expect_hb();
     assert_eq!(owned_of(&b), Some(t));
 }
@@ -905,6 +957,13 @@ fn tasks_of_unknown_subtopologies_are_refused_and_the_rest_is_taken() {
     for _ in 0..20 {
         h.advance(Duration::from_millis(200));
         if let Some(out) = h.drain().pop() {
+            if is_read_back(&out) {
+                // The coordinator's record names the refused tasks too, as its answers do.
+                h.answer_body(&out, described(1, &target));
+                let ev = h.take_events();
+                assert!(ev.is_empty(), "nothing changed: {ev:?}");
+                continue;
+            }
             assert_eq!(owned_of(&hb_body(&out)), Some(runnable.clone()));
             h.hb_answer(&out, ok(1, None));
             break;
@@ -1843,4 +1902,137 @@ fn a_new_owner_fetches_its_task_inputs_with_the_member_epoch() {
     assert_eq!(fetched[0].0, id);
     let offsets = fetched[0].1.as_ref().expect("fetched");
     assert_eq!(offsets.get(&inputs[0]).and_then(|o| o.offset), Some(77));
+}
+
+/// A heartbeat answer lost in the transport may have carried an assignment the coordinator
+/// will not send again (it sends one only on a join or a change): before its next heartbeat
+/// the member reads its record back (StreamsGroupDescribe) and takes the tasks and epoch it
+/// names, as if the answer had arrived; the full heartbeat that follows at once lists them.
+#[test]
+fn a_lost_answer_is_read_back_before_the_next_heartbeat() {
+    for instance in [None, Some("i")] {
+        let t = tasks(&[("0", 0)], &[], &[]);
+        let mut h = Harness::joined(instance, &t);
+        h.advance(Duration::from_secs(1));
+        let (hb, _) = h.expect_hb();
+        h.fail(&hb);
+        h.find_coordinator();
+        let mut rb = None;
+        for _ in 0..20 {
+            h.advance(Duration::from_millis(100));
+            if let Some(out) = h.drain().pop() {
+                rb = Some(out);
+                break;
+            }
+        }
+        let rb = rb.expect("something goes after the backoff");
+        assert!(
+            is_read_back(&rb),
+            "the read comes first, not a heartbeat: {rb:?}"
+        );
+        h.nothing("one at a time: no heartbeat beside the read");
+        // The lost answer moved the member to epoch 2 with one more active task.
+        let grown = tasks(&[("0", 0), ("0", 1)], &[("1", 2)], &[]);
+        h.answer_body(&rb, described(2, &grown));
+        let ev = h.take_events();
+        assert_eq!(
+            assigned_of(&ev),
+            vec![(tasks(&[("0", 1)], &[("1", 2)], &[]), grown.clone())],
+            "{ev:?}"
+        );
+        assert_eq!(h.m.tasks(), &grown);
+        let (hb, b) = h.expect_hb();
+        assert_eq!(b.member_epoch, 2, "at the epoch read back");
+        assert_eq!(
+            owned_of(&b),
+            Some(grown.clone()),
+            "full, listing what it runs"
+        );
+        assert_eq!(b.instance_id.as_deref(), instance);
+        h.hb_answer(&hb, ok(2, None));
+        assert_eq!(h.m.state(), MemberState::Stable);
+        // A lost answer that took a task away: the task is revoked with a ticket.
+        h.advance(Duration::from_secs(1));
+        let (hb, _) = h.expect_hb();
+        h.fail(&hb);
+        h.find_coordinator();
+        let rb = loop {
+            h.advance(Duration::from_millis(100));
+            if let Some(out) = h.drain().pop() {
+                break out;
+            }
+        };
+        assert!(is_read_back(&rb), "{rb:?}");
+        let shrunk = tasks(&[("0", 1)], &[("1", 2)], &[]);
+        h.answer_body(&rb, described(2, &shrunk));
+        let mut ev = h.take_events();
+        let (revoking, ticket) = take_revoking(&mut ev);
+        assert_eq!(revoking, vec![task("0", 0)]);
+        h.m.complete_revocation(ticket, h.now).unwrap();
+        let (_, b) = h.expect_hb();
+        assert_eq!(b.member_epoch, 2);
+        assert_eq!(owned_of(&b), Some(shrunk));
+    }
+}
+
+/// The read's own errors: a coordinator that moved is read again (after finding it again); a
+/// refusal, a group or member the record lacks, or a record older than the member's epoch
+/// change nothing and the heartbeat goes at once. A heartbeat answered with an error a
+/// processed write can get (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) is read back too; one
+/// that was not processed (COORDINATOR_LOAD_IN_PROGRESS) is not.
+#[test]
+fn the_read_back_retries_a_moved_coordinator_and_gives_way_to_refusals() {
+    let t = tasks(&[("0", 0)], &[], &[]);
+    let mut h = Harness::joined(None, &t);
+    let next = |h: &mut Harness| loop {
+        h.advance(Duration::from_millis(100));
+        let mut out = h.drain();
+        if let Some(fc) = out.iter().position(is_find_coordinator) {
+            let fc = out.remove(fc);
+            h.answer_lookup(&fc, "app");
+            out.extend(h.drain());
+        }
+        if let Some(o) = out.pop() {
+            break o;
+        }
+    };
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, err(codes::COORDINATOR_NOT_AVAILABLE));
+    let rb = next(&mut h);
+    assert!(is_read_back(&rb), "{rb:?}");
+    let moved = desc::DescribedGroup::default().with_error_code(codes::NOT_COORDINATOR);
+    h.answer_body(&rb, described_group(moved));
+    let rb = next(&mut h);
+    assert!(is_read_back(&rb), "read again: {rb:?}");
+    let refused =
+        desc::DescribedGroup::default().with_error_code(codes::GROUP_AUTHORIZATION_FAILED);
+    h.answer_body(&rb, described_group(refused));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(
+        owned_of(&b),
+        Some(t.clone()),
+        "the heartbeat goes at once, full"
+    );
+    h.hb_answer(&hb, err(codes::NOT_COORDINATOR));
+    let rb = next(&mut h);
+    assert!(is_read_back(&rb), "{rb:?}");
+    h.answer_body(&rb, described(0, &tasks(&[("0", 5)], &[], &[])));
+    assert_eq!(
+        h.m.tasks(),
+        &t,
+        "a record below the member's epoch is no answer"
+    );
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, err(codes::COORDINATOR_LOAD_IN_PROGRESS));
+    let out = next(&mut h);
+    assert!(!is_read_back(&out), "nothing was processed: {out:?}");
+    h.hb_answer(&out, err(codes::COORDINATOR_NOT_AVAILABLE));
+    let rb = next(&mut h);
+    assert!(is_read_back(&rb), "{rb:?}");
+    h.answer_body(&rb, described_group(desc::DescribedGroup::default()));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, ok(1, None));
+    assert_eq!(h.m.state(), MemberState::Stable);
+    assert_eq!(h.m.tasks(), &t);
 }
