@@ -63,34 +63,11 @@ fn broker() -> Option<String> {
 /// topic configs. The broker refuses a member whose topology differs from the group's.
 fn topology(group: &str, input: &str) -> StreamsTopology {
     let repartition = streams_peer::repartition_topic(group);
-    let configs = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
     let mut source = Subtopology::new("0", [input.to_owned()]);
     source.repartition_sink_topics.insert(repartition.clone());
     let counting = Subtopology::new("1", Vec::<String>::new())
-        .with_changelog(InternalTopic {
-            name: streams_peer::changelog_topic(group),
-            partitions: None,
-            replication_factor: Some(-1),
-            configs: configs(&[
-                ("cleanup.policy", "compact"),
-                ("message.timestamp.type", "CreateTime"),
-            ]),
-        })
-        .with_repartition_source(InternalTopic {
-            name: repartition,
-            partitions: None,
-            replication_factor: Some(-1),
-            configs: configs(&[
-                ("cleanup.policy", "delete"),
-                ("message.timestamp.type", "CreateTime"),
-                ("retention.ms", "-1"),
-                ("segment.bytes", "52428800"),
-            ]),
-        });
+        .with_changelog(InternalTopic::changelog(streams_peer::changelog_topic(group)))
+        .with_repartition_source(InternalTopic::repartition(repartition));
     StreamsTopology::new(0, vec![source, counting])
 }
 

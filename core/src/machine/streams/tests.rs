@@ -368,7 +368,8 @@ fn the_join_declares_topology_process_endpoint_tags_rack_and_timeout() {
     let rs = &s1.repartition_source_topics[0];
     assert_eq!(
         (rs.name.0.as_str(), rs.partitions, rs.replication_factor),
-        ("app-rep", 4, 0)
+        ("app-rep", 4, -1),
+        "no replication factor is the broker's default, -1 as Kafka Streams sends it"
     );
 }
 
@@ -2035,4 +2036,42 @@ fn the_read_back_retries_a_moved_coordinator_and_gives_way_to_refusals() {
     h.hb_answer(&hb, ok(1, None));
     assert_eq!(h.m.state(), MemberState::Stable);
     assert_eq!(h.m.tasks(), &t);
+}
+
+/// The internal topics Kafka Streams 4.4 declares, as it sends them (kafka-clients'
+/// `Topology.toString()` of a joining heartbeat, tests/common/streams_peer.rs
+/// `java_join_topology`): replication factor -1 and partitions 0 unless set, configs sorted by
+/// key. A group Kafka Streams created refuses any other topology (INVALID_REQUEST).
+#[test]
+fn internal_topic_builders_match_what_kafka_streams_declares() {
+    let mut source = Subtopology::new("0", ["in".to_owned()]);
+    source
+        .repartition_sink_topics
+        .insert("app-rekey-repartition".into());
+    let counting = Subtopology::new("1", Vec::<String>::new())
+        .with_changelog(InternalTopic::changelog("app-counts-changelog"))
+        .with_repartition_source(InternalTopic::repartition("app-rekey-repartition"));
+    let wire = StreamsTopology::new(0, vec![source, counting]).to_wire();
+    let s1 = &wire.subtopologies[1];
+    let text = |t: &crate::messages::streams_group_heartbeat_request::TopicInfo| {
+        let configs: Vec<String> = (t.topic_configs.iter())
+            .map(|kv| format!("{}={}", kv.key.as_str(), kv.value.as_str()))
+            .collect();
+        format!(
+            "{} {} {} {}",
+            t.name.0.as_str(),
+            t.partitions,
+            t.replication_factor,
+            configs.join(",")
+        )
+    };
+    assert_eq!(
+        text(&s1.state_changelog_topics[0]),
+        "app-counts-changelog 0 -1 cleanup.policy=compact,message.timestamp.type=CreateTime"
+    );
+    assert_eq!(
+        text(&s1.repartition_source_topics[0]),
+        "app-rekey-repartition 0 -1 cleanup.policy=delete,message.timestamp.type=CreateTime,\
+         retention.ms=-1,segment.bytes=52428800"
+    );
 }

@@ -204,18 +204,59 @@ pub struct InternalTopic {
     /// Partition count to enforce (repartition topics only; changelog topics follow their
     /// subtopology's source partitions). `None`: the coordinator decides.
     pub partitions: Option<i32>,
-    /// Replication factor; `None`: the broker default.
+    /// Replication factor; `None`: the broker default (-1 on the wire, what Kafka Streams
+    /// sends with its `replication.factor` default).
     pub replication_factor: Option<i16>,
     /// Topic configs.
     pub configs: BTreeMap<String, String>,
 }
 
+/// The configs Kafka Streams 4.4 gives every internal topic (`InternalTopicConfig
+/// .INTERNAL_TOPIC_DEFAULT_OVERRIDES`).
+const INTERNAL_DEFAULTS: [(&str, &str); 1] = [("message.timestamp.type", "CreateTime")];
+
 impl InternalTopic {
-    /// A topic named `name` with every setting left to the coordinator.
+    /// A topic named `name` with every setting left to the coordinator and no configs. A group
+    /// that Kafka Streams created refuses a topology that differs from its own: for the topics
+    /// Kafka Streams declares, use [`changelog`](Self::changelog) and
+    /// [`repartition`](Self::repartition).
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             ..Self::default()
+        }
+    }
+
+    /// The changelog topic of a key-value store (not windowed, not versioned) as Kafka Streams
+    /// 4.4 declares it (`UnwindowedUnversionedChangelogTopicConfig`): `cleanup.policy=compact`,
+    /// `message.timestamp.type=CreateTime`, the partition count and replication factor left to
+    /// the broker. Kafka Streams names it `<application.id>-<store name>-changelog`.
+    pub fn changelog(name: impl Into<String>) -> Self {
+        Self::with_configs(name, &[("cleanup.policy", "compact")])
+    }
+
+    /// A repartition topic as Kafka Streams 4.4 declares it (`RepartitionTopicConfig`):
+    /// `cleanup.policy=delete`, `retention.ms=-1`, `segment.bytes=52428800`,
+    /// `message.timestamp.type=CreateTime`, the partition count and replication factor left to
+    /// the broker. Kafka Streams names it `<application.id>-<name>-repartition`.
+    pub fn repartition(name: impl Into<String>) -> Self {
+        Self::with_configs(
+            name,
+            &[
+                ("cleanup.policy", "delete"),
+                ("retention.ms", "-1"),
+                ("segment.bytes", "52428800"),
+            ],
+        )
+    }
+
+    fn with_configs(name: impl Into<String>, configs: &[(&str, &str)]) -> Self {
+        let configs = (INTERNAL_DEFAULTS.iter().chain(configs))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self {
+            configs,
+            ..Self::new(name)
         }
     }
 }
@@ -440,7 +481,7 @@ fn topic_info(t: &InternalTopic, with_partitions: bool) -> req::TopicInfo {
         } else {
             0
         })
-        .with_replication_factor(t.replication_factor.unwrap_or(0))
+        .with_replication_factor(t.replication_factor.unwrap_or(-1))
         .with_topic_configs(
             t.configs
                 .iter()
