@@ -66,7 +66,9 @@ fn topology(group: &str, input: &str) -> StreamsTopology {
     let mut source = Subtopology::new("0", [input.to_owned()]);
     source.repartition_sink_topics.insert(repartition.clone());
     let counting = Subtopology::new("1", Vec::<String>::new())
-        .with_changelog(InternalTopic::changelog(streams_peer::changelog_topic(group)))
+        .with_changelog(InternalTopic::changelog(streams_peer::changelog_topic(
+            group,
+        )))
         .with_repartition_source(InternalTopic::repartition(repartition));
     StreamsTopology::new(0, vec![source, counting])
 }
