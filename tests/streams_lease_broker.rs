@@ -457,7 +457,15 @@ async fn a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval() {
         ours.report("ours"),
         proxy.log_text()
     );
-    let s = ours.handle.snapshot().await.expect("ours running");
-    assert_eq!(s.state, MemberState::Stable, "{s:?}");
+    // Stable once the acknowledging heartbeat that follows is answered.
+    let deadline = Instant::now() + KAFKA_DEFAULT_INTERVAL;
+    loop {
+        let s = ours.handle.snapshot().await.expect("ours running");
+        if s.state == MemberState::Stable && s.tasks.active == all {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{s:?}\n{}", ours.report("ours"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     ours.handle.close(CloseOptions::LeaveGroup).await;
 }
