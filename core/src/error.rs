@@ -469,6 +469,18 @@ pub enum GroupError {
         /// The regex the member was subscribed with.
         pattern: String,
     },
+    /// INVALID_REQUEST (42) answering a heartbeat: the coordinator refused the request itself,
+    /// and its message says why (for a streams member, e.g. "Topology updates are not supported
+    /// yet." when the group holds another topology at the same epoch).
+    #[error("group {group:?}: {api:?} refused as INVALID_REQUEST: {message:?}")]
+    InvalidRequest {
+        /// The group id.
+        group: String,
+        /// The API.
+        api: Api,
+        /// The coordinator's error message.
+        message: Option<String>,
+    },
     /// A non-retriable error code with no more specific handling for this API.
     #[error("{api:?} failed with non-retriable error {code} ({name})", name = error_name(*.code))]
     Fatal {

@@ -1218,6 +1218,16 @@ impl<P: EpochProtocol> EpochMember<P> {
                 tracing::warn!(%group, code, message = ?a.error_message(), "heartbeat error reported, member carries on");
                 self.backoff_heartbeat();
             }
+            ErrorAction::Fatal(GroupError::Fatal { api, code })
+                if code == codes::INVALID_REQUEST =>
+            {
+                let message = a.error_message().map(str::to_owned);
+                self.fail(GroupError::InvalidRequest {
+                    group,
+                    api,
+                    message,
+                })
+            }
             ErrorAction::Fatal(e) => self.fail(e),
             _ => self.backoff_heartbeat(),
         }

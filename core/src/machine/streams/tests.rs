@@ -1040,7 +1040,11 @@ fn half_null_task_lists_are_fatal() {
 #[test]
 fn topology_authorization_and_fencing_errors_are_typed_and_fatal() {
     type Check = fn(&GroupError) -> bool;
-    let rows: [(i16, Check); 6] = [
+    let rows: [(i16, Check); 7] = [
+        (
+            codes::INVALID_REQUEST,
+            |e| matches!(e, GroupError::InvalidRequest { group, message: Some(m), .. } if group == "app" && m == "why"),
+        ),
         (
             codes::STREAMS_INVALID_TOPOLOGY,
             |e| matches!(e, GroupError::StreamsInvalidTopology { message: Some(m), .. } if m == "why"),
