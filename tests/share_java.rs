@@ -1,6 +1,7 @@
-//! The Java share-consumer peer (tests/kafka/SharePeer.java through tests/common/share_peer.rs)
-//! against the real Kafka 4.4 broker (tests/kafka/with-broker.sh), so that tests pairing it
-//! with our share member can rely on it:
+//! The Java share-consumer peer (tests/kafka/SharePeer.java through tests/common/share_peer.rs,
+//! kafka-clients 4.4.0 whatever the broker) against a real Kafka broker of 4.2 or later
+//! (tests/kafka/with-broker.sh; share groups are GA since 4.2, an older broker passes every
+//! test vacuously), so that tests pairing it with our share member can rely on it:
 //!
 //! - with ACCEPT, a Java `KafkaShareConsumer` alone in a share group receives 1,000 produced
 //!   records (2 partitions) exactly once each, at delivery count 1, every commitSync reports
@@ -26,15 +27,16 @@ use consumer_membership::machine::TopicPartition;
 const T: Duration = Duration::from_secs(90);
 
 /// The broker's address, or None (the test passes vacuously, saying so) under a Kafka release
-/// before 4.4: the peer runs the broker's kafka-clients, and share groups are checked on 4.4.
+/// before 4.2: share groups are GA (on by default) from 4.2 on. The Java peer is kafka-clients
+/// 4.4.0 under every broker (`share_peer::SHARE_PEER_VERSION`).
 fn broker() -> Option<String> {
     let bootstrap = common::bootstrap()?;
     let version = std::env::var("KAFKA_VERSION").unwrap_or_default();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().ok());
     if let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next())
-        && (major, minor) < (4, 4)
+        && (major, minor) < (4, 2)
     {
-        eprintln!("skipped: the share peer is checked on Kafka 4.4, not {version}");
+        eprintln!("skipped: share groups are GA from Kafka 4.2 on, the broker is {version}");
         return None;
     }
     Some(bootstrap)

@@ -23,19 +23,18 @@
 //!   `"success"` of offsets_committed is kept in [`PeerEvent::success`]).
 //!
 //! The child's stderr (and its log4j output, WARN and up plus consumer internals at INFO) goes
-//! to `target/java-peer/<name>.stderr.log`; panic messages name that file.
+//! to `target/java-peer/<name>.stderr.log`; panic messages name that file. The JVM plumbing
+//! (java, setpriv, the child and its stdout) is [`super::jvm`]'s.
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use super::jvm::{self, Jvm, Lines};
 
 /// A (topic, partition) as VerifiableConsumer reports it.
 pub type Tp = (String, i32);
@@ -47,7 +46,6 @@ pub const STICKY: &str = "org.apache.kafka.clients.consumer.StickyAssignor";
 pub const COOPERATIVE_STICKY: &str = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor";
 
 const MAIN_CLASS: &str = "org.apache.kafka.tools.VerifiableConsumer";
-const POLL: Duration = Duration::from_millis(50);
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// `--group-protocol`.
@@ -159,12 +157,8 @@ struct State {
 /// A running Java consumer in a group; killed on drop.
 pub struct JavaConsumer {
     name: String,
-    child: Option<Child>,
-    pid: u32,
-    spawned: Instant,
+    jvm: Jvm,
     state: Arc<Mutex<State>>,
-    reader: Option<JoinHandle<()>>,
-    stderr_path: PathBuf,
 }
 
 impl JavaConsumer {
@@ -214,7 +208,7 @@ impl JavaConsumer {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let label = b.instance_id.clone().unwrap_or_else(|| format!("m{seq}"));
-        let name = sanitize(&format!(
+        let name = jvm::sanitize(&format!(
             "{}-{}-{}-{}",
             b.group,
             label,
@@ -222,8 +216,6 @@ impl JavaConsumer {
             seq
         ));
         let stderr_path = peer.log_dir.join(format!("{name}.stderr.log"));
-        let stderr = File::create(&stderr_path)
-            .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
 
         let mut args: Vec<String> = jvm_args(peer);
         args.extend([
@@ -271,94 +263,51 @@ impl JavaConsumer {
             args.extend([flag.into(), path.display().to_string()]);
         }
 
-        // With setpriv (util-linux), the JVM gets SIGKILL when the thread that spawned it
-        // exits, so a test binary that dies (or is killed) leaves no consumer behind. setpriv
-        // execs java: the child's pid is the JVM's.
-        let mut cmd = match &peer.setpriv {
-            Some(setpriv) => {
-                let mut c = Command::new(setpriv);
-                c.args(["--pdeathsig", "KILL", "--"]).arg(&peer.java);
-                c
-            }
-            None => Command::new(&peer.java),
-        };
-        cmd.args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr);
-        let spawned = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {} ({MAIN_CLASS}): {e}", peer.java.display()));
-        let pid = child.id();
-        let stdout = child.stdout.take().expect("piped stdout");
-
-        let state = Arc::new(Mutex::new(State::default()));
-        let reader = {
-            let state = Arc::clone(&state);
-            std::thread::Builder::new()
-                .name(format!("java-peer-{seq}"))
-                .spawn(move || read_events(stdout, spawned, &state))
-                .expect("spawn the reader thread")
-        };
-        JavaConsumer {
-            name,
-            child: Some(child),
-            pid,
-            spawned,
-            state,
-            reader: Some(reader),
-            stderr_path,
-        }
+        let thread = format!("java-peer-{seq}");
+        let (jvm, state) = Jvm::spawn(MAIN_CLASS, &args, false, stderr_path, thread, read_events);
+        JavaConsumer { name, jvm, state }
     }
 
     /// The JVM's process id.
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.jvm.pid()
     }
 
     /// The file that receives the JVM's stderr and log output.
     pub fn stderr_path(&self) -> &Path {
-        &self.stderr_path
+        self.jvm.stderr_path()
     }
 
     /// When the JVM was spawned: [`PeerEvent::at`] counts from here.
     pub fn spawned_at(&self) -> Instant {
-        self.spawned
+        self.jvm.spawned_at()
     }
 
     /// Whether the JVM's stderr / log output so far contains `needle` (e.g. an exception's
     /// class name).
     pub fn stderr_contains(&self, needle: &str) -> bool {
-        std::fs::read_to_string(&self.stderr_path).is_ok_and(|text| text.contains(needle))
+        std::fs::read_to_string(self.stderr_path()).is_ok_and(|text| text.contains(needle))
     }
 
     /// Waits for `startup_complete` (JVM up, `KafkaConsumer` built, about to subscribe), and
     /// returns the time since the spawn. Panics on timeout or if the JVM exits first.
     pub async fn wait_started(&self, timeout: Duration) -> Duration {
-        let deadline = Instant::now() + timeout;
-        loop {
-            {
-                let s = self.lock();
-                if s.started {
-                    return s
-                        .events
-                        .iter()
-                        .find(|e| e.name == "startup_complete")
-                        .map_or(self.spawned.elapsed(), |e| e.at);
-                }
-                if s.eof {
-                    drop(s);
-                    panic!("{}", self.report("exited before startup_complete"));
-                }
+        let check = || {
+            let s = self.lock();
+            let at = (s.events.iter().find(|e| e.name == "startup_complete")).map(|e| e.at);
+            if s.started {
+                Some(Some(at.unwrap_or_else(|| self.spawned_at().elapsed())))
+            } else {
+                s.eof.then_some(None)
             }
-            if Instant::now() >= deadline {
-                panic!(
-                    "{}",
-                    self.report(&format!("no startup_complete within {timeout:?}"))
-                );
-            }
-            tokio::time::sleep(POLL).await;
+        };
+        match jvm::wait_until(timeout, check).await {
+            Some(Some(at)) => at,
+            Some(None) => panic!("{}", self.report("exited before startup_complete")),
+            None => panic!(
+                "{}",
+                self.report(&format!("no startup_complete within {timeout:?}"))
+            ),
         }
     }
 
@@ -370,42 +319,25 @@ impl JavaConsumer {
     /// Polls (every 50 ms) until `pred(assignment)` holds; false on timeout, or at once if
     /// it does not hold and the JVM has exited.
     pub async fn wait_for(&self, timeout: Duration, pred: impl Fn(&BTreeSet<Tp>) -> bool) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            {
-                let s = self.lock();
-                if pred(&s.assignment) {
-                    return true;
-                }
-                if s.eof {
-                    return false;
-                }
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        self.wait_state(timeout, |s| pred(&s.assignment)).await
     }
 
     /// Polls until an event named `name` has been printed; false on timeout or exit.
     pub async fn wait_event(&self, timeout: Duration, name: &str) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            {
-                let s = self.lock();
-                if s.events.iter().any(|e| e.name == name) {
-                    return true;
-                }
-                if s.eof {
-                    return false;
-                }
+        (self.wait_state(timeout, |s| s.events.iter().any(|e| e.name == name))).await
+    }
+
+    /// Polls until `pred(state)` holds: true, or false on timeout or once the JVM exited.
+    async fn wait_state(&self, timeout: Duration, pred: impl Fn(&State) -> bool) -> bool {
+        let check = || {
+            let s = self.lock();
+            if pred(&s) {
+                Some(true)
+            } else {
+                s.eof.then_some(false)
             }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        };
+        jvm::wait_until(timeout, check).await.unwrap_or(false)
     }
 
     /// The event names so far, in order.
@@ -427,7 +359,7 @@ impl JavaConsumer {
         let mut owned: BTreeSet<Tp> = BTreeSet::new();
         let mut log = Vec::new();
         for e in &s.events {
-            let at = self.spawned + e.at;
+            let at = self.spawned_at() + e.at;
             let gone: Vec<Tp> = match e.name.as_str() {
                 "partitions_assigned" => {
                     for tp in &e.partitions {
@@ -475,7 +407,8 @@ impl JavaConsumer {
         };
         let mut out = format!(
             "java peer {} (pid {}): {what}\n  assignment: {assignment:?}\n  events:\n",
-            self.name, self.pid
+            self.name,
+            self.pid()
         );
         for e in events {
             out += &format!("    {e}\n");
@@ -483,70 +416,28 @@ impl JavaConsumer {
         for l in other {
             out += &format!("  stdout: {l}\n");
         }
-        out += &format!(
-            "  stderr: {} (last lines below)\n{}",
-            self.stderr_path.display(),
-            tail(&self.stderr_path, 30)
-        );
-        out
+        out + &self.jvm.stderr_report()
     }
 
     /// Graceful stop: SIGTERM (VerifiableConsumer's shutdown hook wakes the consumer, which
     /// closes: revokes, leaves the group), then SIGKILL after 10 s. Blocks the calling thread;
     /// see [`JavaConsumer::stop_async`]. Returns the final event log.
     pub fn stop(mut self) -> Vec<PeerEvent> {
-        if let Some(mut child) = self.child.take() {
-            self.terminate();
-            let deadline = Instant::now() + STOP_GRACE;
-            while !reaped(&mut child) && Instant::now() < deadline {
-                std::thread::sleep(POLL);
-            }
-            self.finish(child);
-        }
+        self.jvm.stop_blocking(STOP_GRACE);
         self.event_log()
     }
 
     /// [`JavaConsumer::stop`] that sleeps with tokio instead of blocking the thread, so the
     /// runtime's other tasks (e.g. our member's heartbeats) keep running meanwhile.
     pub async fn stop_async(mut self) -> Vec<PeerEvent> {
-        if let Some(mut child) = self.child.take() {
-            self.terminate();
-            let deadline = Instant::now() + STOP_GRACE;
-            while !reaped(&mut child) && Instant::now() < deadline {
-                tokio::time::sleep(POLL).await;
-            }
-            self.finish(child);
-        }
+        self.jvm.stop(STOP_GRACE).await;
         self.event_log()
     }
 
     /// SIGKILL now: a crashed member (no LeaveGroup; the coordinator notices only when the
     /// session times out).
     pub fn kill(mut self) {
-        if let Some(child) = self.child.take() {
-            self.finish(child);
-        }
-    }
-
-    fn terminate(&self) {
-        // `kill` from procps/util-linux/bash: std has no SIGTERM and libc is no dependency.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-
-    /// SIGKILL if still running, reap, and let the reader see EOF.
-    fn finish(&mut self, mut child: Child) -> Option<ExitStatus> {
-        if !reaped(&mut child) {
-            let _ = child.kill();
-        }
-        let status = child.wait().ok();
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
-        status
+        self.jvm.finish();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -554,24 +445,9 @@ impl JavaConsumer {
     }
 }
 
-impl Drop for JavaConsumer {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.take() {
-            self.finish(child);
-        }
-    }
-}
-
-/// True once the child has exited (and is reaped).
-fn reaped(child: &mut Child) -> bool {
-    matches!(child.try_wait(), Ok(Some(_)))
-}
-
 // ---------------------------------------------------------------------------- environment
 
 struct PeerEnv {
-    java: PathBuf,
-    setpriv: Option<PathBuf>,
     libs: PathBuf,
     /// The kafka-tools release in `libs`, e.g. "4.4.0", and its line (major, minor).
     version: String,
@@ -588,23 +464,8 @@ pub fn peer_version() -> &'static str {
     &peer_env().version
 }
 
-/// Log4j2 config of the peers: everything to stderr (the default configuration would print
-/// errors on stdout, among the JSON events), the consumer's group-membership internals at INFO.
-const LOG4J2: &str = "\
-status = warn
-shutdownHook = disable
-appender.err.type = Console
-appender.err.name = STDERR
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.err.ref = STDERR
-logger.internals.name = org.apache.kafka.clients.consumer.internals
-logger.internals.level = INFO
-";
-
-/// The same for the 3.x peers (log4j 1 through reload4j and slf4j-reload4j).
+/// The log4j 1 configuration of the 3.x peers (reload4j and slf4j-reload4j): as the 4.x peers'
+/// ([`jvm::LOG4J2`]).
 const LOG4J1: &str = "\
 log4j.rootLogger=WARN, stderr
 log4j.appender.stderr=org.apache.log4j.ConsoleAppender
@@ -638,59 +499,16 @@ fn tools_version(libs: &Path) -> Result<(String, (u32, u32)), String> {
 fn peer_env() -> &'static PeerEnv {
     static ENV: OnceLock<Result<PeerEnv, String>> = OnceLock::new();
     let env = ENV.get_or_init(|| {
-        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let script = repo.join("tests/kafka/peer.sh");
-        let mut cmd = Command::new(&script);
-        cmd.arg("libs");
-        if let Some(v) = std::env::var("KAFKA_VERSION")
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-        {
-            cmd.args(["--version", v.trim()]);
-        }
-        let out = cmd
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("run {}: {e}", script.display()))?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            return Err(format!(
-                "{} libs failed ({}):\n{stderr}",
-                script.display(),
-                out.status
-            ));
-        }
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let libs = PathBuf::from(
-            stdout
-                .lines()
-                .last()
-                .ok_or_else(|| format!("peer.sh printed no directory; stderr:\n{stderr}"))?
-                .trim(),
-        );
-        eprint!("{stderr}");
-        let log_dir = repo.join("target").join("java-peer");
-        std::fs::create_dir_all(&log_dir)
-            .map_err(|e| format!("create {}: {e}", log_dir.display()))?;
+        let libs = jvm::peer_libs("libs", jvm::kafka_version().as_deref())?;
+        let log_dir = jvm::target_dir("java-peer")?;
         let (version, line) = tools_version(&libs)?;
         let (log4j, config) = if line >= (4, 0) {
-            (log_dir.join("log4j2.properties"), LOG4J2)
+            (log_dir.join("log4j2.properties"), jvm::LOG4J2)
         } else {
             (log_dir.join("log4j.properties"), LOG4J1)
         };
-        std::fs::write(&log4j, config).map_err(|e| format!("write {}: {e}", log4j.display()))?;
-        let java = match (std::env::var_os("JAVA"), std::env::var_os("JAVA_HOME")) {
-            (Some(j), _) if !j.is_empty() => PathBuf::from(j),
-            (_, Some(h)) if !h.is_empty() => PathBuf::from(h).join("bin").join("java"),
-            _ => PathBuf::from("java"),
-        };
-        let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists());
+        jvm::write_config(&log4j, config)?;
         Ok(PeerEnv {
-            java,
-            setpriv,
             libs,
             version,
             line,
@@ -702,18 +520,6 @@ fn peer_env() -> &'static PeerEnv {
         Ok(env) => env,
         Err(e) => panic!("java peer unavailable: {e}"),
     }
-}
-
-fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// Escapes a key or value for a java.util.Properties file.
@@ -738,39 +544,13 @@ fn escape_property(s: &str) -> String {
     out
 }
 
-/// The last `n` lines of `path` (at most its last 64 KiB), each cut at 400 characters.
-fn tail(path: &Path, n: usize) -> String {
-    let Ok(mut f) = File::open(path) else {
-        return String::new();
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..]
-        .iter()
-        .map(|l| match l.char_indices().nth(400) {
-            Some((cut, _)) => format!("    | {} [...]\n", &l[..cut]),
-            None => format!("    | {l}\n"),
-        })
-        .collect()
-}
-
 // ---------------------------------------------------------------------------- events
 
-fn read_events(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
+fn read_events(lines: Lines, state: &Mutex<State>) {
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let at = spawned.elapsed();
+    for (at, line) in lines {
         let mut s = lock();
-        match parse_event(line) {
+        match parse_event(&line) {
             Some((name, partitions, success)) => {
                 match name.as_str() {
                     "startup_complete" => s.started = true,
@@ -791,7 +571,7 @@ fn read_events(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
                     success,
                 });
             }
-            None => s.other_lines.push(line.to_owned()),
+            None => s.other_lines.push(line),
         }
     }
     lock().eof = true;
@@ -823,27 +603,17 @@ fn parse_event(line: &str) -> Option<(String, Vec<Tp>, Option<bool>)> {
 /// the crate's `verifiable_consumer` example (tests/verifiable_consumer.rs). The flags are the
 /// caller's: they must be ones the [`peer_version`] release takes.
 pub fn verifiable_consumer_command() -> (PathBuf, Vec<String>) {
-    let peer = peer_env();
-    (peer.java.clone(), jvm_args(peer))
+    (jvm::java(), jvm_args(peer_env()))
 }
 
 /// The JVM's arguments up to VerifiableConsumer's main class: a small heap, quick start, the
 /// peers' log4j2 (3.x: log4j 1) configuration, the kafka-tools jars.
 fn jvm_args(peer: &PeerEnv) -> Vec<String> {
     let log_config = if peer.line >= (4, 0) {
-        format!("-Dlog4j2.configurationFile={}", peer.log4j.display())
+        jvm::log4j2_flag(&peer.log4j)
     } else {
         format!("-Dlog4j.configuration=file:{}", peer.log4j.display())
     };
-    vec![
-        "-Xmx256m".into(),
-        "-XX:+UseSerialGC".into(),
-        "-XX:TieredStopAtLevel=1".into(),
-        "-XX:-UsePerfData".into(),
-        "-Djava.awt.headless=true".into(),
-        log_config,
-        "-cp".into(),
-        format!("{}/*", peer.libs.display()),
-        MAIN_CLASS.into(),
-    ]
+    let classpath = format!("{}/*", peer.libs.display());
+    jvm::jvm_args(log_config, classpath, MAIN_CLASS)
 }

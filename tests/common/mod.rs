@@ -435,6 +435,7 @@ pub async fn wait_balanced(
     }
 }
 pub mod java_peer;
+pub mod jvm;
 pub mod ownership;
 pub mod proxy;
 pub mod share_peer;

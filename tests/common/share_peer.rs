@@ -1,9 +1,11 @@
 //! A real Java `KafkaShareConsumer` (KIP-932 share groups) as a peer in a share group:
-//! `tests/kafka/SharePeer.java`, compiled once per test process against the jars of the Java
-//! consumer peer (`tests/kafka/peer.sh libs`: kafka-tools and kafka-clients of the broker's
-//! release, `KAFKA_VERSION` else 4.4.0; share consumers need 4.1 or later) into
-//! `target/share-peer/classes-<hash of the source and jar dir>`, and run as a child JVM with
-//! the same `java`, JVM flags and log4j2 configuration as [`super::java_peer`].
+//! `tests/kafka/SharePeer.java`, compiled once per test process against the kafka-tools and
+//! kafka-clients jars of Kafka [`SHARE_PEER_VERSION`] (`tests/kafka/peer.sh libs --version
+//! 4.4.0`) into `target/share-peer/classes-<hash of the source and classpath>`, and run as a
+//! child JVM ([`super::jvm`]) with the JVM flags and log4j2 configuration
+//! ([`super::jvm::LOG4J2`]) of [`super::java_peer`]'s 4.x peers. The jars are 4.4.0 whatever
+//! broker release `KAFKA_VERSION` names: the peer is the same client under every broker with
+//! share groups (GA since Kafka 4.2).
 //!
 //! The peer subscribes to one topic in share group `group` (group.id), prints one JSON line
 //! per record it gets (partition, offset, UTF-8 value, delivery count, and the acknowledgement
@@ -20,34 +22,35 @@
 //! group) and exit ([`SharePeer::close_async`]); dropping it kills the JVM. Its stderr (WARN
 //! and up, consumer internals at INFO) goes to `target/share-peer/<name>.stderr.log`.
 //!
-//! [`share_group_start_offsets`] (and [`share_group_offsets`], with the lag) runs the same
-//! JVM in `--offsets` mode: the Java Admin client's `listShareGroupOffsets` reports the share
-//! group's start offset of each partition, the first offset not yet in a terminal state
-//! (acknowledged ACCEPT or REJECT, or archived), as last persisted by the share coordinator,
-//! and the lag. On Kafka 4.4 the persisted start offset is one state write behind: a write
-//! (an acknowledgement, `commitSync()` returns after it) persists the start offset from
-//! before that acknowledgement moved it, so after the last acknowledgement of a partition
-//! it stays where it was (e.g. 0 after 100 records were all accepted) until the next write
-//! (measured: it read 100 only once a 101st record was accepted; not on a timer, not on an
-//! idle fetch, not after 35 s). The lag is exact: 0 once every record up to the log end is
-//! in a terminal state. To check "everything acknowledged", check `lag == Some(0)`.
+//! [`share_group_start_offsets`] (and [`share_group_offsets`], with the lag) runs the same JVM in
+//! `--offsets` mode: the Java Admin client's `listShareGroupOffsets` reports the share group's
+//! start offset of each partition, the first offset not yet in a terminal state (acknowledged
+//! ACCEPT or REJECT, or archived), as last persisted by the share coordinator, and the lag. On
+//! Kafka 4.2 and 4.4 alike the persisted start offset is one state write behind: a write (an
+//! acknowledgement, `commitSync()` returns after it) persists the start offset from before that
+//! acknowledgement moved it, so after the last acknowledgement of a partition it stays where it was
+//! (e.g. 0 after 100 records were all accepted) until the next write (measured: it read 100 only
+//! once a 101st record was accepted; not on a timer, not on an idle fetch, not after 35 s;
+//! tests/share_java.rs reads 24000 of 25000 on both releases). The lag is exact: 0 once every
+//! record up to the log end is in a terminal state (the broker computes it as log end offset -
+//! start offset - the persisted count of terminal records past the start, `deliveryCompleteCount`:
+//! `computeShareGroupLagAndBuildResponse` in GroupCoordinatorService, the same in 4.2 and 4.4). To
+//! check "everything acknowledged", check `lag == Some(0)`.
 
 use std::collections::BTreeMap;
-use std::collections::hash_map::DefaultHasher;
-use std::fs::File;
-use std::hash::{Hash, Hasher};
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
+use super::jvm::{self, Jvm, Lines};
+
+/// The Kafka release of the peer's kafka-clients (and kafka-tools) jars, whatever the broker.
+pub const SHARE_PEER_VERSION: &str = "4.4.0";
+
 const CLASS: &str = "SharePeer";
-const POLL_EVERY: Duration = Duration::from_millis(50);
 /// SharePeer closes with a 30 s timeout; a little more before SIGKILL.
 const CLOSE_GRACE: Duration = Duration::from_secs(40);
 
@@ -218,12 +221,8 @@ impl SharePeerBuilder {
 /// A running Java share consumer; killed on drop.
 pub struct SharePeer {
     name: String,
-    child: Option<Child>,
-    stdin: Option<ChildStdin>,
-    pid: u32,
+    jvm: Jvm,
     progress: Arc<Mutex<Progress>>,
-    reader: Option<JoinHandle<()>>,
-    stderr_path: PathBuf,
 }
 
 impl SharePeer {
@@ -255,16 +254,8 @@ impl SharePeer {
         let env = share_env();
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let name: String = format!("{}-s{seq}-{}", b.group, std::process::id())
-            .chars()
-            .map(|c| match c {
-                'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
-                _ => '_',
-            })
-            .collect();
+        let name = jvm::sanitize(&format!("{}-s{seq}-{}", b.group, std::process::id()));
         let stderr_path = env.dir.join(format!("{name}.stderr.log"));
-        let stderr = File::create(&stderr_path)
-            .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
 
         let mut args = env.jvm.clone();
         for (flag, value) in [
@@ -288,49 +279,24 @@ impl SharePeer {
             args.extend(["--property".to_owned(), format!("{k}={v}")]);
         }
 
-        // setpriv (util-linux) execs java with SIGKILL as its parent-death signal: a test
-        // binary that dies leaves no consumer behind (as in java_peer.rs).
-        let mut cmd = Command::new(env.setpriv.as_deref().unwrap_or(&env.java));
-        if env.setpriv.is_some() {
-            cmd.args(["--pdeathsig", "KILL", "--"]).arg(&env.java);
-        }
-        let mut child = cmd
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {} ({CLASS}): {e}", env.java.display()));
-        let pid = child.id();
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let progress = Arc::new(Mutex::new(Progress::default()));
-        let reader = {
-            let progress = Arc::clone(&progress);
-            thread::Builder::new()
-                .name(format!("share-peer-{seq}"))
-                .spawn(move || read_stdout(stdout, &progress))
-                .expect("spawn the reader thread")
-        };
+        // Stdin piped: closing it closes the consumer (close_async).
+        let thread = format!("share-peer-{seq}");
+        let (jvm, progress) = Jvm::spawn(CLASS, &args, true, stderr_path, thread, read_stdout);
         SharePeer {
             name,
-            child: Some(child),
-            stdin,
-            pid,
+            jvm,
             progress,
-            reader: Some(reader),
-            stderr_path,
         }
     }
 
     /// The process id of the JVM (setpriv execs it: the same process).
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.jvm.pid()
     }
 
     /// Where the JVM's stderr and log4j output go.
     pub fn stderr_path(&self) -> &Path {
-        &self.stderr_path
+        self.jvm.stderr_path()
     }
 
     /// A copy of everything printed so far.
@@ -383,19 +349,15 @@ impl SharePeer {
         timeout: Duration,
         mut pred: impl FnMut(&Progress) -> bool,
     ) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            {
-                let p = self.lock();
-                if pred(&p) {
-                    return true;
-                }
-                if p.exited || Instant::now() >= deadline {
-                    return false;
-                }
+        let check = || {
+            let p = self.lock();
+            if pred(&p) {
+                Some(true)
+            } else {
+                p.exited.then_some(false)
             }
-            tokio::time::sleep(POLL_EVERY).await;
-        }
+        };
+        jvm::wait_until(timeout, check).await.unwrap_or(false)
     }
 
     /// Waits for `started` (JVM up, consumer subscribed; joining the group is still under
@@ -412,7 +374,7 @@ impl SharePeer {
     /// A multi-line description for assertion messages: name, pid, counts, errors, other
     /// stdout lines, the stderr file and its last lines.
     pub fn report(&self, what: &str) -> String {
-        let mut out = format!("share peer {} (pid {}): {what}\n", self.name, self.pid);
+        let mut out = format!("share peer {} (pid {}): {what}\n", self.name, self.pid());
         {
             let p = self.lock();
             let failed: usize = p.commits.iter().map(|c| c.failed).sum();
@@ -437,63 +399,25 @@ impl SharePeer {
                 out += &format!("  stdout: {l}\n");
             }
         }
-        let log = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        out += &format!(
-            "  stderr: {} (last lines below)\n",
-            self.stderr_path.display()
-        );
-        for l in &lines[lines.len().saturating_sub(30)..] {
-            let cut: String = l.chars().take(400).collect();
-            out += &format!("    | {cut}\n");
-        }
-        out
+        out + &self.jvm.stderr_report()
     }
 
     /// Graceful stop: closes stdin, so the peer `close()`s (sends pending acknowledgements,
     /// leaves the group) and exits; SIGKILL after 40 s. Sleeps with tokio meanwhile. Returns
     /// whether it printed `closed`.
     pub async fn close_async(mut self) -> bool {
-        drop(self.stdin.take());
-        if let Some(mut child) = self.child.take() {
-            let deadline = Instant::now() + CLOSE_GRACE;
-            while !matches!(child.try_wait(), Ok(Some(_))) && Instant::now() < deadline {
-                tokio::time::sleep(POLL_EVERY).await;
-            }
-            self.reap(child);
-        }
+        self.jvm.close(CLOSE_GRACE).await;
         self.lock().closed
     }
 
     /// SIGKILL now: a crashed member (no acknowledgements sent, no leave; its acquired
     /// records come back when their acquisition lock times out).
     pub fn kill(mut self) {
-        if let Some(child) = self.child.take() {
-            self.reap(child);
-        }
-    }
-
-    /// SIGKILL unless exited, wait, and let the reader thread see EOF.
-    fn reap(&mut self, mut child: Child) {
-        if !matches!(child.try_wait(), Ok(Some(_))) {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
+        self.jvm.finish();
     }
 
     fn lock(&self) -> MutexGuard<'_, Progress> {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for SharePeer {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.take() {
-            self.reap(child);
-        }
     }
 }
 
@@ -509,9 +433,9 @@ pub struct ShareOffset {
     /// `SharePartitionOffsetInfo.startOffset()`: the persisted start offset, the first offset
     /// not yet in a terminal state (acknowledged ACCEPT or REJECT, or archived), counting
     /// every acknowledgement but the latest write's: it does not reach the log end offset
-    /// with the last acknowledgement (see the module doc). -1 if the group has no state for the partition
-    /// (measured: before any member fetched it, and for an empty partition a member was
-    /// assigned).
+    /// with the last acknowledgement (see the module doc). -1 if the group has no state for
+    /// the partition (measured: before any member fetched it, and for an empty partition a
+    /// member was assigned).
     pub start: i64,
     /// `SharePartitionOffsetInfo.lag()`: records up to the log end not yet in a terminal
     /// state, as the broker computes it (current: 0 right after the last acknowledgement's
@@ -520,9 +444,9 @@ pub struct ShareOffset {
 }
 
 /// The persisted start offset of every partition of `topic` in share group `group` (-1 for a
-/// partition the group has no state for): [`share_group_offsets`] without the lag. On Kafka
-/// 4.4 it trails the acknowledgements by one write ([`ShareOffset::start`]): it does not equal
-/// the log end offset right after every record was acknowledged; use the lag for that.
+/// partition the group has no state for): [`share_group_offsets`] without the lag. On Kafka 4.2 and
+/// 4.4 it trails the acknowledgements by one write ([`ShareOffset::start`]): it does not equal the
+/// log end offset right after every record was acknowledged; use the lag for that.
 pub async fn share_group_start_offsets(
     bootstrap: &str,
     group: &str,
@@ -548,50 +472,21 @@ pub async fn share_group_offsets(
     let env = share_env();
     static SEQ: AtomicUsize = AtomicUsize::new(0);
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let name: String = format!("offsets-{group}-o{seq}-{}", std::process::id())
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
-            _ => '_',
-        })
-        .collect();
+    let name = jvm::sanitize(&format!("offsets-{group}-o{seq}-{}", std::process::id()));
     let stderr_path = env.dir.join(format!("{name}.stderr.log"));
-    let stderr = File::create(&stderr_path)
-        .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
-    let mut cmd = Command::new(env.setpriv.as_deref().unwrap_or(&env.java));
-    if env.setpriv.is_some() {
-        cmd.args(["--pdeathsig", "KILL", "--"]).arg(&env.java);
-    }
-    let mut child = cmd
-        .args(&env.jvm)
-        .args(["--offsets", "--bootstrap-server", bootstrap])
-        .args(["--group", group, "--topic", topic])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {} ({CLASS} --offsets): {e}", env.java.display()));
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let reader = thread::spawn(move || {
-        let mut out = String::new();
-        let _ = stdout.read_to_string(&mut out);
-        out
-    });
-    let deadline = Instant::now() + OFFSETS_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() < deadline => tokio::time::sleep(POLL_EVERY).await,
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let out = reader.join().unwrap_or_default();
-    let parsed = (out.lines())
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+    let mut args = env.jvm.clone();
+    args.extend(["--offsets", "--bootstrap-server", bootstrap].map(str::to_owned));
+    args.extend(["--group", group, "--topic", topic].map(str::to_owned));
+    let what = format!("{CLASS} --offsets");
+    let thread = format!("share-offsets-{seq}");
+    let (mut offsets_jvm, out) =
+        Jvm::spawn(&what, &args, false, stderr_path, thread, collect_lines);
+    let exited = offsets_jvm.wait_exit(OFFSETS_TIMEOUT).await;
+    // finish() joins the reader: `out` is complete after it.
+    let status = offsets_jvm.finish().filter(|_| exited);
+    let out = std::mem::take(&mut *out.lock().unwrap_or_else(|e| e.into_inner()));
+    let parsed = (out.iter())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v.get("event").and_then(Value::as_str) == Some("offsets"))
         .and_then(|v| parse_offsets(&v));
     match (status, parsed) {
@@ -601,15 +496,9 @@ pub async fn share_group_offsets(
                 None => format!("still running after {OFFSETS_TIMEOUT:?} (killed)"),
                 Some(s) => format!("exited with {s}"),
             };
-            let log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail: String = (lines[lines.len().saturating_sub(30)..].iter())
-                .map(|l| format!("    | {}\n", l.chars().take(400).collect::<String>()))
-                .collect();
             panic!(
-                "{CLASS} --offsets (group {group}, topic {topic}) {what}; stdout {out:?}; \
-                 stderr {}:\n{tail}",
-                stderr_path.display()
+                "{CLASS} --offsets (group {group}, topic {topic}) {what}; stdout {out:?};\n{}",
+                offsets_jvm.stderr_report()
             )
         }
     }
@@ -636,20 +525,22 @@ fn parse_offsets(v: &Value) -> Option<BTreeMap<i32, ShareOffset>> {
 
 // ---------------------------------------------------------------------------- stdout
 
-fn read_stdout(stdout: impl Read, progress: &Mutex<Progress>) {
+fn read_stdout(lines: Lines, progress: &Mutex<Progress>) {
     let lock = || progress.lock().unwrap_or_else(|e| e.into_inner());
-    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let value: Option<Value> = serde_json::from_str(line).ok();
+    for (_, line) in lines {
+        let value: Option<Value> = serde_json::from_str(&line).ok();
         let mut p = lock();
         if value.as_ref().and_then(|v| apply(&mut p, v)).is_none() {
-            p.other_lines.push(line.to_owned());
+            p.other_lines.push(line);
         }
     }
     lock().exited = true;
+}
+
+/// Every stdout line of `SharePeer --offsets`, into `out` at EOF.
+fn collect_lines(lines: Lines, out: &Mutex<Vec<String>>) {
+    let lines: Vec<String> = lines.map(|(_, l)| l).collect();
+    *out.lock().unwrap_or_else(|e| e.into_inner()) = lines;
 }
 
 /// Applies one stdout event to `p`; None if it is not one SharePeer.java prints.
@@ -703,83 +594,27 @@ fn apply(p: &mut Progress, v: &Value) -> Option<()> {
 // ---------------------------------------------------------------------------- environment
 
 struct ShareEnv {
-    java: PathBuf,
-    setpriv: Option<PathBuf>,
-    /// JVM flags, classpath (our classes, then the peer jars) and the main class.
+    /// JVM flags, classpath (our classes, then the 4.4.0 jars) and the main class.
     jvm: Vec<String>,
-    /// Classes, stderr logs.
+    /// Classes, stderr logs, the log4j2 configuration.
     dir: PathBuf,
 }
 
-/// The Java consumer peer's `java` and JVM arguments ([`super::java_peer`], which fetches the
-/// jars), with SharePeer.java compiled and put first on the classpath; once per test process.
+/// The jars of Kafka [`SHARE_PEER_VERSION`] (`peer.sh libs --version 4.4.0`), SharePeer.java
+/// compiled against them, and the JVM arguments; once per test process.
 fn share_env() -> &'static ShareEnv {
     static ENV: OnceLock<Result<ShareEnv, String>> = OnceLock::new();
     let env = ENV.get_or_init(|| {
-        let (java, mut jvm) = super::java_peer::verifiable_consumer_command();
-        let cp = jvm
-            .iter()
-            .position(|a| a == "-cp")
-            .map(|i| i + 1)
-            .filter(|&i| i + 1 < jvm.len())
-            .ok_or_else(|| format!("no -cp before the main class in {jvm:?}"))?;
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/share-peer");
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let classes = javac(&java.with_file_name("javac"), &jvm[cp], &dir)?;
-        jvm[cp] = format!("{}:{}", classes.display(), jvm[cp]);
-        *jvm.last_mut().expect("a main class") = CLASS.to_owned();
-        let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file());
-        Ok(ShareEnv {
-            java,
-            setpriv,
-            jvm,
-            dir,
-        })
+        let libs = jvm::peer_libs("libs", Some(SHARE_PEER_VERSION))?;
+        let dir = jvm::target_dir("share-peer")?;
+        let log4j = dir.join("log4j2.properties");
+        jvm::write_config(&log4j, jvm::LOG4J2)?;
+        let jars = format!("{}/*", libs.display());
+        let classes = jvm::compile(CLASS, &jars, &dir)?;
+        let classpath = format!("{}:{jars}", classes.display());
+        let jvm = jvm::jvm_args(jvm::log4j2_flag(&log4j), classpath, CLASS);
+        Ok(ShareEnv { jvm, dir })
     });
     env.as_ref()
         .unwrap_or_else(|e| panic!("share peer unavailable: {e}"))
-}
-
-/// Compiles SharePeer.java against `classpath` into `dir/classes-<hash>` unless there. javac
-/// writes a directory of this process's own, renamed into place, so that test binaries running
-/// at once never load half a compilation.
-fn javac(javac: &Path, classpath: &str, dir: &Path) -> Result<PathBuf, String> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/SharePeer.java");
-    let text = std::fs::read(&source).map_err(|e| format!("read {}: {e}", source.display()))?;
-    let mut hasher = DefaultHasher::new();
-    (&text, classpath).hash(&mut hasher);
-    let classes = dir.join(format!("classes-{:016x}", hasher.finish()));
-    let class_file = classes.join(format!("{CLASS}.class"));
-    if !class_file.is_file() {
-        let staging = dir.join(format!("staging-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        let out = Command::new(javac)
-            .arg("-d")
-            .arg(&staging)
-            .args(["-cp", classpath])
-            .arg(&source)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("run {} (a JDK 17+): {e}", javac.display()))?;
-        if !out.status.success() {
-            let _ = std::fs::remove_dir_all(&staging);
-            return Err(format!(
-                "javac {} (kafka-clients 4.1+ needed) failed:\n{}",
-                source.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        // Losing the race to another test binary is fine: its classes are the same.
-        if std::fs::rename(&staging, &classes).is_err() {
-            let _ = std::fs::remove_dir_all(&staging);
-        }
-    }
-    if class_file.is_file() {
-        Ok(classes)
-    } else {
-        Err(format!("no {} after javac", class_file.display()))
-    }
 }

@@ -21,22 +21,21 @@
 //! The Admin calls ([`set_standby_replicas`], [`describe_group`]) run the same program's
 //! `admin` mode and block the calling thread for a JVM start (about a second); call them from
 //! `tokio::task::spawn_blocking` when a Rust member must keep heartbeating meanwhile.
+//!
+//! The JVM plumbing (java, javac, setpriv, the child and its stdout) is [`super::jvm`]'s.
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::hash::{Hash, Hasher};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
+use super::jvm::{self, Jvm, Lines};
+
 const MAIN_CLASS: &str = "StreamsPeer";
-const POLL: Duration = Duration::from_millis(50);
 /// StreamsPeer closes with a 30 s timeout; a little more before SIGKILL.
 const CLOSE_GRACE: Duration = Duration::from_secs(40);
 
@@ -203,12 +202,8 @@ impl StreamsPeerBuilder {
 pub struct StreamsPeer {
     name: String,
     group: String,
-    child: Option<Child>,
-    stdin: Option<ChildStdin>,
-    pid: u32,
+    jvm: Jvm,
     state: Arc<Mutex<State>>,
-    reader: Option<JoinHandle<()>>,
-    stderr_path: PathBuf,
 }
 
 impl StreamsPeer {
@@ -236,16 +231,14 @@ impl StreamsPeer {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let label = b.instance_id.clone().unwrap_or_else(|| format!("p{seq}"));
-        let name = sanitize(&format!("{}-{label}-{}-{seq}", b.group, std::process::id()));
+        let name = jvm::sanitize(&format!("{}-{label}-{}-{seq}", b.group, std::process::id()));
         let stderr_path = env.dir.join(format!("{name}.stderr.log"));
-        let stderr = File::create(&stderr_path)
-            .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
         let state_dir = env.dir.join("state").join(&name);
         let _ = std::fs::remove_dir_all(&state_dir);
         std::fs::create_dir_all(&state_dir)
             .unwrap_or_else(|e| panic!("create {}: {e}", state_dir.display()));
 
-        let mut args = jvm_args(env);
+        let mut args = env.jvm.clone();
         args.extend([
             "run".into(),
             "--bootstrap".into(),
@@ -270,55 +263,25 @@ impl StreamsPeer {
         if b.leave {
             args.push("--leave".into());
         }
-        // As tests/common/java_peer.rs: with setpriv the JVM gets SIGKILL when the spawning
-        // thread exits, so a dead test binary leaves no application behind.
-        let mut cmd = match &env.setpriv {
-            Some(setpriv) => {
-                let mut c = Command::new(setpriv);
-                c.args(["--pdeathsig", "KILL", "--"]).arg(&env.java);
-                c
-            }
-            None => Command::new(&env.java),
-        };
-        cmd.args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr);
-        let spawned = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {} ({MAIN_CLASS}): {e}", env.java.display()));
-        let pid = child.id();
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let state = Arc::new(Mutex::new(State::default()));
-        let reader = {
-            let state = Arc::clone(&state);
-            std::thread::Builder::new()
-                .name(format!("streams-peer-{seq}"))
-                .spawn(move || read_lines(stdout, spawned, &state))
-                .expect("spawn the reader thread")
-        };
+        // Stdin piped: closing it closes the application (close).
+        let thread = format!("streams-peer-{seq}");
+        let (jvm, state) = Jvm::spawn(MAIN_CLASS, &args, true, stderr_path, thread, read_lines);
         StreamsPeer {
             name,
             group: b.group,
-            child: Some(child),
-            stdin,
-            pid,
+            jvm,
             state,
-            reader: Some(reader),
-            stderr_path,
         }
     }
 
     /// The JVM's process id.
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.jvm.pid()
     }
 
     /// The file that receives the JVM's stderr and log output.
     pub fn stderr_path(&self) -> &Path {
-        &self.stderr_path
+        self.jvm.stderr_path()
     }
 
     /// The latest status line, if any yet.
@@ -366,40 +329,37 @@ impl StreamsPeer {
         timeout: Duration,
         mut pred: impl FnMut(&PeerStatus) -> bool,
     ) -> Option<PeerStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let (status, eof) = {
-                let s = self.lock();
-                (s.statuses.last().cloned(), s.eof)
-            };
-            if let Some(s) = status.filter(|s| pred(s)) {
-                return Some(s);
+        let check = || {
+            let s = self.lock();
+            match s.statuses.last().filter(|st| pred(st)) {
+                Some(status) => Some(Some(status.clone())),
+                None => s.eof.then_some(None),
             }
-            if eof || Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        };
+        jvm::wait_until(timeout, check).await.flatten()
     }
 
     /// The StreamsGroupHeartbeat requests this peer sent so far, as `NetworkClient` logged
     /// them: the text after "to node ...: ", i.e. `StreamsGroupHeartbeatRequestData(...)`
     /// with every field (the first one, memberEpoch=0, carries the topology).
     pub fn heartbeats(&self) -> Vec<String> {
-        log_lines(&self.stderr_path, "Sending STREAMS_GROUP_HEARTBEAT request")
+        log_lines(
+            self.stderr_path(),
+            "Sending STREAMS_GROUP_HEARTBEAT request",
+        )
     }
 
     /// The StreamsGroupHeartbeat responses so far: `StreamsGroupHeartbeatResponseData(...)`.
     pub fn heartbeat_responses(&self) -> Vec<String> {
         log_lines(
-            &self.stderr_path,
+            self.stderr_path(),
             "Received STREAMS_GROUP_HEARTBEAT response",
         )
     }
 
     /// Whether the stderr / log output so far contains `needle`.
     pub fn log_contains(&self, needle: &str) -> bool {
-        std::fs::read_to_string(&self.stderr_path).is_ok_and(|s| s.contains(needle))
+        std::fs::read_to_string(self.stderr_path()).is_ok_and(|s| s.contains(needle))
     }
 
     /// A multi-line description for assertion messages: name, pid, status history, other
@@ -407,7 +367,9 @@ impl StreamsPeer {
     pub fn report(&self, what: &str) -> String {
         let mut out = format!(
             "streams peer {} (group {}, pid {}): {what}\n",
-            self.name, self.group, self.pid
+            self.name,
+            self.group,
+            self.pid()
         );
         {
             let s = self.lock();
@@ -428,26 +390,14 @@ impl StreamsPeer {
                 out += &format!("  stdout: {l}\n");
             }
         }
-        out += &format!(
-            "  stderr: {} (last lines below)\n{}",
-            self.stderr_path.display(),
-            tail(&self.stderr_path, 30)
-        );
-        out
+        out + &self.jvm.stderr_report()
     }
 
     /// Graceful stop: closes stdin, so the application `close()`s (leaves the group: -1 for
     /// a dynamic member, -2 for a static one unless [`StreamsPeerBuilder::leave_on_close`])
     /// and exits; SIGKILL after 40 s. Returns whether it printed `closed` with a clean close.
     pub async fn close(mut self) -> bool {
-        self.stdin.take();
-        let deadline = Instant::now() + CLOSE_GRACE;
-        if let Some(mut child) = self.child.take() {
-            while !reaped(&mut child) && Instant::now() < deadline {
-                tokio::time::sleep(POLL).await;
-            }
-            self.finish(child);
-        }
+        self.jvm.close(CLOSE_GRACE).await;
         self.lock().events.iter().any(|e| {
             e.get("name").and_then(Value::as_str) == Some("closed")
                 && e.get("clean").and_then(Value::as_bool) == Some(true)
@@ -457,19 +407,7 @@ impl StreamsPeer {
     /// SIGKILL now: a crashed application (no leave heartbeat; the coordinator notices when
     /// the session times out).
     pub fn kill(mut self) {
-        if let Some(child) = self.child.take() {
-            self.finish(child);
-        }
-    }
-
-    fn finish(&mut self, mut child: Child) {
-        if !reaped(&mut child) {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
+        self.jvm.finish();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -477,28 +415,10 @@ impl StreamsPeer {
     }
 }
 
-impl Drop for StreamsPeer {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.take() {
-            self.finish(child);
-        }
-    }
-}
-
-fn reaped(child: &mut Child) -> bool {
-    matches!(child.try_wait(), Ok(Some(_)))
-}
-
-fn read_lines(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
+fn read_lines(lines: Lines, state: &Mutex<State>) {
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let at = spawned.elapsed();
-        let value: Option<Value> = serde_json::from_str(line).ok();
+    for (at, line) in lines {
+        let value: Option<Value> = serde_json::from_str(&line).ok();
         let mut s = lock();
         match value {
             Some(v) if v.get("name").and_then(Value::as_str) == Some("status") => {
@@ -508,11 +428,11 @@ fn read_lines(stdout: impl Read, spawned: Instant, state: &Mutex<State>) {
                             s.statuses.push(st);
                         }
                     }
-                    None => s.other_lines.push(line.to_owned()),
+                    None => s.other_lines.push(line),
                 }
             }
             Some(v) if v.get("name").and_then(Value::as_str).is_some() => s.events.push(v),
-            _ => s.other_lines.push(line.to_owned()),
+            _ => s.other_lines.push(line),
         }
     }
     lock().eof = true;
@@ -699,8 +619,7 @@ pub fn check_split(
 
 /// Runs `StreamsPeer admin --bootstrap B --group G ARGS`; its one JSON line if `"ok"`.
 fn admin(bootstrap: &str, group: &str, args: &[&str]) -> Result<Value, String> {
-    let env = env();
-    let mut cmd_args = jvm_args(env);
+    let mut cmd_args = env().jvm.clone();
     cmd_args.extend([
         "admin".into(),
         "--bootstrap".into(),
@@ -709,11 +628,12 @@ fn admin(bootstrap: &str, group: &str, args: &[&str]) -> Result<Value, String> {
         group.into(),
     ]);
     cmd_args.extend(args.iter().map(|a| a.to_string()));
-    let out = Command::new(&env.java)
+    let java = jvm::java();
+    let out = Command::new(&java)
         .args(&cmd_args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("run {}: {e}", env.java.display()))?;
+        .map_err(|e| format!("run {}: {e}", java.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
@@ -737,29 +657,17 @@ fn admin(bootstrap: &str, group: &str, args: &[&str]) -> Result<Value, String> {
 // ---------------------------------------------------------------------------- environment
 
 struct Env {
-    java: PathBuf,
-    setpriv: Option<PathBuf>,
-    libs: PathBuf,
-    classes: PathBuf,
-    log4j: PathBuf,
+    /// JVM flags, classpath (the compiled StreamsPeer, then the jars) and the main class.
+    jvm: Vec<String>,
+    /// Classes, stderr logs, state dirs, the log4j2 configuration.
     dir: PathBuf,
 }
 
-/// Log4j2 config of the peers: everything to stderr (stdout carries the JSON lines), Kafka
-/// Streams and the consumer internals at INFO, and NetworkClient at DEBUG for the
-/// StreamsGroupHeartbeat requests and responses only.
-const LOG4J2: &str = "\
-status = warn
-shutdownHook = disable
-appender.err.type = Console
-appender.err.name = STDERR
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.err.ref = STDERR
-logger.internals.name = org.apache.kafka.clients.consumer.internals
-logger.internals.level = INFO
+/// What the streams peer logs beyond the consumer peers' log4j2 config ([`jvm::LOG4J2`]:
+/// everything to stderr, stdout carries the JSON lines; the consumer internals at INFO): Kafka
+/// Streams at INFO, and NetworkClient at DEBUG for the StreamsGroupHeartbeat requests and
+/// responses only.
+const LOG4J2_STREAMS: &str = "\
 logger.streams.name = org.apache.kafka.streams
 logger.streams.level = INFO
 logger.nc.name = org.apache.kafka.clients.NetworkClient
@@ -773,11 +681,7 @@ logger.nc.filter.hb.onMismatch = DENY
 /// The Kafka release of the streams jars: `KAFKA_VERSION` (with-broker.sh exports the
 /// broker's) else 4.4.0.
 pub fn streams_version() -> String {
-    std::env::var("KAFKA_VERSION")
-        .ok()
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "4.4.0".into())
+    jvm::kafka_version().unwrap_or_else(|| "4.4.0".into())
 }
 
 /// Fetches the jars (`peer.sh streams-libs`) and compiles StreamsPeer.java, once per test
@@ -785,136 +689,20 @@ pub fn streams_version() -> String {
 fn env() -> &'static Env {
     static ENV: OnceLock<Result<Env, String>> = OnceLock::new();
     let env = ENV.get_or_init(|| {
-        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let script = repo.join("tests/kafka/peer.sh");
-        let out = Command::new(&script)
-            .args(["streams-libs", "--version", &streams_version()])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("run {}: {e}", script.display()))?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            return Err(format!(
-                "{} streams-libs failed:\n{stderr}",
-                script.display()
-            ));
-        }
-        eprint!("{stderr}");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let libs = PathBuf::from(
-            stdout
-                .lines()
-                .last()
-                .ok_or("peer.sh streams-libs printed no directory")?
-                .trim(),
-        );
-        let dir = repo.join("target").join("streams-peer");
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let log4j = dir.join(format!("log4j2-{}.properties", std::process::id()));
-        std::fs::write(&log4j, LOG4J2).map_err(|e| format!("write {}: {e}", log4j.display()))?;
-        let java_home = std::env::var_os("JAVA_HOME").filter(|h| !h.is_empty());
-        let java = match (std::env::var_os("JAVA"), &java_home) {
-            (Some(j), _) if !j.is_empty() => PathBuf::from(j),
-            (_, Some(h)) => PathBuf::from(h).join("bin").join("java"),
-            _ => PathBuf::from("java"),
-        };
-        let javac = match &java_home {
-            Some(h) => PathBuf::from(h).join("bin").join("javac"),
-            None => java.with_file_name("javac"),
-        };
-        let javac = if javac.is_absolute() {
-            javac
-        } else {
-            PathBuf::from("javac")
-        };
-        let classes = compile(&repo, &dir, &javac, &libs)?;
-        let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists());
-        Ok(Env {
-            java,
-            setpriv,
-            libs,
-            classes,
-            log4j,
-            dir,
-        })
+        let libs = jvm::peer_libs("streams-libs", Some(&streams_version()))?;
+        let dir = jvm::target_dir("streams-peer")?;
+        let log4j = dir.join("log4j2.properties");
+        jvm::write_config(&log4j, &format!("{}{LOG4J2_STREAMS}", jvm::LOG4J2))?;
+        let jars = format!("{}/*", libs.display());
+        let classes = jvm::compile(MAIN_CLASS, &jars, &dir)?;
+        let classpath = format!("{}:{jars}", classes.display());
+        let jvm = jvm::jvm_args(jvm::log4j2_flag(&log4j), classpath, MAIN_CLASS);
+        Ok(Env { jvm, dir })
     });
     match env {
         Ok(env) => env,
         Err(e) => panic!("streams peer unavailable: {e}"),
     }
-}
-
-/// `javac` StreamsPeer.java into `dir/classes-<hash of source and jar dir>` unless there;
-/// compiled into a directory of this process first and renamed, so parallel test binaries
-/// never see half a class directory.
-fn compile(repo: &Path, dir: &Path, javac: &Path, libs: &Path) -> Result<PathBuf, String> {
-    let source = repo.join("tests/kafka/StreamsPeer.java");
-    let text = std::fs::read(&source).map_err(|e| format!("read {}: {e}", source.display()))?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
-    libs.hash(&mut h);
-    let classes = dir.join(format!("classes-{:016x}", h.finish()));
-    if classes.join("StreamsPeer.class").exists() {
-        return Ok(classes);
-    }
-    let tmp = dir.join(format!("classes.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let out = Command::new(javac)
-        .arg("-d")
-        .arg(&tmp)
-        .arg("-cp")
-        .arg(libs.join("*"))
-        .arg(&source)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("run {} (JDK 17+): {e}", javac.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "javac {} failed:\n{}",
-            source.display(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    if std::fs::rename(&tmp, &classes).is_err() {
-        // Another test binary got there first.
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    if classes.join("StreamsPeer.class").exists() {
-        Ok(classes)
-    } else {
-        Err(format!("no StreamsPeer.class in {}", classes.display()))
-    }
-}
-
-/// The JVM's arguments up to the mode: small heap, quick start, the peers' log4j2, the
-/// compiled class and the jars.
-fn jvm_args(env: &Env) -> Vec<String> {
-    vec![
-        "-Xmx256m".into(),
-        "-XX:+UseSerialGC".into(),
-        "-XX:TieredStopAtLevel=1".into(),
-        "-XX:-UsePerfData".into(),
-        "-Djava.awt.headless=true".into(),
-        format!("-Dlog4j2.configurationFile={}", env.log4j.display()),
-        "-cp".into(),
-        format!("{}:{}/*", env.classes.display(), env.libs.display()),
-        MAIN_CLASS.into(),
-    ]
-}
-
-fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// The text after "): " or "to node ...: " of every log line of `path` containing `marker`:
@@ -932,26 +720,6 @@ fn log_lines(path: &Path, marker: &str) -> Vec<String> {
                 .rfind(" (org.apache.kafka.clients.NetworkClient)")
                 .unwrap_or(l.len());
             Some(l[start..end].to_owned())
-        })
-        .collect()
-}
-
-/// The last `n` lines of `path` (at most its last 64 KiB), each cut at 400 characters.
-fn tail(path: &Path, n: usize) -> String {
-    let Ok(mut f) = File::open(path) else {
-        return String::new();
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..]
-        .iter()
-        .map(|l| match l.char_indices().nth(400) {
-            Some((cut, _)) => format!("    | {} [...]\n", &l[..cut]),
-            None => format!("    | {l}\n"),
         })
         .collect()
 }
