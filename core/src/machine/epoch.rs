@@ -180,15 +180,12 @@ pub trait EpochProtocol: Sized + fmt::Debug {
     }
     /// The member closes: what the protocol lets go of.
     fn closed(_m: &mut EpochMember<Self>) {}
-    /// Whether an answer this protocol's coordinator will not repeat can be lost: a coordinator
-    /// that sends the assignment only on a join or when the member's own heartbeat changed it
-    /// (KIP-1071 streams groups) leaves a member whose answer was lost with a stale target for
-    /// good. After a heartbeat at a positive epoch whose outcome is unknown (no answer, or an
-    /// error a processed write can be answered with) such a member reads the coordinator's
-    /// record of itself back ([`read_back`](Self::read_back)) before its next heartbeat.
-    const READS_BACK: bool = false;
-    /// The request that reads the coordinator's record of this member (see
-    /// [`READS_BACK`](Self::READS_BACK)).
+    /// The request that reads the coordinator's record of this member, for a protocol whose
+    /// coordinator sends the assignment only on a join or when the member's own heartbeat
+    /// changed it (KIP-1071 streams groups): a lost answer would leave the member with a stale
+    /// target for good. After a heartbeat at a positive epoch whose outcome is unknown (no
+    /// answer, or an error a processed write can be answered with) the member sends it before
+    /// its next heartbeat. `None` (the default): the protocol's next full heartbeat suffices.
     fn read_back(_m: &EpochMember<Self>) -> Option<Request> {
         None
     }
@@ -1147,7 +1144,7 @@ impl<P: EpochProtocol> EpochMember<P> {
                     // The join may have landed: the broker may know this member.
                     self.registration.may_be_registered = true;
                 } else {
-                    self.read_back_due();
+                    self.read_back = ReadBackState::Due;
                 }
                 self.proto.forget_sent(false);
                 self.shell.coordinator_failed();
@@ -1159,26 +1156,20 @@ impl<P: EpochProtocol> EpochMember<P> {
             // Every failed attempt makes the next heartbeat full (resetHeartbeatState).
             self.proto.forget_sent(true);
         }
-        if sent_epoch == 0
-            && matches!(
-                code,
-                codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR
-            )
-        {
-            // The join may have landed although it was answered with an error: a write that
-            // timed out is answered COORDINATOR_NOT_AVAILABLE while its records still commit
-            // (CoordinatorRuntime's OperationTimeout), and a coordinator that unloads answers its
-            // pending writes NOT_COORDINATOR while the next leader may hold their records.
-            self.registration.may_be_registered = true;
-        }
-        if sent_epoch > 0
-            && matches!(
-                code,
-                codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR
-            )
-        {
-            // The same for a heartbeat: what it changed may be committed, its answer is not.
-            self.read_back_due();
+        if matches!(
+            code,
+            codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR
+        ) {
+            // The heartbeat may have landed although it was answered with an error: a write
+            // that timed out is answered COORDINATOR_NOT_AVAILABLE while its records still
+            // commit (CoordinatorRuntime's OperationTimeout), and a coordinator that unloads
+            // answers its pending writes NOT_COORDINATOR while the next leader may hold their
+            // records. A join may have registered the member; a heartbeat's answer is lost.
+            if sent_epoch == 0 {
+                self.registration.may_be_registered = true;
+            } else {
+                self.read_back = ReadBackState::Due;
+            }
         }
         if let Some(e) = P::own_error(self, &a) {
             return self.fail(e);
@@ -1357,15 +1348,6 @@ impl<P: EpochProtocol> EpochMember<P> {
             self.registration.held_since = None;
         }
         self.epoch = member_epoch;
-    }
-
-    /// A heartbeat whose answer may have carried what the coordinator will not say again
-    /// ended unread: the protocol reads the member's record back first (see
-    /// [`EpochProtocol::READS_BACK`]).
-    fn read_back_due(&mut self) {
-        if P::READS_BACK {
-            self.read_back = ReadBackState::Due;
-        }
     }
 
     /// The answer to a read of the member's own record: applied as the lost heartbeat answer

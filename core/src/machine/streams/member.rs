@@ -187,8 +187,6 @@ impl EpochProtocol for StreamsProtocol {
     /// (UNRELEASED_INSTANCE_ID). StreamsGroupDescribe returns the member's current assignment
     /// and epoch (StreamsGroupMember.asStreamsGroupDescribeMember: `assignedTasks`, the tasks
     /// the last processed heartbeat's answer carried), whatever the member is: the read back.
-    const READS_BACK: bool = true;
-
     fn read_back(m: &StreamsMember) -> Option<Request> {
         let group = kafka_protocol::messages::GroupId(m.shell.config.group_id.clone().into());
         let body = StreamsGroupDescribeRequest::default().with_group_ids(vec![group]);
