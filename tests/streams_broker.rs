@@ -14,6 +14,8 @@
 //!   with the same member id and keeps its tasks.
 
 mod common;
+#[path = "../examples/common/fetch.rs"]
+mod fetch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::SeqCst;
@@ -22,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::streams_peer::{self, StreamsPeer, check_split, expected_tasks};
 use common::unique;
 use consumer_membership::kafka_protocol::messages::GroupId;
@@ -804,4 +807,147 @@ async fn a_streams_member_commits_its_tasks_offsets_and_the_next_owner_fetches_t
     );
     a2.close(CloseOptions::LeaveGroup).await;
     other.close(CloseOptions::LeaveGroup).await;
+}
+
+/// Produces `per_partition` records (no key, value `w{i % 7}`: StreamsPeer keys by value) to
+/// every partition of `topic`; returns each partition's log end offset.
+async fn produce_words(b: &str, topic: &str, per_partition: usize) -> BTreeMap<i32, i64> {
+    let (t, config) = common::transport(b);
+    let deadline = Instant::now() + T;
+    let mut ends = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let tp = TopicPartition::new(topic, p);
+        let records: Vec<(Option<Bytes>, Option<Bytes>)> = (0..per_partition)
+            .map(|i| (None, Some(Bytes::from(format!("w{}", i % 7)))))
+            .collect();
+        let base = fetch::produce_settling(&*t, &tp, &records, config.request_timeout, deadline)
+            .await
+            .unwrap_or_else(|e| panic!("produce to {tp}: {e}"));
+        ends.insert(p, base + per_partition as i64);
+    }
+    ends
+}
+
+/// Issue 29, acceptance, with Kafka Streams in the group: our static member alone holds every
+/// task and commits its input offsets; a Java Kafka Streams 4.4 peer joins, our member hands
+/// tasks over (revoked at once) and a commit for a revoked task's partition is refused
+/// locally, typed; the Java peer processes its tasks' records and commits them (every 200 ms);
+/// our member restarted with a new process id (static, -2 then a new member id) fetches what
+/// its first incarnation committed for the tasks it got back; the Java peer leaves, ours takes
+/// its tasks over and fetches what Java committed: every record of them processed.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: run it through tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_pass_between_our_member_and_java_streams_across_a_restart() {
+    common::init_tracing();
+    let Some(b) = broker() else { return };
+    let (group, input, output) = setup(&b, "ours-java-commit").await;
+    let ends = produce_words(&b, &input, 50).await;
+    let all: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(&input, p))
+        .collect();
+
+    // Ours alone: every task, every input partition committed at 10 + p.
+    let pa = StreamsProcess::new(process_id(), None);
+    let a = Ours::start("a", &b, &group, Some("a"), &pa, topology(&group, &input));
+    wait_converged(&[&a], 0, || Some(Vec::new())).await.unwrap();
+    let ours_offset = |tp: &TopicPartition| 10 + i64::from(tp.partition);
+    a.member
+        .commit(
+            all.iter()
+                .map(|tp| CommitOffset::new(tp.clone(), ours_offset(tp)))
+                .collect(),
+        )
+        .await
+        .expect("the owner's commit");
+
+    // A Java Kafka Streams peer joins: ours gives up some tasks.
+    let joined = Instant::now();
+    let java = StreamsPeer::builder(&b, &group, &input, &output)
+        .leave_on_close()
+        .spawn();
+    let java_holders = || {
+        let s = java.status()?;
+        (s.state == "RUNNING")
+            .then(|| vec![(s.process_id.unwrap_or_default(), s.active, s.standby)])
+    };
+    wait_converged(&[&a], 1, java_holders)
+        .await
+        .unwrap_or_else(|e| panic!("{e}{}", java.report("at the deadline")));
+    let revoked: BTreeSet<TaskId> = a.revoked_since(joined).into_iter().flatten().collect();
+    let a_tasks = a.snapshot().await.tasks.active;
+    let java_inputs = source_partitions(&revoked, &input);
+    assert!(
+        !java_inputs.is_empty(),
+        "no input task moved to Java: {}",
+        a.report()
+    );
+    let refused = a
+        .member
+        .commit(vec![CommitOffset::new(java_inputs[0].clone(), 1)])
+        .await;
+    assert!(
+        matches!(&refused, Err(CommitError::NotOwned { partitions }) if partitions == &java_inputs[..1]),
+        "a revoked task's partition: {refused:?}"
+    );
+
+    // Java commits what it processed: every record of its input partitions.
+    let java_done = async {
+        loop {
+            let c = a.member.committed(java_inputs.clone()).await.unwrap();
+            let offsets: Vec<Option<i64>> = java_inputs
+                .iter()
+                .map(|tp| c.get(tp).and_then(|c| c.offset))
+                .collect();
+            if java_inputs
+                .iter()
+                .zip(&offsets)
+                .all(|(tp, o)| *o == Some(ends[&tp.partition]))
+            {
+                return offsets;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(T, java_done)
+        .await
+        .unwrap_or_else(|_| panic!("Java never committed its input: {}", java.report("now")));
+
+    // Ours restarted with a new process id: the same tasks, its committed offsets.
+    assert_eq!(
+        a.close(CloseOptions::Default).await,
+        CloseOutcome::Left { error: None }
+    );
+    let pa2 = StreamsProcess::new(process_id(), None);
+    let a2 = Ours::start("a2", &b, &group, Some("a"), &pa2, topology(&group, &input));
+    wait_converged(&[&a2], 1, java_holders)
+        .await
+        .unwrap_or_else(|e| panic!("{e}{}", java.report("after the restart")));
+    assert_eq!(a2.snapshot().await.tasks.active, a_tasks, "{}", a2.report());
+    let mine = source_partitions(&a_tasks, &input);
+    let fetched = a2.member.committed(mine.clone()).await.unwrap();
+    for tp in &mine {
+        assert_eq!(
+            fetched.get(tp).and_then(|c| c.offset),
+            Some(ours_offset(tp)),
+            "{tp:?}: {fetched:?}"
+        );
+    }
+
+    // Java leaves: ours takes every task and fetches what Java committed.
+    assert!(java.close().await, "the Java peer did not close cleanly");
+    wait_converged(&[&a2], 0, || Some(Vec::new()))
+        .await
+        .unwrap();
+    let fetched = a2.member.committed(java_inputs.clone()).await.unwrap();
+    for tp in &java_inputs {
+        assert_eq!(
+            fetched.get(tp).and_then(|c| c.offset),
+            Some(ends[&tp.partition]),
+            "{tp:?}: {fetched:?}"
+        );
+    }
+    a2.close(CloseOptions::LeaveGroup).await;
 }
