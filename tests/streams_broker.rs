@@ -32,8 +32,8 @@ use consumer_membership::kafka_protocol::protocol::StrBytes;
 use consumer_membership::messages::StreamsGroupDescribeRequest;
 use consumer_membership::request::{Request, Response, ResponseBody, Target};
 use consumer_membership::streams::{
-    InternalTopic, StreamsConfig, StreamsEvent, StreamsGroupMember, StreamsMemberHandle,
-    StreamsProcess, StreamsSnapshot, StreamsTopology, Subtopology, TaskId,
+    StreamsConfig, StreamsEvent, StreamsGroupMember, StreamsMemberHandle, StreamsProcess,
+    StreamsSnapshot, StreamsTopology, TaskId,
 };
 use consumer_membership::transport::Transport;
 use consumer_membership::{
@@ -59,21 +59,8 @@ fn broker() -> Option<String> {
     }
 }
 
-/// StreamsPeer.java's topology in `group` over `input`, as Kafka Streams 4.4 declares it
-/// (streams_peer::java_join_topology): `input -> <group>-rekey-repartition` (subtopology 0),
-/// `<group>-rekey-repartition -> count (changelog <group>-counts-changelog)` (subtopology 1);
-/// partitions left to the broker (0), replication factor -1 (the broker's default), the same
-/// topic configs. The broker refuses a member whose topology differs from the group's.
 fn topology(group: &str, input: &str) -> StreamsTopology {
-    let repartition = streams_peer::repartition_topic(group);
-    let mut source = Subtopology::new("0", [input.to_owned()]);
-    source.repartition_sink_topics.insert(repartition.clone());
-    let counting = Subtopology::new("1", Vec::<String>::new())
-        .with_changelog(InternalTopic::changelog(streams_peer::changelog_topic(
-            group,
-        )))
-        .with_repartition_source(InternalTopic::repartition(repartition));
-    StreamsTopology::new(0, vec![source, counting])
+    streams_peer::topology(group, input)
 }
 
 /// A process id as Kafka Streams draws one (a random UUID).

@@ -9,6 +9,9 @@
 //! and our member rejoins and gets active tasks back. The test prints the time from the fault to
 //! our loss and to the other member's takeover.
 //!
+//! The lost-answer tests drop exactly the heartbeat answer that carries a new assignment, once
+//! beside a second member of ours and once beside a Java Kafka Streams 4.4 instance.
+//!
 //! Run with `tests/kafka/with-broker.sh cargo test --all-features --test streams_lease_broker`
 //! (single.properties.in: `group.streams.session.timeout.ms=6000`,
 //! `group.streams.heartbeat.interval.ms=500`).
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::ownership::double_ownership;
 use common::proxy::Proxy;
+use common::streams_peer::{self, StreamsPeer};
 use common::{group_config, transport, unique};
 use consumer_membership::machine::events::{MemberState, Reason};
 use consumer_membership::streams::{
@@ -66,16 +70,16 @@ struct Member {
 }
 
 impl Member {
-    fn start<T: Transport>(transport: Arc<T>, config: GroupConfig, input: &str) -> Member {
+    fn start<T: Transport>(
+        transport: Arc<T>,
+        config: GroupConfig,
+        topology: StreamsTopology,
+    ) -> Member {
         common::init_tracing();
         let process = StreamsProcess::new(unique("process"), None);
-        let mut member = StreamsGroupMember::start(
-            transport,
-            config,
-            StreamsConfig::new(topology(input)),
-            process,
-        )
-        .expect("valid config");
+        let mut member =
+            StreamsGroupMember::start(transport, config, StreamsConfig::new(topology), process)
+                .expect("valid config");
         let handle = member.handle();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (record, h) = (seen.clone(), handle.clone());
@@ -190,10 +194,10 @@ async fn run(read: bool) {
     let ours = Member::start(
         through_proxy,
         config(if read { KAFKA_DEFAULT_SESSION } else { SESSION }, read),
-        &input,
+        topology(&input),
     );
     let (direct, _) = transport(&bootstrap);
-    let other = Member::start(direct, config(SESSION, false), &input);
+    let other = Member::start(direct, config(SESSION, false), topology(&input));
 
     // Both Stable, the active tasks split between them.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -332,14 +336,69 @@ const KAFKA_DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval() {
+    lost_answer(false).await;
+}
+
+/// The same with a Java Kafka Streams 4.4 instance (tests/kafka/StreamsPeer.java, its
+/// topology: two subtopologies, eight tasks) as the second member, leaving the group on close.
+#[cfg_attr(
+    not(kafka_broker),
+    ignore = "needs a Kafka broker: tests/kafka/with-broker.sh"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_assignment_answer_is_recovered_beside_java_streams() {
+    lost_answer(true).await;
+}
+
+/// The second member of the lost-answer test: ours (directly to the broker) or Java's.
+enum Other {
+    Ours(Member),
+    Java(StreamsPeer),
+}
+
+impl Other {
+    fn active(&self) -> BTreeSet<TaskId> {
+        match self {
+            Other::Ours(m) => m.seen().active,
+            Other::Java(j) => (j.status().map(|s| s.active).unwrap_or_default().iter())
+                .filter_map(|t| {
+                    let (sub, p) = t.split_once('_')?;
+                    Some(TaskId::new(sub, p.parse().ok()?))
+                })
+                .collect(),
+        }
+    }
+
+    async fn leave(self) {
+        match self {
+            Other::Ours(m) => {
+                m.handle.close(CloseOptions::LeaveGroup).await;
+            }
+            Other::Java(j) => assert!(j.close().await, "the Java instance did not close cleanly"),
+        }
+    }
+
+    fn report(&self) -> String {
+        match self {
+            Other::Ours(m) => m.report("other"),
+            Other::Java(j) => j.report("java"),
+        }
+    }
+}
+
+/// [`a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval`] with our member's
+/// peer a second member of ours or (`java`) a Java Kafka Streams instance.
+async fn lost_answer(java: bool) {
     use consumer_membership::request::{Api, ResponseBody};
     let Some(bootstrap) = common::bootstrap() else {
         return;
     };
     let input = unique("streams-lost-in");
+    let output = unique("streams-lost-out");
     let group = unique("streams-lost");
     let (admin, _) = transport(&bootstrap);
     common::create_topic(admin.as_ref(), &input, PARTITIONS).await;
+    common::create_topic(admin.as_ref(), &output, PARTITIONS).await;
     common::set_group_configs(
         &bootstrap,
         &group,
@@ -349,7 +408,14 @@ async fn a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval() {
         ],
     )
     .await;
-    let all: BTreeSet<TaskId> = (0..PARTITIONS).map(|p| TaskId::new("0", p)).collect();
+    let (our_topology, subtopologies) = match java {
+        false => (topology(&input), &["0"][..]),
+        true => (streams_peer::topology(&group, &input), &["0", "1"][..]),
+    };
+    let all: BTreeSet<TaskId> = (subtopologies.iter())
+        .flat_map(|s| (0..PARTITIONS).map(|p| TaskId::new(*s, p)))
+        .collect();
+    let n_all = all.len();
     let proxy = Proxy::start(&bootstrap).await.expect("proxy");
     let config = |instance: &str| {
         let mut c = GroupConfig::new(&group);
@@ -357,7 +423,7 @@ async fn a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval() {
         c
     };
     let (through_proxy, _) = transport(proxy.bootstrap());
-    let ours = Member::start(through_proxy, config("ours-a"), &input);
+    let ours = Member::start(through_proxy, config("ours-a"), our_topology.clone());
     ours.wait_seen("ours", Duration::from_secs(60), |s| s.active == all)
         .await;
     // The answer of an assignment with fewer than all tasks: the other member's arrival.
@@ -381,10 +447,17 @@ async fn a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval() {
         Instant::now()
     };
     proxy.reset_on_answer(Api::STREAMS_GROUP_HEARTBEAT, move |b| {
-        active_count(b).is_some_and(|n| n < PARTITIONS as usize)
+        active_count(b).is_some_and(|n| n < n_all)
     });
     let (direct, _) = transport(&bootstrap);
-    let other = Member::start(direct, config("ours-b"), &input);
+    let other = match java {
+        false => Other::Ours(Member::start(direct, config("ours-b"), our_topology)),
+        true => Other::Java(
+            StreamsPeer::builder(&bootstrap, &group, &input, &output)
+                .leave_on_close()
+                .spawn(),
+        ),
+    };
     let reset = wait_fired("shrinking").await;
     let kept = ours
         .wait_seen("ours", KAFKA_DEFAULT_INTERVAL * 3, |s| {
@@ -401,15 +474,19 @@ async fn a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval() {
         .map(|(at, _, _)| *at)
         .min()
         .unwrap();
-    let others = other
-        .wait_seen("other", Duration::from_secs(30), |s| {
-            !s.active.is_empty() && s.active.is_disjoint(&kept.active)
-        })
-        .await;
+    let others_deadline = Instant::now() + Duration::from_secs(30);
+    let others = loop {
+        let (a, b) = (ours.seen().active, other.active());
+        if !b.is_empty() && a.is_disjoint(&b) {
+            break b;
+        }
+        assert!(Instant::now() < others_deadline, "{}", other.report());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     println!(
         "lost shrinking answer: our member revoked its tasks {:?} after the reset; the other member holds {:?}",
         shrunk_at - reset,
-        others.active
+        others
     );
     assert!(
         shrunk_at - reset <= KAFKA_DEFAULT_INTERVAL,
@@ -418,23 +495,25 @@ async fn a_lost_assignment_answer_is_recovered_within_a_heartbeat_interval() {
         ours.report("ours"),
         proxy.log_text()
     );
-    let doubles = double_ownership(&[&ours.seen().active_log, &other.seen().active_log]);
-    assert!(doubles.is_empty(), "{doubles:?}");
+    if let Other::Ours(m) = &other {
+        let doubles = double_ownership(&[&ours.seen().active_log, &m.seen().active_log]);
+        assert!(doubles.is_empty(), "{doubles:?}");
+    }
 
     // (2) The other member leaves; the answer that gives our member all tasks back is lost.
     let settled = Instant::now() + Duration::from_secs(30);
     loop {
-        let (a, b) = (ours.seen().active, other.seen().active);
-        if a.union(&b).count() == all.len() {
+        let (a, b) = (ours.seen().active, other.active());
+        if a.union(&b).count() == all.len() && a.is_disjoint(&b) {
             break;
         }
         assert!(Instant::now() < settled, "not split: {a:?} {b:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     proxy.reset_on_answer(Api::STREAMS_GROUP_HEARTBEAT, move |b| {
-        active_count(b) == Some(PARTITIONS as usize)
+        active_count(b) == Some(n_all)
     });
-    other.handle.close(CloseOptions::LeaveGroup).await;
+    other.leave().await;
     let reset = wait_fired("growing").await;
     let grown = ours
         .wait_seen("ours", KAFKA_DEFAULT_INTERVAL * 3, |s| s.active == all)

@@ -86,6 +86,25 @@ pub fn java_join_topology(group: &str, input: &str) -> String {
     )
 }
 
+/// StreamsPeer.java's topology in `group` over `input`, as Kafka Streams 4.4 declares it
+/// (java_join_topology): `input -> <group>-rekey-repartition` (subtopology 0),
+/// `<group>-rekey-repartition -> count (changelog <group>-counts-changelog)` (subtopology 1);
+/// partitions left to the broker (0), replication factor -1 (the broker's default), the same
+/// topic configs. The broker refuses a member whose topology differs from the group's.
+pub fn topology(group: &str, input: &str) -> consumer_membership::streams::StreamsTopology {
+    let repartition = repartition_topic(group);
+    let mut source = consumer_membership::streams::Subtopology::new("0", [input.to_owned()]);
+    source.repartition_sink_topics.insert(repartition.clone());
+    let counting = consumer_membership::streams::Subtopology::new("1", Vec::<String>::new())
+        .with_changelog(consumer_membership::streams::InternalTopic::changelog(
+            changelog_topic(group),
+        ))
+        .with_repartition_source(consumer_membership::streams::InternalTopic::repartition(
+            repartition,
+        ));
+    consumer_membership::streams::StreamsTopology::new(0, vec![source, counting])
+}
+
 /// One status line of the peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerStatus {
