@@ -20,7 +20,10 @@ use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::classic::subscription::{Assignment, Subscription};
 use consumer_membership::messages::streams_group_describe_response as sgd;
 use consumer_membership::messages::streams_group_heartbeat_response as sgh;
-use consumer_membership::messages::{StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse};
+use consumer_membership::messages::{
+    StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse,
+    StreamsGroupTopologyDescriptionUpdateResponse,
+};
 use consumer_membership::request::{Api, ResponseBody};
 use consumer_membership::transport::wire;
 use kafka_protocol::messages::api_versions_response::{ApiVersion, SupportedFeatureKey};
@@ -953,6 +956,18 @@ fn streams_describe_samples() -> Vec<ResponseBody> {
     ]
 }
 
+/// StreamsGroupTopologyDescriptionUpdate answers (KIP-1331): the error message and unknown
+/// tagged fields are the sizes to forge.
+fn streams_update_samples() -> Vec<ResponseBody> {
+    vec![ResponseBody::StreamsGroupTopologyDescriptionUpdate(
+        StreamsGroupTopologyDescriptionUpdateResponse::default()
+            .with_throttle_time_ms(3)
+            .with_error_code(135)
+            .with_error_message(Some(s("the plugin could not store the description")))
+            .with_unknown_tagged_fields(tagged()),
+    )]
+}
+
 #[test]
 fn forged_sizes_in_streams_group_answers_allocate_in_proportion_to_the_bytes() {
     // The generated decoders of `consumer_membership::messages` are not walked by the size
@@ -960,6 +975,10 @@ fn forged_sizes_in_streams_group_answers_allocate_in_proportion_to_the_bytes() {
     for (api, samples) in [
         (Api::STREAMS_GROUP_HEARTBEAT, streams_heartbeat_samples()),
         (Api::STREAMS_GROUP_DESCRIBE, streams_describe_samples()),
+        (
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,
+            streams_update_samples(),
+        ),
     ] {
         for v in api.versions() {
             let Some(frame) = samples

@@ -26,20 +26,10 @@ use consumer_membership::machine::TopicPartition;
 
 const T: Duration = Duration::from_secs(90);
 
-/// The broker's address, or None (the test passes vacuously, saying so) under a Kafka release
-/// before 4.2: share groups are GA (on by default) from 4.2 on. The Java peer is kafka-clients
-/// 4.4.0 under every broker (`share_peer::SHARE_PEER_VERSION`).
+/// Share groups are GA from Kafka 4.2 on; the Java peer is kafka-clients 4.4.0 under every
+/// broker (`share_peer::SHARE_PEER_VERSION`).
 fn broker() -> Option<String> {
-    let bootstrap = common::bootstrap()?;
-    let version = std::env::var("KAFKA_VERSION").unwrap_or_default();
-    let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().ok());
-    if let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next())
-        && (major, minor) < (4, 2)
-    {
-        eprintln!("skipped: share groups are GA from Kafka 4.2 on, the broker is {version}");
-        return None;
-    }
-    Some(bootstrap)
+    common::bootstrap_since((4, 2), "share groups (GA)")
 }
 
 /// Creates `topic` with `partitions` partitions, sets `share.auto.offset.reset=earliest` on

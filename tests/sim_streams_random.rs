@@ -36,7 +36,7 @@ use consumer_membership::machine::events::{CloseOptions, MemberState};
 use consumer_membership::machine::streams::{
     InternalTopic, StreamsConfig, StreamsProcess, StreamsTopology, Subtopology,
 };
-use consumer_membership::sim::coordinator::streams::OwnershipIndex;
+use consumer_membership::sim::coordinator::streams::{OwnershipIndex, WarmupRefiner, WarmupStats};
 use consumer_membership::sim::network::NetConfig;
 use consumer_membership::sim::world::{MemberSlot, SimConfig, World};
 use rand::{Rng, SeedableRng};
@@ -165,6 +165,14 @@ fn build(seed: u64, trace: bool) -> (World, Vec<MemberSlot>, Shared) {
     sim.coordinator.streams.session_timeout =
         Duration::from_millis(rng.random_range(6_000..=10_000));
     sim.coordinator.streams.heartbeat_interval = Duration::from_millis(2_000);
+    // Half the schedules run the modelled warm-up refiner (not Kafka 4.4's, whose refiner
+    // returns the target assignment): tasks moving between processes are warmed up first.
+    if rng.random_bool(0.5) {
+        sim.coordinator.streams.warmup_refiner = WarmupRefiner::CurrentOwnerWarmup;
+        sim.coordinator.streams.num_warmup_replicas = rng.random_range(1..=2);
+        // The simulated changelogs end at 100,000 (`sim::streams_member`).
+        sim.coordinator.streams.acceptable_recovery_lag = rng.random_range(0..=20_000);
+    }
     let mut subs = vec![
         Subtopology::new("0", ["input"]).with_changelog(InternalTopic::new("store-changelog")),
     ];
@@ -334,9 +342,11 @@ fn legit_fatal(w: &World, h: MemberSlot, e: &GroupError) -> bool {
 }
 
 /// Every live member that did not stop on a legitimate fatal error is Stable with nothing
-/// withheld, holds exactly the tasks the coordinator's record of it names (at the same epoch,
-/// the coordinator's member STABLE too: no answer the member lost left it behind), and the
-/// coordinator's group (members in an epoch >= 0) holds exactly them.
+/// withheld, holds exactly the tasks the coordinator's record of it names, warm-ups included
+/// (at the same epoch, the coordinator's member STABLE too: no answer the member lost left it
+/// behind), and the coordinator's group (members in an epoch >= 0) holds exactly them; and the
+/// group reached its target assignment: every warm-up was promoted or dropped (the refiner
+/// holds a task back from its target owner only while that owner warms it up).
 fn settled(w: &World, handles: &[MemberSlot]) -> bool {
     let views = w.coordinator().streams().members("app");
     let mut ids = BTreeSet::new();
@@ -370,6 +380,9 @@ fn settled(w: &World, handles: &[MemberSlot]) -> bool {
             || keys(&held.active) != v.active
             || keys(&held.standby) != v.standby
             || keys(&held.warmup) != v.warmup
+            || v.active != v.target_active
+            || v.standby != v.target_standby
+            || v.warmup != v.target_warmup
         {
             return false;
         }
@@ -388,6 +401,12 @@ fn settled(w: &World, handles: &[MemberSlot]) -> bool {
 
 /// Runs one schedule; returns its problems, the world and the guard's interventions.
 fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64) {
+    let (problems, w, interventions, _) = run_counted(seed, trace);
+    (problems, w, interventions)
+}
+
+/// [`run`], with the refinement's counts.
+fn run_counted(seed: u64, trace: bool) -> (Vec<String>, World, u64, WarmupStats) {
     let (mut w, handles, _plan) = build(seed, trace);
     let mut problems = Vec::new();
     w.run_until(|w| !w.violations().is_empty(), FAULTS);
@@ -423,8 +442,15 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64) {
                 .iter()
                 .map(|m| {
                     format!(
-                        "{}:{}:{} active {:?} standby {:?}",
-                        m.member_id, m.epoch, m.state, m.active, m.standby
+                        "{}:{}:{} active {:?} standby {:?} warmup {:?} target {:?}/{:?}",
+                        m.member_id,
+                        m.epoch,
+                        m.state,
+                        m.active,
+                        m.standby,
+                        m.warmup,
+                        m.target_active,
+                        m.target_standby
                     )
                 })
                 .collect();
@@ -444,7 +470,8 @@ fn run(seed: u64, trace: bool) -> (Vec<String>, World, u64) {
     problems.extend(w.violations().iter().map(|v| format!("violation: {v}")));
     problems.extend(w.anomalies().iter().map(|a| format!("anomaly: {a}")));
     let i = w.guard_interventions();
-    (problems, w, i.withheld + i.given_up)
+    let stats = w.coordinator().streams().warmup_stats();
+    (problems, w, i.withheld + i.given_up, stats)
 }
 
 #[test]
@@ -462,8 +489,9 @@ fn random_streams_schedules_keep_the_invariants() {
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(1, 8) as u64;
-    // Per seed: its problems, hazards, the guard's interventions and the steps taken.
-    let outcomes: Vec<(u64, Vec<String>, usize, u64, u64)> = std::thread::scope(|s| {
+    // Per seed: its problems, hazards, the guard's interventions, the steps taken and the
+    // refinement's counts.
+    let outcomes: Vec<(u64, Vec<String>, usize, u64, u64, WarmupStats)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
@@ -471,18 +499,25 @@ fn random_streams_schedules_keep_the_invariants() {
                     let mut seed = offset + t;
                     while seed < offset + seeds {
                         let r = catch_unwind(AssertUnwindSafe(|| {
-                            let (problems, w, interventions) = run(seed, false);
-                            (problems, w.hazards().len(), interventions, w.steps())
+                            let (problems, w, interventions, stats) = run_counted(seed, false);
+                            (problems, w.hazards().len(), interventions, w.steps(), stats)
                         }));
-                        let (problems, hazards, interventions, steps) = r.unwrap_or_else(|e| {
-                            let msg = e
-                                .downcast_ref::<String>()
-                                .cloned()
-                                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                                .unwrap_or_default();
-                            (vec![format!("panic: {msg}")], 0, 0, 0)
-                        });
-                        out.push((seed, problems, hazards, interventions, steps));
+                        let (problems, hazards, interventions, steps, stats) =
+                            r.unwrap_or_else(|e| {
+                                let msg = e
+                                    .downcast_ref::<String>()
+                                    .cloned()
+                                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                                    .unwrap_or_default();
+                                (
+                                    vec![format!("panic: {msg}")],
+                                    0,
+                                    0,
+                                    0,
+                                    WarmupStats::default(),
+                                )
+                            });
+                        out.push((seed, problems, hazards, interventions, steps, stats));
                         seed += threads;
                     }
                     out
@@ -496,6 +531,10 @@ fn random_streams_schedules_keep_the_invariants() {
     });
     let interventions: u64 = outcomes.iter().map(|o| o.3).sum();
     let steps: u64 = outcomes.iter().map(|o| o.4).sum();
+    let refinement_steps: u64 = outcomes.iter().map(|o| o.5.refinement_steps).sum();
+    let granted: u64 = outcomes.iter().map(|o| o.5.granted).sum();
+    let promoted: u64 = outcomes.iter().map(|o| o.5.promoted).sum();
+    let with_warmups = outcomes.iter().filter(|o| o.5.granted > 0).count();
     let with_interventions = outcomes.iter().filter(|o| o.3 > 0).count();
     let hazard_seeds: Vec<u64> = outcomes.iter().filter(|o| o.2 > 0).map(|o| o.0).collect();
     let results: Vec<(u64, Vec<String>)> = outcomes
@@ -509,6 +548,9 @@ fn random_streams_schedules_keep_the_invariants() {
         results.len(),
         hazard_seeds.len(),
         started.elapsed()
+    );
+    println!(
+        "  warm-ups: {granted} granted in {with_warmups} schedules, {promoted} promoted in place, {refinement_steps} refinement steps"
     );
     let mut by_kind: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     for (seed, problems) in &results {

@@ -44,19 +44,8 @@ use consumer_membership::{
 const PARTITIONS: i32 = 4;
 const T: Duration = Duration::from_secs(90);
 
-/// The broker's address, or None (the test passes vacuously, saying so) on a release before
-/// 4.4 (static streams members, KAFKA-20169).
 fn broker() -> Option<String> {
-    let b = common::bootstrap()?;
-    let version = std::env::var("KAFKA_VERSION").unwrap_or_default();
-    let mut line = version.split('.').map(|p| p.parse::<u32>().ok());
-    match (line.next().flatten(), line.next().flatten()) {
-        (Some(major), Some(minor)) if (major, minor) < (4, 4) => {
-            eprintln!("skipped: Kafka {version} has no static streams members (4.4)");
-            None
-        }
-        _ => Some(b),
-    }
+    common::bootstrap_since((4, 4), "static streams members (KAFKA-20169)")
 }
 
 fn topology(group: &str, input: &str) -> StreamsTopology {

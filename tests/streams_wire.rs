@@ -1,6 +1,7 @@
 //! The streams-group messages of `consumer_membership::messages` (StreamsGroupHeartbeat and
-//! StreamsGroupDescribe, requests and responses, v0 and v1) against kafka-clients 4.4.0's own
-//! generated classes, byte for byte and both ways.
+//! StreamsGroupDescribe, requests and responses, v0 and v1; StreamsGroupTopologyDescriptionUpdate,
+//! KIP-1331, request and response, v0) against kafka-clients 4.4.0's own generated classes, byte
+//! for byte and both ways.
 //!
 //! `tests/kafka/StreamsWireCheck.java` builds the same samples as [`sample`] with kafka-clients
 //! (every field of the version set to a non-default value, every array with two entries, the
@@ -27,13 +28,17 @@ use consumer_membership::kafka_protocol::messages::{GroupId, TopicName};
 use consumer_membership::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use consumer_membership::messages::{
     StreamsGroupDescribeRequest, StreamsGroupDescribeResponse, StreamsGroupHeartbeatRequest,
-    StreamsGroupHeartbeatResponse, streams_group_describe_response as ds,
+    StreamsGroupHeartbeatResponse, StreamsGroupTopologyDescriptionUpdateRequest,
+    StreamsGroupTopologyDescriptionUpdateResponse, streams_group_describe_response as ds,
     streams_group_heartbeat_request as hb, streams_group_heartbeat_response as rs,
+    streams_group_topology_description_update_request as up,
 };
 
 /// The Kafka release whose kafka-clients the samples are checked against.
 const KAFKA_CLIENTS: &str = "4.4.0";
 const VERSIONS: [i16; 2] = [0, 1];
+/// StreamsGroupTopologyDescriptionUpdate has v0 only (Kafka 4.4).
+const UPDATE_VERSIONS: [i16; 1] = [0];
 
 /// One sample message, by schema name.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,14 +48,27 @@ enum Sample {
     HeartbeatResponse(StreamsGroupHeartbeatResponse),
     DescribeRequest(StreamsGroupDescribeRequest),
     DescribeResponse(StreamsGroupDescribeResponse),
+    UpdateRequest(StreamsGroupTopologyDescriptionUpdateRequest),
+    UpdateResponse(StreamsGroupTopologyDescriptionUpdateResponse),
 }
 
-const NAMES: [&str; 4] = [
+const NAMES: [&str; 6] = [
     "StreamsGroupHeartbeatRequest",
     "StreamsGroupHeartbeatResponse",
     "StreamsGroupDescribeRequest",
     "StreamsGroupDescribeResponse",
+    "StreamsGroupTopologyDescriptionUpdateRequest",
+    "StreamsGroupTopologyDescriptionUpdateResponse",
 ];
+
+/// The versions of the message `name`.
+fn versions_of(name: &str) -> &'static [i16] {
+    if name.starts_with("StreamsGroupTopologyDescriptionUpdate") {
+        &UPDATE_VERSIONS
+    } else {
+        &VERSIONS
+    }
+}
 
 fn encode_body<T: Encodable>(m: &T, version: i16) -> Vec<u8> {
     let mut buf = BytesMut::new();
@@ -76,6 +94,8 @@ impl Sample {
             Sample::HeartbeatResponse(m) => encode_body(m, version),
             Sample::DescribeRequest(m) => encode_body(m, version),
             Sample::DescribeResponse(m) => encode_body(m, version),
+            Sample::UpdateRequest(m) => encode_body(m, version),
+            Sample::UpdateResponse(m) => encode_body(m, version),
         }
     }
 
@@ -90,6 +110,12 @@ impl Sample {
             "StreamsGroupDescribeRequest" => Sample::DescribeRequest(decode_body(bytes, version)?),
             "StreamsGroupDescribeResponse" => {
                 Sample::DescribeResponse(decode_body(bytes, version)?)
+            }
+            "StreamsGroupTopologyDescriptionUpdateRequest" => {
+                Sample::UpdateRequest(decode_body(bytes, version)?)
+            }
+            "StreamsGroupTopologyDescriptionUpdateResponse" => {
+                Sample::UpdateResponse(decode_body(bytes, version)?)
             }
             other => panic!("unknown message {other}"),
         })
@@ -196,6 +222,10 @@ fn sample(name: &str, version: i16) -> Sample {
         "StreamsGroupHeartbeatResponse" => Sample::HeartbeatResponse(heartbeat_response(version)),
         "StreamsGroupDescribeRequest" => Sample::DescribeRequest(describe_request(version)),
         "StreamsGroupDescribeResponse" => Sample::DescribeResponse(describe_response(version)),
+        "StreamsGroupTopologyDescriptionUpdateRequest" => Sample::UpdateRequest(update_request()),
+        "StreamsGroupTopologyDescriptionUpdateResponse" => {
+            Sample::UpdateResponse(update_response())
+        }
         other => panic!("unknown message {other}"),
     }
 }
@@ -396,6 +426,52 @@ fn ds_member(i: i32) -> ds::Member {
         .with_is_classic(true)
 }
 
+fn update_request() -> StreamsGroupTopologyDescriptionUpdateRequest {
+    let node = |name: &str, node_type: i8| {
+        up::TopologyDescriptionNode::default()
+            .with_name(s(name))
+            .with_node_type(node_type)
+            .with_source_topics(topics([&format!("{name}-in-a"), &format!("{name}-in-b")]))
+            .with_sink_topic(Some(topic(&format!("{name}-out"))))
+            .with_stores(strs([
+                &format!("{name}-store-a"),
+                &format!("{name}-store-b"),
+            ]))
+            .with_successors(strs([&format!("{name}-next-a"), &format!("{name}-next-b")]))
+    };
+    let subtopology = |i: i32| {
+        up::TopologyDescriptionSubtopology::default()
+            .with_subtopology_id(s(&format!("sub-{i}")))
+            .with_nodes(vec![
+                node(&format!("KSTREAM-SOURCE-{i}"), 1),
+                node(&format!("KSTREAM-SINK-{i}"), 3),
+            ])
+    };
+    let global_store = |i: i32| {
+        up::TopologyDescriptionGlobalStore::default()
+            .with_source(node(&format!("KSTREAM-GLOBAL-SOURCE-{i}"), 1))
+            .with_processor(node(&format!("KTABLE-SOURCE-{i}"), 2))
+    };
+    StreamsGroupTopologyDescriptionUpdateRequest::default()
+        .with_group_id(GroupId(s("streams-app")))
+        .with_member_id(s("member-0"))
+        .with_topology_epoch(3)
+        .with_topology_description(
+            up::TopologyDescription::default()
+                .with_subtopologies(vec![subtopology(0), subtopology(1)])
+                .with_global_stores(vec![global_store(0), global_store(1)]),
+        )
+        .with_unknown_tagged_fields(unknown_tags())
+}
+
+fn update_response() -> StreamsGroupTopologyDescriptionUpdateResponse {
+    StreamsGroupTopologyDescriptionUpdateResponse::default()
+        .with_throttle_time_ms(12)
+        .with_error_code(135)
+        .with_error_message(Some(s("the plugin said no")))
+        .with_unknown_tagged_fields(unknown_tags())
+}
+
 // ---- the Java side ----
 
 /// What `StreamsWireCheck.java` printed, by (message, version).
@@ -409,7 +485,7 @@ struct JavaRun {
 fn cases() -> impl Iterator<Item = (&'static str, i16)> {
     NAMES
         .into_iter()
-        .flat_map(|name| VERSIONS.map(|v| (name, v)))
+        .flat_map(|name| versions_of(name).iter().map(move |v| (name, *v)))
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -672,4 +748,16 @@ fn forged_array_counts_are_decode_errors() {
     for cut in 0..full.len() {
         assert!(decode_body::<StreamsGroupHeartbeatResponse>(&full[..cut], 1).is_err());
     }
+    let full = sample("StreamsGroupTopologyDescriptionUpdateResponse", 0).encode(0);
+    for cut in 0..full.len() {
+        let r = decode_body::<StreamsGroupTopologyDescriptionUpdateResponse>(&full[..cut], 0);
+        assert!(r.is_err(), "{r:?}");
+    }
+    // A pushed description (what a broker decodes) claiming 2^32 - 2 subtopologies: group id,
+    // member id, topology epoch, then the forged count.
+    let forged = [
+        2, b'g', 2, b'm', 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0,
+    ];
+    let r = decode_body::<StreamsGroupTopologyDescriptionUpdateRequest>(&forged, 0);
+    assert!(r.is_err(), "{r:?}");
 }

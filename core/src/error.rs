@@ -337,6 +337,9 @@ pub mod codes {
         ResponseError::StreamsInvalidTopologyEpoch.code();
     /// STREAMS_TOPOLOGY_FENCED (KIP-1071).
     pub const STREAMS_TOPOLOGY_FENCED: i16 = ResponseError::StreamsTopologyFenced.code();
+    /// STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED (KIP-1331, Kafka 4.4; kafka-protocol 0.18 has
+    /// no name for it): the broker's topology description plugin did not store a push.
+    pub const STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED: i16 = 135;
 }
 
 /// Kafka's name of an error code (`"NOT_COORDINATOR"` for 16), `"NONE"` for 0, or

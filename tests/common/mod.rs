@@ -30,6 +30,26 @@ pub fn bootstrap() -> Option<String> {
     }
 }
 
+/// The broker's address, or None after saying why (the test passes vacuously) when the broker
+/// (`KAFKA_VERSION`, unset: the project's default release) is older than `since`, which `what`
+/// needs.
+#[allow(dead_code)]
+pub fn bootstrap_since(since: (u32, u32), what: &str) -> Option<String> {
+    let b = bootstrap()?;
+    let version = std::env::var("KAFKA_VERSION").unwrap_or_default();
+    let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().ok());
+    if let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next())
+        && (major, minor) < since
+    {
+        eprintln!(
+            "skipped: {what} needs Kafka {}.{} or later, the broker is {version}",
+            since.0, since.1
+        );
+        return None;
+    }
+    Some(b)
+}
+
 /// Member ids the coordinator lists for `group` (ConsumerGroupDescribe, consumer groups; none
 /// for a group the coordinator does not know). The describe goes to the bootstrap broker: with
 /// one broker that is the coordinator.

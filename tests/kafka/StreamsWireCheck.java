@@ -1,6 +1,6 @@
 // The Java half of tests/streams_wire.rs: kafka-clients' own generated classes of the
 // streams-group messages (StreamsGroupHeartbeat, API key 88; StreamsGroupDescribe, API key 89;
-// versions 0 and 1) with every field set, serialized and parsed as kafka-clients does
+// versions 0 and 1; StreamsGroupTopologyDescriptionUpdate, API key 93, KIP-1331, version 0) with every field set, serialized and parsed as kafka-clients does
 // (ObjectSerializationCache + ByteBufferAccessor, no header).
 //
 //   java -cp "<kafka-clients 4.4.0 and its dependencies>/*" tests/kafka/StreamsWireCheck.java
@@ -35,6 +35,8 @@ import org.apache.kafka.common.message.StreamsGroupDescribeRequestData;
 import org.apache.kafka.common.message.StreamsGroupDescribeResponseData;
 import org.apache.kafka.common.message.StreamsGroupHeartbeatRequestData;
 import org.apache.kafka.common.message.StreamsGroupHeartbeatResponseData;
+import org.apache.kafka.common.message.StreamsGroupTopologyDescriptionUpdateRequestData;
+import org.apache.kafka.common.message.StreamsGroupTopologyDescriptionUpdateResponseData;
 import org.apache.kafka.common.protocol.ApiMessage;
 import org.apache.kafka.common.protocol.ByteBufferAccessor;
 import org.apache.kafka.common.protocol.Message;
@@ -46,12 +48,18 @@ public class StreamsWireCheck {
     static final String[] NAMES = {
         "StreamsGroupHeartbeatRequest", "StreamsGroupHeartbeatResponse",
         "StreamsGroupDescribeRequest", "StreamsGroupDescribeResponse",
+        "StreamsGroupTopologyDescriptionUpdateRequest", "StreamsGroupTopologyDescriptionUpdateResponse",
     };
+
+    /** The highest version of the message `name` (all start at 0). */
+    static short maxVersion(String name) {
+        return name.startsWith("StreamsGroupTopologyDescriptionUpdate") ? (short) 0 : (short) 1;
+    }
 
     public static void main(String[] args) throws Exception {
         HexFormat hex = HexFormat.of();
         for (String name : NAMES) {
-            for (short v = 0; v <= 1; v++) {
+            for (short v = 0; v <= maxVersion(name); v++) {
                 ApiMessage m = sample(name, v);
                 System.out.println("encoded " + name + " " + v + " " + hex.formatHex(encode(m, v)));
                 List<String> missing = new ArrayList<>();
@@ -120,6 +128,10 @@ public class StreamsWireCheck {
             case "StreamsGroupHeartbeatResponse": return new StreamsGroupHeartbeatResponseData(r, v);
             case "StreamsGroupDescribeRequest": return new StreamsGroupDescribeRequestData(r, v);
             case "StreamsGroupDescribeResponse": return new StreamsGroupDescribeResponseData(r, v);
+            case "StreamsGroupTopologyDescriptionUpdateRequest":
+                return new StreamsGroupTopologyDescriptionUpdateRequestData(r, v);
+            case "StreamsGroupTopologyDescriptionUpdateResponse":
+                return new StreamsGroupTopologyDescriptionUpdateResponseData(r, v);
             default: throw new IllegalArgumentException("unknown message " + name);
         }
     }
@@ -131,6 +143,8 @@ public class StreamsWireCheck {
             case "StreamsGroupHeartbeatResponse": m = heartbeatResponse(v); break;
             case "StreamsGroupDescribeRequest": m = describeRequest(v); break;
             case "StreamsGroupDescribeResponse": m = describeResponse(v); break;
+            case "StreamsGroupTopologyDescriptionUpdateRequest": m = updateRequest(); break;
+            case "StreamsGroupTopologyDescriptionUpdateResponse": m = updateResponse(); break;
             default: throw new IllegalArgumentException("unknown message " + name);
         }
         // No field of these schemas is tagged: two tags no version knows stand in for one
@@ -380,6 +394,47 @@ public class StreamsWireCheck {
             .setSinkTopic(name + "-out")
             .setStores(List.of(name + "-store-a", name + "-store-b"))
             .setSuccessors(List.of(name + "-next-a", name + "-next-b"));
+    }
+
+    // ---- StreamsGroupTopologyDescriptionUpdateRequest / Response (v0) ----
+
+    static StreamsGroupTopologyDescriptionUpdateRequestData updateRequest() {
+        return new StreamsGroupTopologyDescriptionUpdateRequestData()
+            .setGroupId("streams-app")
+            .setMemberId("member-0")
+            .setTopologyEpoch(3)
+            .setTopologyDescription(new StreamsGroupTopologyDescriptionUpdateRequestData.TopologyDescription()
+                .setSubtopologies(List.of(upSubtopology(0), upSubtopology(1)))
+                .setGlobalStores(List.of(upGlobalStore(0), upGlobalStore(1))));
+    }
+
+    static StreamsGroupTopologyDescriptionUpdateRequestData.TopologyDescriptionSubtopology upSubtopology(int i) {
+        return new StreamsGroupTopologyDescriptionUpdateRequestData.TopologyDescriptionSubtopology()
+            .setSubtopologyId("sub-" + i)
+            .setNodes(List.of(upNode("KSTREAM-SOURCE-" + i, (byte) 1), upNode("KSTREAM-SINK-" + i, (byte) 3)));
+    }
+
+    static StreamsGroupTopologyDescriptionUpdateRequestData.TopologyDescriptionGlobalStore upGlobalStore(int i) {
+        return new StreamsGroupTopologyDescriptionUpdateRequestData.TopologyDescriptionGlobalStore()
+            .setSource(upNode("KSTREAM-GLOBAL-SOURCE-" + i, (byte) 1))
+            .setProcessor(upNode("KTABLE-SOURCE-" + i, (byte) 2));
+    }
+
+    static StreamsGroupTopologyDescriptionUpdateRequestData.TopologyDescriptionNode upNode(String name, byte type) {
+        return new StreamsGroupTopologyDescriptionUpdateRequestData.TopologyDescriptionNode()
+            .setName(name)
+            .setNodeType(type)
+            .setSourceTopics(List.of(name + "-in-a", name + "-in-b"))
+            .setSinkTopic(name + "-out")
+            .setStores(List.of(name + "-store-a", name + "-store-b"))
+            .setSuccessors(List.of(name + "-next-a", name + "-next-b"));
+    }
+
+    static StreamsGroupTopologyDescriptionUpdateResponseData updateResponse() {
+        return new StreamsGroupTopologyDescriptionUpdateResponseData()
+            .setThrottleTimeMs(12)
+            .setErrorCode((short) 135)
+            .setErrorMessage("the plugin said no");
     }
 
     // ---- reflection over the generated classes ----

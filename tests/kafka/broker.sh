@@ -214,6 +214,8 @@ version_settings() {
     else
         ((vline >= 402)) || prop_edits+=(-e '/^group\.streams\.initial\.rebalance\.delay\.ms=/d')
         ((vline >= 403)) || prop_edits+=(-e '/^group\.streams\.assignment\.interval\.ms=/d')
+        # The topology description plugin (KIP-1331) came with 4.4.
+        ((vline >= 404)) || prop_edits+=(-e '/^group\.streams\.topology\.description\./d')
     fi
 }
 

@@ -196,6 +196,18 @@ pub trait EpochProtocol: Sized + fmt::Debug {
     ) -> ReadBack<Self::Answer, Self::Heartbeat> {
         ReadBack::Done
     }
+    /// A request of the protocol's own to `coordinator` besides the heartbeat (the streams
+    /// member's KIP-1331 topology description push), asked for in every `poll_request` while
+    /// the member is in the group with an epoch and no leave is due: the protocol sends it
+    /// (recorded as a side request, whose outcome comes back to
+    /// [`side_answer`](Self::side_answer)) and returns its id. `None` (the default):
+    /// nothing to send.
+    fn side_request(_m: &mut EpochMember<Self>, _coordinator: &Broker) -> Option<RequestId> {
+        None
+    }
+    /// The outcome of a request [`side_request`](Self::side_request) sent as `id`, whatever the
+    /// member did since.
+    fn side_answer(_m: &mut EpochMember<Self>, _id: RequestId, _result: Reply) {}
 }
 
 /// What a member learns by reading the coordinator's record of itself back after a heartbeat
@@ -364,6 +376,8 @@ pub(crate) enum Sent<P: EpochProtocol> {
         /// The member's incarnation when it went out.
         incarnation: u64,
     },
+    /// A request of the protocol's own ([`EpochProtocol::side_request`]).
+    Side,
 }
 
 /// What the broker may know of a member: its registration state, which decides whether a leave
@@ -785,6 +799,9 @@ impl<P: EpochProtocol> EpochMember<P> {
         {
             return Some(out);
         }
+        if self.in_group() && self.epoch > 0 && P::side_request(self, &coordinator).is_some() {
+            return self.shell.outbound.pop_front();
+        }
         if self.in_group() && self.heartbeat_in_flight.is_none() {
             let now = self.shell.now;
             let urgent = matches!(self.phase, Phase::Joining | Phase::Acknowledging);
@@ -888,6 +905,7 @@ impl<P: EpochProtocol> EpochMember<P> {
             Sent::Offsets(sent) => self.on_offsets(sent, result),
             Sent::Metadata => self.on_metadata(result),
             Sent::ReadBack { incarnation } => self.on_read_back(id, incarnation, result),
+            Sent::Side => P::side_answer(self, id, result),
         }
         P::settle(self);
     }

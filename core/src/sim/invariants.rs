@@ -590,7 +590,13 @@ impl World {
     ///   before it) while the member itself is still in the group (joining,
     ///   reconciling, revoking, acknowledging or stable): it holds its tasks until its next
     ///   answer (UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH) makes it lose them, as a KIP-848
-    ///   zombie does. A member the coordinator holds gets no excuse, in any epoch.
+    ///   zombie does. A member the coordinator holds gets no excuse, in any epoch;
+    /// - (c) the refiner never derives a warm-up task on a process where its intermediate
+    ///   assignment has the task active
+    ///   ([`StreamsGroups::refiner_faults`](crate::sim::coordinator::streams::StreamsGroups::refiner_faults)).
+    ///   (The coordinator's record may still pair them: a static member replaced from another
+    ///   process carries its active tasks there, past the reconciliation's checks, as in
+    ///   KAFKA-21401; the task guard (a) covers what the applications hold.)
     fn observe_streams(&mut self) {
         let group = self.coordinator.config().group_id.clone();
         let streams = self.coordinator.streams();
@@ -655,6 +661,11 @@ impl World {
             } else {
                 doubles.push(what);
             }
+        }
+        // (c) The refiner never derives a warm-up task on a process where the intermediate
+        // assignment has the task active.
+        for f in streams.refiner_faults() {
+            found.push(format!("{:?}: refiner: {f}", self.elapsed()));
         }
         for (task, holders) in &active {
             if holders.len() > 1 {

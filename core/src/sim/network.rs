@@ -1061,6 +1061,10 @@ fn set_throttle_time(body: &mut ResponseBody, version: i16, throttle: Duration) 
             r.throttle_time_ms = ms;
             return true;
         }
+        ResponseBody::StreamsGroupTopologyDescriptionUpdate(r) => {
+            r.throttle_time_ms = ms;
+            return true;
+        }
     };
     let field = match body {
         ResponseKind::Heartbeat(r) if version >= 1 => &mut r.throttle_time_ms,

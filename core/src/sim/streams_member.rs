@@ -9,8 +9,16 @@
 //! interventions, statuses, endpoints) becomes trace notes ([`SimMember::take_notes`]). The
 //! invariants read the member itself ([`SimMember::streams`]): the tasks it holds by role, the
 //! tasks it withholds, its process.
+//!
+//! The application's state stores are simulated too, for the task offsets the member reports
+//! (`set_task_offsets`: what Kafka Streams sums over a task's changelogs): every changelog ends
+//! at [`CHANGELOG_END`]; a task the member holds (any role) restores from 0 from the moment it
+//! was handed to the application, at a rate drawn from the member id (between
+//! [`RESTORE_RATE_MIN`] and [`RESTORE_RATE_MAX`] offsets a second), while the application polls;
+//! a task released is forgotten (no dormant state on disk). Offsets are reported for every task
+//! held, stateless or not (the simulated topologies are stateful).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use super::world::SimMember;
@@ -24,12 +32,23 @@ use crate::machine::timer::Timer;
 use crate::machine::{Machine, TopicPartition};
 use crate::request::{Broker, Outbound, RequestId, Response};
 
+/// The end offset of every simulated changelog.
+pub const CHANGELOG_END: i64 = 100_000;
+/// The slowest restoration, offsets a second.
+pub const RESTORE_RATE_MIN: i64 = 15_000;
+/// The fastest restoration, offsets a second.
+pub const RESTORE_RATE_MAX: i64 = 60_000;
+
 /// A streams member in the simulated world (see the module docs).
 #[derive(Debug)]
 pub struct SimStreamsMember {
     member: StreamsMember,
     events: VecDeque<Event>,
     notes: Vec<String>,
+    /// Since when the application holds each task it holds (its restoration's start).
+    restoring: BTreeMap<TaskId, Instant>,
+    /// The member's restoration rate, offsets a second.
+    restore_rate: i64,
 }
 
 /// A task as the world's partition type: the subtopology as the topic.
@@ -65,11 +84,58 @@ pub(super) fn fmt_tasks(t: &StreamsTasks) -> String {
 impl SimStreamsMember {
     /// Runs `member` in the simulation.
     pub fn new(member: StreamsMember) -> Self {
+        // FNV-1a over the member id: a rate that differs between members, seeded as the id is.
+        let hash = member
+            .member_id()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+        let span = u64::try_from(RESTORE_RATE_MAX - RESTORE_RATE_MIN + 1).unwrap_or(1);
+        let restore_rate = RESTORE_RATE_MIN + i64::try_from(hash % span).unwrap_or(0);
         Self {
             member,
             events: VecDeque::new(),
             notes: Vec::new(),
+            restoring: BTreeMap::new(),
+            restore_rate,
         }
+    }
+
+    /// The simulated state stores at `now` (see the module docs): tasks handed over since the
+    /// last call start restoring, tasks released are forgotten, and the member is told every
+    /// held task's offset and end offset.
+    fn restore(&mut self, now: Instant) {
+        let held = self.member.tasks();
+        let held: Vec<&TaskId> = held
+            .active
+            .iter()
+            .chain(&held.standby)
+            .chain(&held.warmup)
+            .collect();
+        self.restoring.retain(|t, _| held.contains(&t));
+        for t in held {
+            self.restoring.entry(t.clone()).or_insert(now);
+        }
+        let rate = self.restore_rate;
+        let offsets: BTreeMap<TaskId, i64> = self
+            .restoring
+            .iter()
+            .map(|(t, since)| {
+                let ms = i64::try_from(now.saturating_duration_since(*since).as_millis())
+                    .unwrap_or(i64::MAX);
+                (
+                    t.clone(),
+                    ms.saturating_mul(rate / 1_000).min(CHANGELOG_END),
+                )
+            })
+            .collect();
+        let ends = self
+            .restoring
+            .keys()
+            .map(|t| (t.clone(), CHANGELOG_END))
+            .collect();
+        self.member.set_task_offsets(offsets, ends);
     }
 
     /// The streams member.
@@ -187,7 +253,10 @@ impl Machine for SimStreamsMember {
 }
 
 impl SimMember for SimStreamsMember {
+    /// The application polls: its state stores restore (`restore`) and
+    /// the member polls.
     fn poll(&mut self, now: Instant) {
+        self.restore(now);
         self.member.poll(now)
     }
 

@@ -127,7 +127,8 @@ pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
 /// answer of any other kafka-protocol API is a [`TransportError::Decode`] naming it, never
 /// decoded unchecked ([`build`] refuses to send such a request in the first place).
 ///
-/// The streams-group answers (StreamsGroupHeartbeat, StreamsGroupDescribe, v0-1) are decoded by
+/// The streams-group answers (StreamsGroupHeartbeat, StreamsGroupDescribe, v0-1;
+/// StreamsGroupTopologyDescriptionUpdate, v0) are decoded by
 /// the generated decoders of [`crate::messages`], which check every count and length against
 /// the bytes left themselves before allocating for it.
 pub fn decode_response(

@@ -13,13 +13,16 @@ use kafka_protocol::protocol::{HeaderVersion, Message, StrBytes};
 
 use crate::error::TransportError;
 use crate::messages::{
-    STREAMS_GROUP_DESCRIBE_KEY, STREAMS_GROUP_HEARTBEAT_KEY, StreamsGroupDescribeRequest,
+    STREAMS_GROUP_DESCRIBE_KEY, STREAMS_GROUP_HEARTBEAT_KEY,
+    STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE_KEY, StreamsGroupDescribeRequest,
     StreamsGroupDescribeResponse, StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse,
+    StreamsGroupTopologyDescriptionUpdateRequest, StreamsGroupTopologyDescriptionUpdateResponse,
 };
 
 /// A Kafka API key this crate can name: every API of kafka-protocol's [`ApiKey`], and the
 /// streams-group APIs of KIP-1071 ([`Api::STREAMS_GROUP_HEARTBEAT`],
-/// [`Api::STREAMS_GROUP_DESCRIBE`]) that kafka-protocol 0.18 does not have.
+/// [`Api::STREAMS_GROUP_DESCRIBE`]) and KIP-1331
+/// ([`Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE`]) that kafka-protocol 0.18 does not have.
 ///
 /// It prints (`Debug` and `Display`) as kafka-protocol's `ApiKey` does:
 ///
@@ -41,6 +44,9 @@ impl Api {
     pub const STREAMS_GROUP_HEARTBEAT: Api = Api(STREAMS_GROUP_HEARTBEAT_KEY);
     /// StreamsGroupDescribe (API key 89, KIP-1071).
     pub const STREAMS_GROUP_DESCRIBE: Api = Api(STREAMS_GROUP_DESCRIBE_KEY);
+    /// StreamsGroupTopologyDescriptionUpdate (API key 93, KIP-1331).
+    pub const STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE: Api =
+        Api(STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE_KEY);
 
     /// `Api::from(key)`, usable in constants and patterns.
     pub const fn of(key: ApiKey) -> Api {
@@ -51,14 +57,19 @@ impl Api {
     pub fn from_key(key: i16) -> Option<Api> {
         let known = ApiKey::try_from(key).is_ok()
             || key == STREAMS_GROUP_HEARTBEAT_KEY
-            || key == STREAMS_GROUP_DESCRIBE_KEY;
+            || key == STREAMS_GROUP_DESCRIBE_KEY
+            || key == STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE_KEY;
         known.then_some(Api(key))
     }
 
     /// Every API this crate can name, by key.
     pub fn all() -> impl Iterator<Item = Api> {
         let mut all: Vec<Api> = ApiKey::iter().map(Api::from).collect();
-        all.extend([Api::STREAMS_GROUP_HEARTBEAT, Api::STREAMS_GROUP_DESCRIBE]);
+        all.extend([
+            Api::STREAMS_GROUP_HEARTBEAT,
+            Api::STREAMS_GROUP_DESCRIBE,
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,
+        ]);
         all.sort();
         all.into_iter()
     }
@@ -83,6 +94,9 @@ impl Api {
         match self {
             Api::STREAMS_GROUP_HEARTBEAT => Some("StreamsGroupHeartbeat"),
             Api::STREAMS_GROUP_DESCRIBE => Some("StreamsGroupDescribe"),
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE => {
+                Some("StreamsGroupTopologyDescriptionUpdate")
+            }
             _ => self.kafka().map(kafka_name),
         }
     }
@@ -93,6 +107,9 @@ impl Api {
         let v = match self {
             Api::STREAMS_GROUP_HEARTBEAT => StreamsGroupHeartbeatRequest::VERSIONS,
             Api::STREAMS_GROUP_DESCRIBE => StreamsGroupDescribeRequest::VERSIONS,
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE => {
+                StreamsGroupTopologyDescriptionUpdateRequest::VERSIONS
+            }
             _ => match self.kafka() {
                 Some(k) => k.valid_versions(),
                 // None: Api values are only made of keys this crate names.
@@ -108,6 +125,9 @@ impl Api {
         match self {
             Api::STREAMS_GROUP_HEARTBEAT => StreamsGroupHeartbeatRequest::header_version(version),
             Api::STREAMS_GROUP_DESCRIBE => StreamsGroupDescribeRequest::header_version(version),
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE => {
+                StreamsGroupTopologyDescriptionUpdateRequest::header_version(version)
+            }
             _ => self
                 .kafka()
                 .map_or(2, |k| k.request_header_version(version)),
@@ -119,6 +139,9 @@ impl Api {
         match self {
             Api::STREAMS_GROUP_HEARTBEAT => StreamsGroupHeartbeatResponse::header_version(version),
             Api::STREAMS_GROUP_DESCRIBE => StreamsGroupDescribeResponse::header_version(version),
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE => {
+                StreamsGroupTopologyDescriptionUpdateResponse::header_version(version)
+            }
             _ => self
                 .kafka()
                 .map_or(1, |k| k.response_header_version(version)),
@@ -344,6 +367,15 @@ pub enum Request {
         /// The versions `body` can be sent at.
         versions: RangeInclusive<i16>,
     },
+    /// StreamsGroupTopologyDescriptionUpdate (KIP-1331): `body` is sent as it is at the version
+    /// negotiated within `versions` (Kafka 4.4 has v0 only); the answer comes back as
+    /// [`ResponseBody::StreamsGroupTopologyDescriptionUpdate`].
+    StreamsGroupTopologyDescriptionUpdate {
+        /// The request body.
+        body: Box<StreamsGroupTopologyDescriptionUpdateRequest>,
+        /// The versions `body` can be sent at.
+        versions: RangeInclusive<i16>,
+    },
 }
 
 /// Fits a request body to the version negotiated: defined next to the code that builds the body,
@@ -384,6 +416,9 @@ impl Request {
             Request::Raw { body, .. } => request_api_of(body),
             Request::StreamsGroupHeartbeat { .. } => Api::STREAMS_GROUP_HEARTBEAT,
             Request::StreamsGroupDescribe { .. } => Api::STREAMS_GROUP_DESCRIBE,
+            Request::StreamsGroupTopologyDescriptionUpdate { .. } => {
+                Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE
+            }
         }
     }
 
@@ -397,7 +432,8 @@ impl Request {
             Request::Metadata { .. } => 12..=13,
             Request::Raw { versions, .. }
             | Request::StreamsGroupHeartbeat { versions, .. }
-            | Request::StreamsGroupDescribe { versions, .. } => versions.clone(),
+            | Request::StreamsGroupDescribe { versions, .. }
+            | Request::StreamsGroupTopologyDescriptionUpdate { versions, .. } => versions.clone(),
         }
     }
 
@@ -460,6 +496,11 @@ impl Request {
             Request::StreamsGroupDescribe { body, .. } => {
                 return Ok(RequestBody::StreamsGroupDescribe((**body).clone()));
             }
+            Request::StreamsGroupTopologyDescriptionUpdate { body, .. } => {
+                return Ok(RequestBody::StreamsGroupTopologyDescriptionUpdate(
+                    (**body).clone(),
+                ));
+            }
         }))
     }
 }
@@ -475,6 +516,8 @@ pub enum RequestBody {
     StreamsGroupHeartbeat(StreamsGroupHeartbeatRequest),
     /// StreamsGroupDescribe (API key 89).
     StreamsGroupDescribe(StreamsGroupDescribeRequest),
+    /// StreamsGroupTopologyDescriptionUpdate (API key 93).
+    StreamsGroupTopologyDescriptionUpdate(StreamsGroupTopologyDescriptionUpdateRequest),
 }
 
 impl RequestBody {
@@ -484,6 +527,9 @@ impl RequestBody {
             RequestBody::Kafka(body) => request_api_of(body),
             RequestBody::StreamsGroupHeartbeat(_) => Api::STREAMS_GROUP_HEARTBEAT,
             RequestBody::StreamsGroupDescribe(_) => Api::STREAMS_GROUP_DESCRIBE,
+            RequestBody::StreamsGroupTopologyDescriptionUpdate(_) => {
+                Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE
+            }
         }
     }
 
@@ -510,6 +556,7 @@ impl RequestBody {
             RequestBody::Kafka(body) => body.encode(buf, version),
             RequestBody::StreamsGroupHeartbeat(body) => body.encode(buf, version),
             RequestBody::StreamsGroupDescribe(body) => body.encode(buf, version),
+            RequestBody::StreamsGroupTopologyDescriptionUpdate(body) => body.encode(buf, version),
         }
     }
 
@@ -528,6 +575,10 @@ impl RequestBody {
                 Api::STREAMS_GROUP_DESCRIBE => {
                     let body = StreamsGroupDescribeRequest::decode(buf, version)?;
                     return Ok(RequestBody::StreamsGroupDescribe(body));
+                }
+                Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE => {
+                    let body = StreamsGroupTopologyDescriptionUpdateRequest::decode(buf, version)?;
+                    return Ok(RequestBody::StreamsGroupTopologyDescriptionUpdate(body));
                 }
                 _ => {}
             }
@@ -556,6 +607,8 @@ pub enum ResponseBody {
     StreamsGroupHeartbeat(StreamsGroupHeartbeatResponse),
     /// StreamsGroupDescribe (API key 89).
     StreamsGroupDescribe(StreamsGroupDescribeResponse),
+    /// StreamsGroupTopologyDescriptionUpdate (API key 93).
+    StreamsGroupTopologyDescriptionUpdate(StreamsGroupTopologyDescriptionUpdateResponse),
 }
 
 impl ResponseBody {
@@ -565,6 +618,9 @@ impl ResponseBody {
             ResponseBody::Kafka(body) => response_api_of(body),
             ResponseBody::StreamsGroupHeartbeat(_) => Api::STREAMS_GROUP_HEARTBEAT,
             ResponseBody::StreamsGroupDescribe(_) => Api::STREAMS_GROUP_DESCRIBE,
+            ResponseBody::StreamsGroupTopologyDescriptionUpdate(_) => {
+                Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE
+            }
         }
     }
 
@@ -594,6 +650,11 @@ impl ResponseBody {
             Api::STREAMS_GROUP_DESCRIBE => ResponseBody::StreamsGroupDescribe(
                 StreamsGroupDescribeResponse::decode(buf, version)?,
             ),
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE => {
+                ResponseBody::StreamsGroupTopologyDescriptionUpdate(
+                    StreamsGroupTopologyDescriptionUpdateResponse::decode(buf, version)?,
+                )
+            }
             _ => match api.kafka() {
                 Some(k) => ResponseBody::Kafka(ResponseKind::decode(k, buf, version)?),
                 None => anyhow::bail!("unknown api key {}", api.key()),
@@ -613,6 +674,8 @@ impl ResponseBody {
             ResponseBody::StreamsGroupHeartbeat(body) => body.encode(buf, version),
             #[cfg(feature = "sim")]
             ResponseBody::StreamsGroupDescribe(body) => body.encode(buf, version),
+            #[cfg(feature = "sim")]
+            ResponseBody::StreamsGroupTopologyDescriptionUpdate(body) => body.encode(buf, version),
             #[cfg(not(feature = "sim"))]
             _ => anyhow::bail!(
                 "{:?} responses are not encoded without feature sim",
@@ -907,9 +970,25 @@ mod tests {
             }
             assert_eq!(Api::from_key(key as i16), Some(api));
         }
-        for (api, key, name) in [
-            (Api::STREAMS_GROUP_HEARTBEAT, 88, "StreamsGroupHeartbeat"),
-            (Api::STREAMS_GROUP_DESCRIBE, 89, "StreamsGroupDescribe"),
+        for (api, key, name, versions) in [
+            (
+                Api::STREAMS_GROUP_HEARTBEAT,
+                88,
+                "StreamsGroupHeartbeat",
+                0..=1,
+            ),
+            (
+                Api::STREAMS_GROUP_DESCRIBE,
+                89,
+                "StreamsGroupDescribe",
+                0..=1,
+            ),
+            (
+                Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,
+                93,
+                "StreamsGroupTopologyDescriptionUpdate",
+                0..=0,
+            ),
         ] {
             assert_eq!(api.key(), key);
             assert_eq!(api.kafka(), None);
@@ -917,9 +996,10 @@ mod tests {
             assert_eq!(api.name(), name);
             assert_eq!(format!("{api:?}"), name);
             assert_eq!(api.to_string(), name);
-            assert_eq!(api.versions(), 0..=1);
-            // Flexible at every version (KIP-1071): request header v2, response header v1.
-            for version in 0..=1 {
+            assert_eq!(api.versions(), versions);
+            // Flexible at every version (KIP-1071, KIP-1331): request header v2, response
+            // header v1.
+            for version in versions {
                 assert_eq!(api.request_header_version(version), 2);
                 assert_eq!(api.response_header_version(version), 1);
             }
@@ -928,7 +1008,7 @@ mod tests {
         assert_eq!(Api::from_key(123), None);
         assert_eq!(Api::from_key(-1), None);
         assert_eq!(format!("{:?}", Api(123)), "ApiKey(123)");
-        assert_eq!(Api::all().count(), ApiKey::iter().count() + 2);
+        assert_eq!(Api::all().count(), ApiKey::iter().count() + 3);
         assert!(Api::all().is_sorted());
         assert!(Api::from(ApiKey::ConsumerGroupHeartbeat) < Api::STREAMS_GROUP_HEARTBEAT);
         assert_eq!(
@@ -939,6 +1019,25 @@ mod tests {
             ResponseBody::StreamsGroupDescribe(Default::default()).api(),
             Api::STREAMS_GROUP_DESCRIBE
         );
+        assert_eq!(
+            ResponseBody::StreamsGroupTopologyDescriptionUpdate(Default::default()).api(),
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE
+        );
+        let push = Request::StreamsGroupTopologyDescriptionUpdate {
+            body: Box::new(
+                StreamsGroupTopologyDescriptionUpdateRequest::default().with_topology_epoch(2),
+            ),
+            versions: 0..=0,
+        };
+        assert_eq!(
+            push.api_key(),
+            Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE
+        );
+        let Ok(RequestBody::StreamsGroupTopologyDescriptionUpdate(body)) = push.build(0) else {
+            panic!()
+        };
+        assert_eq!(body.topology_epoch, 2);
+        assert!(push.build(1).is_err());
         assert_eq!(
             ResponseBody::from(ResponseKind::SyncGroup(Default::default())).api(),
             ApiKey::SyncGroup

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::config::GroupConfig;
-use crate::error::{ApiMisuse, ConfigError, GroupError, codes};
+use crate::error::{ApiMisuse, ConfigError, GroupError, TransportError, codes};
 use crate::machine::TopicPartition;
 use crate::machine::epoch::{
-    EpochMember, EpochProtocol, Phase, ReadBack, epoch_answer, invalid, member_id_of,
+    EpochMember, EpochProtocol, Phase, ReadBack, Sent, epoch_answer, invalid, member_id_of,
 };
 use crate::machine::events::{CloseOptions, CommitId, CommitOffset, FetchId, Reason};
 use crate::machine::session;
@@ -20,20 +20,23 @@ use crate::messages::streams_group_heartbeat_request as req;
 use crate::messages::streams_group_heartbeat_response as resp;
 use crate::messages::{
     StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse,
+    StreamsGroupTopologyDescriptionUpdateRequest,
 };
-use crate::request::{Api, Request, Response, ResponseBody};
+use crate::request::{Api, Broker, Reply, Request, RequestId, Response, ResponseBody};
 
 use super::guard::{Acquire, Intervention, InterventionKind, StreamsProcess};
 use super::topology::{
     EndpointPartitions, ROLES, RefusedTasks, StatusCode, StreamsStatus, StreamsTasks,
-    StreamsTopology, TaskId, TaskRole, UserEndpoint, endpoints_from_wire, offsets_to_wire,
-    statuses_from_wire, str_bytes, tasks_from_wire, tasks_to_wire,
+    StreamsTopology, TaskId, TaskRole, TopologyDescription, UserEndpoint, endpoints_from_wire,
+    offsets_to_wire, statuses_from_wire, str_bytes, tasks_from_wire, tasks_to_wire,
 };
-use super::{ReleaseReason, StreamsEvent};
+use super::{DescriptionPushError, ReleaseReason, StreamsEvent};
 
 /// StreamsGroupHeartbeat v0-1: the request is the same at both; v1 answers carry
 /// `AcceptableRecoveryLag` (and may carry MISSING_CLIENT_TAGS).
 const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 0..=1;
+/// StreamsGroupTopologyDescriptionUpdate: Kafka 4.4 has v0 only.
+const PUSH_VERSIONS: std::ops::RangeInclusive<i16> = 0..=0;
 /// The longest a member withholding a task waits before it asks the guard again.
 pub const GUARD_RECHECK: Duration = Duration::from_millis(250);
 
@@ -44,16 +47,49 @@ pub struct StreamsConfig {
     pub topology: StreamsTopology,
     /// Client tags for rack-aware standby placement (`client.tag.*`).
     pub client_tags: BTreeMap<String, String>,
+    /// The topology's description, pushed at the topology's epoch when the coordinator asks
+    /// for it (KIP-1331: a heartbeat answer with `TopologyDescriptionRequired`, from a Kafka 4.4
+    /// broker with a topology description plugin); see
+    /// [`StreamsEvent::TopologyDescriptionPushed`]. `None` (the default): nothing is ever
+    /// pushed, as Kafka Streams with `topology.description.push.enabled=false`.
+    pub topology_description: Option<TopologyDescription>,
 }
 
 impl StreamsConfig {
-    /// A member of an application with `topology` and no client tags.
+    /// A member of an application with `topology`, no client tags and no topology description.
     pub fn new(topology: StreamsTopology) -> Self {
         Self {
             topology,
             client_tags: BTreeMap::new(),
+            topology_description: None,
         }
     }
+
+    /// The same configuration pushing `description` when the coordinator asks for it.
+    #[must_use]
+    pub fn with_topology_description(mut self, description: TopologyDescription) -> Self {
+        self.topology_description = Some(description);
+        self
+    }
+}
+
+/// Where the member is with the coordinator's ask for its topology description (KIP-1331;
+/// StreamsGroupTopologyDescriptionRequestManager).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Push {
+    /// Nothing asked for, or nothing to push.
+    #[default]
+    Idle,
+    /// The coordinator asked: the push goes out with the next `poll_request`.
+    Due,
+    /// The push `0` is in flight (one at a time).
+    InFlight(RequestId),
+    /// The last push failed in a way retrying fixes (the coordinator moved or loads, the
+    /// connection failed): due again after the next heartbeat answer, which paces the retries.
+    Retry,
+    /// The broker cannot take a description or refused this one for good: no more pushes at
+    /// this topology epoch (the member's, fixed for its life).
+    Stopped,
 }
 
 /// What the last heartbeats carried of the fields sent only when they change
@@ -96,6 +132,8 @@ pub struct StreamsProtocol {
     endpoint_epoch: i32,
     endpoints: BTreeMap<UserEndpoint, EndpointPartitions>,
     statuses: Vec<StreamsStatus>,
+    /// The topology description push.
+    push: Push,
     events: std::collections::VecDeque<StreamsEvent>,
 }
 
@@ -136,7 +174,11 @@ impl EpochProtocol for StreamsProtocol {
     type Answer = StreamsGroupHeartbeatResponse;
 
     fn validate(&self, _config: &GroupConfig) -> Result<(), ConfigError> {
-        self.streams.topology.validate()
+        self.streams.topology.validate()?;
+        match &self.streams.topology_description {
+            Some(d) => d.validate(),
+            None => Ok(()),
+        }
     }
 
     fn decode(response: Response) -> Option<Self::Answer> {
@@ -299,6 +341,12 @@ impl EpochProtocol for StreamsProtocol {
         self.last_sent = None;
         self.acked_owned = None;
         self.target = None;
+        // A new membership: the coordinator asks again if it still wants the description
+        // (Java clears topologyPushRequired on fencing); an answer to a push in flight is
+        // ignored from now on.
+        if self.push != Push::Stopped {
+            self.push = Push::Idle;
+        }
     }
 
     fn revoked(m: &mut StreamsMember, revoking: Self::Revoking) {
@@ -377,6 +425,14 @@ impl EpochProtocol for StreamsProtocol {
     fn closed(m: &mut StreamsMember) {
         m.forget_in_guard();
     }
+
+    fn side_request(m: &mut StreamsMember, coordinator: &Broker) -> Option<RequestId> {
+        m.push_request(coordinator)
+    }
+
+    fn side_answer(m: &mut StreamsMember, id: RequestId, result: Reply) {
+        m.push_answered(id, result);
+    }
 }
 
 impl StreamsMember {
@@ -422,6 +478,7 @@ impl StreamsMember {
             endpoint_epoch: -1,
             endpoints: BTreeMap::new(),
             statuses: Vec::new(),
+            push: Push::Idle,
             events: std::collections::VecDeque::new(),
         };
         Self::create(config, member_id, now, proto)
@@ -637,6 +694,17 @@ impl StreamsMember {
         } else if sent_epoch == 0 {
             self.proto.acked_owned = Some(StreamsTasks::default());
         }
+        if sent_epoch == 0 {
+            // A static member that rejoins under its kept member id replaces its own -2 entry:
+            // the broker records the join's task offsets first, then `replaceStreamsMember`
+            // removes the old member and with it `taskOffsets[memberId]`
+            // (StreamsGroup.removeMember). Report them again when next due, or a warm-up of
+            // this member is never found caught up.
+            if let Some(last) = &mut self.proto.last_sent {
+                last.offsets = None;
+                last.end_offsets = None;
+            }
+        }
         if let Some((t, refused)) = &target
             && self.drops_unowned(t, refused)
         {
@@ -653,6 +721,7 @@ impl StreamsMember {
             }
             self.proto.acked_owned = None;
         }
+        self.description_asked(r.topology_description_required);
         self.proto.task_offset_interval =
             Duration::from_millis(r.task_offset_interval_ms.max(0) as u64);
         self.proto.acceptable_recovery_lag = r.acceptable_recovery_lag;
@@ -910,6 +979,132 @@ impl StreamsMember {
         self.proto.withheld.clear();
         self.shell.timers.stop(Timer::TaskGuard);
         self.proto.process.forget(self.member_id.as_str());
+    }
+
+    // ------------------------------------------------------------------ topology description
+
+    /// An error-free heartbeat answer, asking for the topology description (`required`) or
+    /// not (KIP-1331; StreamsGroupHeartbeatRequestManager.onResponse): a push becomes due when
+    /// the member has a description and none is in flight or stopped; a push that failed
+    /// retriably is due again at every answer.
+    fn description_asked(&mut self, required: bool) {
+        let configured = self.proto.streams.topology_description.is_some();
+        match self.proto.push {
+            Push::Idle if required && configured => {
+                tracing::info!(group = %self.shell.config.group_id, topology_epoch = self.proto.streams.topology.epoch, "the coordinator asked for the topology description");
+                self.proto.push = Push::Due;
+            }
+            Push::Idle if required => {
+                tracing::debug!(group = %self.shell.config.group_id, "the coordinator asked for a topology description; none is configured");
+            }
+            Push::Retry => self.proto.push = Push::Due,
+            Push::Idle | Push::Due | Push::InFlight(_) | Push::Stopped => {}
+        }
+    }
+
+    /// The push, when due (see [`EpochProtocol::side_request`]).
+    fn push_request(&mut self, coordinator: &Broker) -> Option<RequestId> {
+        if self.proto.push != Push::Due {
+            return None;
+        }
+        let Some(description) = &self.proto.streams.topology_description else {
+            self.proto.push = Push::Idle;
+            return None;
+        };
+        let body = StreamsGroupTopologyDescriptionUpdateRequest::default()
+            .with_group_id(self.shell.group_id())
+            .with_member_id(str_bytes(self.member_id.as_str()))
+            .with_topology_epoch(self.proto.streams.topology.epoch)
+            .with_topology_description(description.to_wire());
+        let request = Request::StreamsGroupTopologyDescriptionUpdate {
+            body: Box::new(body),
+            versions: PUSH_VERSIONS,
+        };
+        let id = self.send(coordinator, request, Sent::Side);
+        self.proto.push = Push::InFlight(id);
+        Some(id)
+    }
+
+    /// The outcome of push `id` (StreamsGroupTopologyDescriptionRequestManager.onResponse):
+    /// retriable failures wait for the next heartbeat answer; every other outcome ends the
+    /// push (the coordinator asks again when it wants one), and UNSUPPORTED_VERSION,
+    /// INVALID_REQUEST or a broker without the API stop the pushes at this topology epoch.
+    fn push_answered(&mut self, id: RequestId, result: Reply) {
+        if self.proto.push != Push::InFlight(id) {
+            // Answers a membership the member left since, or a push it no longer waits for.
+            return;
+        }
+        let group = self.shell.config.group_id.clone();
+        let message =
+            |m: &Option<kafka_protocol::protocol::StrBytes>| m.as_deref().map(str::to_owned);
+        let outcome = match result {
+            Ok(Response {
+                body: ResponseBody::StreamsGroupTopologyDescriptionUpdate(r),
+                ..
+            }) => {
+                let msg = message(&r.error_message);
+                match r.error_code {
+                    codes::NONE => Ok(()),
+                    codes::NOT_COORDINATOR | codes::COORDINATOR_NOT_AVAILABLE => {
+                        tracing::info!(%group, code = r.error_code, "topology description push: the coordinator moved; retrying after the next heartbeat");
+                        self.shell.coordinator_failed();
+                        self.proto.push = Push::Retry;
+                        return;
+                    }
+                    codes::COORDINATOR_LOAD_IN_PROGRESS => {
+                        self.proto.push = Push::Retry;
+                        return;
+                    }
+                    codes::STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED => {
+                        Err(DescriptionPushError::UpdateFailed { message: msg })
+                    }
+                    codes::UNSUPPORTED_VERSION => {
+                        Err(DescriptionPushError::Unsupported { message: msg })
+                    }
+                    codes::INVALID_REQUEST => {
+                        Err(DescriptionPushError::InvalidRequest { message: msg })
+                    }
+                    code @ (codes::UNKNOWN_MEMBER_ID | codes::GROUP_ID_NOT_FOUND) => {
+                        Err(DescriptionPushError::NotMember { code, message: msg })
+                    }
+                    codes::GROUP_AUTHORIZATION_FAILED => {
+                        Err(DescriptionPushError::Authorization { message: msg })
+                    }
+                    code => Err(DescriptionPushError::Other { code, message: msg }),
+                }
+            }
+            Ok(other) => Err(DescriptionPushError::Other {
+                code: codes::NONE,
+                message: Some(format!("the answer is a {} response", other.body.api())),
+            }),
+            Err(TransportError::UnsupportedApi { .. }) => Err(DescriptionPushError::Unsupported {
+                message: Some("the broker has no StreamsGroupTopologyDescriptionUpdate API".into()),
+            }),
+            Err(e) => {
+                tracing::info!(%group, error = %e, "topology description push failed in the transport; retrying after the next heartbeat");
+                self.shell.coordinator_failed();
+                self.proto.push = Push::Retry;
+                return;
+            }
+        };
+        self.proto.push = match &outcome {
+            Err(
+                DescriptionPushError::Unsupported { .. }
+                | DescriptionPushError::InvalidRequest { .. },
+            ) => Push::Stopped,
+            _ => Push::Idle,
+        };
+        let topology_epoch = self.proto.streams.topology.epoch;
+        match &outcome {
+            Ok(()) => tracing::info!(%group, topology_epoch, "topology description stored"),
+            Err(e) => {
+                tracing::warn!(%group, topology_epoch, error = %e, "topology description push failed")
+            }
+        }
+        self.emit(StreamsEvent::TopologyDescriptionPushed {
+            topology_epoch,
+            result: outcome,
+        });
     }
 
     // ------------------------------------------------------------------ requests

@@ -35,6 +35,7 @@
 //! | fatal | STREAMS_INVALID_TOPOLOGY, STREAMS_INVALID_TOPOLOGY_EPOCH, STREAMS_TOPOLOGY_FENCED, FENCED_INSTANCE_ID, GROUP_AUTHORIZATION_FAILED, a broker without streams groups (UNSUPPORTED_VERSION or no API 88: `GroupError::StreamsProtocolUnsupported`): typed, every task lost |
 //! | tasks of subtopologies the topology lacks | refused, not fatal: never taken nor reported owned, a `warn` naming the subtopology ids, [`StreamsEvent::TasksRefused`] when they change; the rest is reconciled as usual (the group keeps the topology its first member declared and accepts a member declaring a lower topology epoch with it, status STALE_TOPOLOGY: no other member may stop this one through the coordinator) |
 //! | poll timeout | no `poll` within `max.poll.interval.ms`: tasks lost, leave (-1 / -2), the next `poll` rejoins |
+//! | topology description (KIP-1331) | heartbeats negotiate v1; an answer with `TopologyDescriptionRequired` makes the member push [`StreamsConfig::topology_description`] (StreamsGroupTopologyDescriptionUpdate, API 93, at the topology's epoch) once, one push in flight; NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS / a transport failure: pushed again after the next heartbeat answer; UNSUPPORTED_VERSION, INVALID_REQUEST or no API 93: no more pushes at this topology epoch; anything else: pushed again when asked again; every end reaches the application as [`StreamsEvent::TopologyDescriptionPushed`]; without a description nothing is ever sent |
 //!
 //! # The task guard
 //!
@@ -77,8 +78,9 @@ pub use super::epoch::UNRELEASED_RECOVERIES;
 pub use guard::{Intervention, InterventionKind, Interventions, StreamsProcess};
 pub use member::{GUARD_RECHECK, StreamsConfig, StreamsMember, StreamsProtocol};
 pub use topology::{
-    EndpointPartitions, InternalTopic, RefusedTasks, StatusCode, StreamsStatus, StreamsTasks,
-    StreamsTopology, Subtopology, TaskId, TaskRole, UserEndpoint,
+    DescriptionStatus, EndpointPartitions, GlobalStoreDescription, InternalTopic, NodeDescription,
+    NodeKind, RefusedTasks, StatusCode, StreamsStatus, StreamsTasks, StreamsTopology, Subtopology,
+    SubtopologyDescription, TaskId, TaskRole, TopologyDescription, UserEndpoint,
 };
 
 use crate::error::GroupError;
@@ -97,6 +99,61 @@ pub enum ReleaseReason {
     GivenUpToActive,
     /// The member leaves (close, unsubscribe, leave_group).
     Leaving,
+}
+
+/// Why a topology description push ([`StreamsConfig::topology_description`], KIP-1331) did
+/// not store the description. The member pushes only when the coordinator asks (its heartbeat
+/// answer says `TopologyDescriptionRequired`); after these it waits for the next ask, except
+/// where a variant says it stops.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DescriptionPushError {
+    /// STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED: the broker's plugin did not store it. The
+    /// broker asks again after a transient failure (with a back-off of 30 s up to 1 h), never
+    /// after a permanent one at this topology epoch.
+    #[error("the broker's topology description plugin did not store the description: {message:?}")]
+    UpdateFailed {
+        /// The broker's message.
+        message: Option<String>,
+    },
+    /// UNSUPPORTED_VERSION (no topology description plugin, no streams groups) or no
+    /// StreamsGroupTopologyDescriptionUpdate API at all: the member pushes no more at its
+    /// topology epoch.
+    #[error("the broker does not take topology descriptions: {message:?}")]
+    Unsupported {
+        /// The broker's message, or the transport's.
+        message: Option<String>,
+    },
+    /// INVALID_REQUEST (a topology epoch that is not the group's, a malformed description): the
+    /// same push would be refused again, so the member pushes no more at its topology epoch.
+    #[error("the broker refused the topology description: {message:?}")]
+    InvalidRequest {
+        /// The broker's message.
+        message: Option<String>,
+    },
+    /// UNKNOWN_MEMBER_ID or GROUP_ID_NOT_FOUND: the member is no longer in the group; its
+    /// heartbeat rejoins.
+    #[error("the member is not in the group ({}): {message:?}", crate::error::error_name(*code))]
+    NotMember {
+        /// The error code.
+        code: i16,
+        /// The broker's message.
+        message: Option<String>,
+    },
+    /// GROUP_AUTHORIZATION_FAILED: the principal may not read the group.
+    #[error("not authorized to read the group: {message:?}")]
+    Authorization {
+        /// The broker's message.
+        message: Option<String>,
+    },
+    /// Any other error code, or an answer of another API.
+    #[error("topology description push failed with {}: {message:?}", crate::error::error_name(*code))]
+    Other {
+        /// The error code.
+        code: i16,
+        /// The broker's message.
+        message: Option<String>,
+    },
 }
 
 /// What a [`StreamsMember`] tells the application.
@@ -203,6 +260,15 @@ pub enum StreamsEvent {
         instance_id: String,
         /// How long the member waits in all.
         limit: std::time::Duration,
+    },
+    /// A topology description push (KIP-1331) the coordinator asked for ended: stored, or why
+    /// not. Retriable failures (the coordinator moved or loading, the connection failed) are
+    /// retried after the next heartbeat answer and reported only when the push ends.
+    TopologyDescriptionPushed {
+        /// The topology epoch pushed.
+        topology_epoch: i32,
+        /// Stored, or why not.
+        result: Result<(), DescriptionPushError>,
     },
     /// The member stopped for good.
     Fatal(GroupError),

@@ -728,6 +728,33 @@ fn task_offsets_go_once_the_interval_passed_and_only_when_changed() {
 }
 
 #[test]
+fn task_offsets_a_join_carried_are_reported_again_when_next_due() {
+    // A static member rejoining under its kept member id replaces its own -2 entry, and the
+    // broker drops the join's task offsets with the old entry.
+    let mut h = Harness::new(Some("i-1"));
+    h.m.set_task_offsets(
+        BTreeMap::from([(task("0", 0), 10)]),
+        BTreeMap::from([(task("0", 0), 20)]),
+    );
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, b) = h.expect_hb();
+    assert!(b.task_offsets.is_some() && b.task_end_offsets.is_some());
+    h.hb_answer(&join, ok(1, Some(&StreamsTasks::default())));
+    h.advance(Duration::from_secs(5));
+    let (hb, b) = h.expect_hb();
+    assert_eq!(b.task_offsets.as_ref().map(|v| v[0].offset), Some(10));
+    assert_eq!(b.task_end_offsets.as_ref().map(|v| v[0].offset), Some(20));
+    h.hb_answer(&hb, ok(1, None));
+    h.advance(Duration::from_secs(5));
+    let (_, b) = h.expect_hb();
+    assert!(
+        b.task_offsets.is_none() && b.task_end_offsets.is_none(),
+        "unchanged"
+    );
+}
+
+#[test]
 fn a_caught_up_warmup_reports_offsets_before_the_interval() {
     let t = tasks(&[], &[], &[("0", 3)]);
     let mut h = Harness::joined(None, &t);
@@ -2077,5 +2104,451 @@ fn internal_topic_builders_match_what_kafka_streams_declares() {
         text(&s1.repartition_source_topics[0]),
         "app-rekey-repartition 0 -1 cleanup.policy=delete,message.timestamp.type=CreateTime,\
          retention.ms=-1,segment.bytes=52428800"
+    );
+}
+
+// ------------------------------------------------------ the topology description (KIP-1331)
+
+/// The description of this file's topology: "0" reads `in-a`, `in-b` into a counting processor
+/// with a store and a sink to `app-rep`; "1" reads `app-rep`; one global store.
+fn description() -> TopologyDescription {
+    TopologyDescription::new(vec![
+        SubtopologyDescription::new(
+            "0",
+            vec![
+                NodeDescription::source("KSTREAM-SOURCE-0000000000", ["in-a", "in-b"])
+                    .with_successors(["KSTREAM-AGGREGATE-0000000001"]),
+                NodeDescription::processor("KSTREAM-AGGREGATE-0000000001", ["app-store"])
+                    .with_successors(["KSTREAM-SINK-0000000002"]),
+                NodeDescription::sink("KSTREAM-SINK-0000000002", Some("app-rep")),
+            ],
+        ),
+        SubtopologyDescription::new(
+            "1",
+            vec![NodeDescription::source(
+                "KSTREAM-SOURCE-0000000003",
+                ["app-rep"],
+            )],
+        ),
+    ])
+    .with_global_store(
+        NodeDescription::source("KSTREAM-SOURCE-0000000004", ["global-in"])
+            .with_successors(["KTABLE-SOURCE-0000000005"]),
+        NodeDescription::processor("KTABLE-SOURCE-0000000005", ["global-store"]),
+    )
+}
+
+impl Harness {
+    /// A dynamic member configured with [`description`].
+    fn describing() -> Self {
+        Self::start(|now| {
+            StreamsMember::with_member_id(
+                config(None),
+                streams_config().with_topology_description(description()),
+                process(),
+                MemberId::parse(ID).unwrap(),
+                now,
+            )
+            .unwrap()
+        })
+    }
+
+    /// The next regular heartbeat (one interval on), answered at epoch 1 with the topology
+    /// description asked for (`required`) or not.
+    fn beat(&mut self, required: bool) {
+        self.advance(Duration::from_secs(1));
+        let (hb, _) = self.expect_hb();
+        self.hb_answer(
+            &hb,
+            ok(1, None).with_topology_description_required(required),
+        );
+    }
+}
+
+fn push_of(out: &Outbound) -> &crate::messages::StreamsGroupTopologyDescriptionUpdateRequest {
+    match &out.request {
+        Request::StreamsGroupTopologyDescriptionUpdate { body, versions } => {
+            assert_eq!(*versions, 0..=0);
+            body
+        }
+        other => panic!("expected a StreamsGroupTopologyDescriptionUpdate, got {other:?}"),
+    }
+}
+
+fn push_answer(code: i16) -> ResponseBody {
+    ResponseBody::StreamsGroupTopologyDescriptionUpdate(
+        crate::messages::StreamsGroupTopologyDescriptionUpdateResponse::default()
+            .with_error_code(code)
+            .with_error_message((code != codes::NONE).then(|| s("why"))),
+    )
+}
+
+fn pushed_of(events: &[StreamsEvent]) -> Vec<(i32, Result<(), DescriptionPushError>)> {
+    picked!(
+        events,
+        StreamsEvent::TopologyDescriptionPushed { topology_epoch, result } => {
+            (*topology_epoch, result.clone())
+        }
+    )
+}
+
+#[test]
+fn the_description_is_pushed_once_when_the_coordinator_asks() {
+    let mut h = Harness::describing().joined_with(&StreamsTasks::default());
+    // Not asked: nothing.
+    h.beat(false);
+    h.nothing("not asked for the description");
+    h.beat(true);
+    let push = h.one();
+    assert!(matches!(push.target, Target::Coordinator(_)));
+    assert_eq!(
+        push.request.api_key(),
+        Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE
+    );
+    let b = push_of(&push);
+    assert_eq!(b.group_id.0.as_str(), "app");
+    assert_eq!(b.member_id.as_str(), ID);
+    assert_eq!(b.topology_epoch, 7);
+    let d = &b.topology_description;
+    assert_eq!(d.subtopologies.len(), 2);
+    let nodes = &d.subtopologies[0].nodes;
+    assert_eq!(d.subtopologies[0].subtopology_id.as_str(), "0");
+    assert_eq!(
+        (nodes[0].node_type, nodes[1].node_type, nodes[2].node_type),
+        (1, 2, 3)
+    );
+    let topics: Vec<&str> = nodes[0]
+        .source_topics
+        .iter()
+        .map(|t| t.0.as_str())
+        .collect();
+    assert_eq!(topics, ["in-a", "in-b"]);
+    assert_eq!(nodes[1].stores[0].as_str(), "app-store");
+    assert_eq!(
+        nodes[2].sink_topic.as_ref().map(|t| t.0.as_str()),
+        Some("app-rep")
+    );
+    assert_eq!(
+        nodes[0].successors[0].as_str(),
+        "KSTREAM-AGGREGATE-0000000001"
+    );
+    assert_eq!(d.global_stores.len(), 1);
+    assert_eq!(
+        d.global_stores[0].processor.stores[0].as_str(),
+        "global-store"
+    );
+    // One in flight: asked again meanwhile, nothing more goes out.
+    h.beat(true);
+    h.nothing("a push is in flight");
+    h.answer_body(&push, push_answer(codes::NONE));
+    assert_eq!(pushed_of(&h.take_events()), [(7, Ok(()))]);
+    h.nothing("stored");
+    h.beat(false);
+    h.nothing("stored, not asked");
+    // Asked again later (another topology epoch of the group, a plugin that lost it): again.
+    h.beat(true);
+    let again = h.one();
+    push_of(&again);
+    assert_eq!(h.m.state(), MemberState::Stable);
+}
+
+#[test]
+fn without_a_description_nothing_is_pushed() {
+    let mut h = Harness::joined(None, &tasks(&[("0", 0)], &[], &[]));
+    for _ in 0..3 {
+        h.beat(true);
+        h.nothing("no description configured");
+    }
+    assert!(pushed_of(&h.take_events()).is_empty());
+    assert_eq!(h.m.state(), MemberState::Stable);
+}
+
+#[test]
+fn a_retriable_push_failure_is_retried_after_the_next_heartbeat() {
+    let mut h = Harness::describing().joined_with(&StreamsTasks::default());
+    h.beat(true);
+    let push = h.one();
+    h.answer_body(&push, push_answer(codes::COORDINATOR_LOAD_IN_PROGRESS));
+    h.nothing("retried after the next heartbeat answer only");
+    assert!(pushed_of(&h.take_events()).is_empty());
+    h.beat(false);
+    let retry = h.one();
+    push_of(&retry);
+    // Lost in the transport: the coordinator is looked up again, then the push follows the
+    // next heartbeat answer.
+    h.fail(&retry);
+    let fc = h.one();
+    assert!(is_find_coordinator(&fc), "{fc:?}");
+    h.answer_lookup(&fc, "app");
+    h.nothing("the push waits for a heartbeat answer");
+    h.beat(false);
+    let retry = h.one();
+    push_of(&retry);
+    // NOT_COORDINATOR: looked up again too.
+    h.answer_body(&retry, push_answer(codes::NOT_COORDINATOR));
+    let fc = h.one();
+    assert!(is_find_coordinator(&fc), "{fc:?}");
+    h.answer_lookup(&fc, "app");
+    h.beat(false);
+    let retry = h.one();
+    h.answer_body(&retry, push_answer(codes::NONE));
+    assert_eq!(pushed_of(&h.take_events()), [(7, Ok(()))]);
+}
+
+#[test]
+fn a_refused_push_waits_for_the_next_ask_and_a_permanent_refusal_stops_pushing() {
+    // The plugin failed (transient or permanent, the client cannot tell): typed, and pushed
+    // again only when the coordinator asks again.
+    let mut h = Harness::describing().joined_with(&StreamsTasks::default());
+    h.beat(true);
+    let push = h.one();
+    h.answer_body(
+        &push,
+        push_answer(codes::STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED),
+    );
+    assert_eq!(
+        pushed_of(&h.take_events()),
+        [(
+            7,
+            Err(DescriptionPushError::UpdateFailed {
+                message: Some("why".into())
+            })
+        )]
+    );
+    h.beat(false);
+    h.nothing("not asked again");
+    for (code, error) in [
+        (
+            codes::UNKNOWN_MEMBER_ID,
+            DescriptionPushError::NotMember {
+                code: codes::UNKNOWN_MEMBER_ID,
+                message: Some("why".into()),
+            },
+        ),
+        (
+            codes::GROUP_AUTHORIZATION_FAILED,
+            DescriptionPushError::Authorization {
+                message: Some("why".into()),
+            },
+        ),
+        (
+            codes::UNKNOWN_SERVER_ERROR,
+            DescriptionPushError::Other {
+                code: codes::UNKNOWN_SERVER_ERROR,
+                message: Some("why".into()),
+            },
+        ),
+    ] {
+        h.beat(true);
+        let push = h.one();
+        h.answer_body(&push, push_answer(code));
+        assert_eq!(pushed_of(&h.take_events()), [(7, Err(error))]);
+        // The member itself carries on: its heartbeat says what it needs to know.
+        assert_eq!(h.m.state(), MemberState::Stable);
+    }
+    // INVALID_REQUEST (not the group's topology epoch): the same push would be refused again.
+    h.beat(true);
+    let push = h.one();
+    h.answer_body(&push, push_answer(codes::INVALID_REQUEST));
+    assert!(matches!(
+        pushed_of(&h.take_events())[..],
+        [(7, Err(DescriptionPushError::InvalidRequest { .. }))]
+    ));
+    h.beat(true);
+    h.nothing("stopped at this topology epoch");
+    // It stays stopped through a rejoin (same topology epoch).
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, err(codes::UNKNOWN_MEMBER_ID));
+    let (join, b) = h.expect_hb();
+    assert_eq!(b.member_epoch, 0);
+    h.hb_answer(&join, ok(2, None).with_topology_description_required(true));
+    h.nothing("stopped at this topology epoch");
+}
+
+#[test]
+fn a_broker_without_the_plugin_or_the_api_stops_the_pushes() {
+    for unsupported in [true, false] {
+        let mut h = Harness::describing().joined_with(&StreamsTasks::default());
+        h.beat(true);
+        let push = h.one();
+        if unsupported {
+            h.answer_body(&push, push_answer(codes::UNSUPPORTED_VERSION));
+        } else {
+            h.m.handle_response(
+                push.id,
+                Err(TransportError::UnsupportedApi {
+                    api: Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,
+                    ours: 0..=0,
+                    broker: None,
+                }),
+                h.now,
+            );
+        }
+        assert!(matches!(
+            pushed_of(&h.take_events())[..],
+            [(7, Err(DescriptionPushError::Unsupported { .. }))]
+        ));
+        for _ in 0..2 {
+            h.beat(true);
+            h.nothing("no more pushes");
+        }
+        assert_eq!(h.m.state(), MemberState::Stable);
+    }
+}
+
+#[test]
+fn a_push_answer_after_the_membership_changed_is_ignored() {
+    // Fenced while the push is in flight: its answer is ignored, and the rejoined member
+    // pushes when asked again.
+    let mut h = Harness::describing().joined_with(&StreamsTasks::default());
+    h.beat(true);
+    let push = h.one();
+    h.advance(Duration::from_secs(1));
+    let (hb, _) = h.expect_hb();
+    h.hb_answer(&hb, err(codes::FENCED_MEMBER_EPOCH));
+    let (join, _) = h.expect_hb();
+    h.answer_body(&push, push_answer(codes::NONE));
+    h.answer_body(&push, push_answer(codes::NONE));
+    assert!(pushed_of(&h.take_events()).is_empty());
+    h.hb_answer(&join, ok(3, None).with_topology_description_required(true));
+    let again = h.one();
+    push_of(&again);
+    h.answer_body(&again, push_answer(codes::NONE));
+    assert_eq!(pushed_of(&h.take_events()), [(7, Ok(()))]);
+
+    // Asked, then closed before the push went out: the leave goes, no push; an answer to a
+    // push in flight after the close is ignored.
+    for sent in [false, true] {
+        let mut h = Harness::describing().joined_with(&StreamsTasks::default());
+        h.beat(true);
+        let push = sent.then(|| h.one());
+        h.m.close(CloseOptions::Default, h.now);
+        let (leave, b) = h.expect_hb();
+        assert_eq!(b.member_epoch, -1);
+        if let Some(push) = &push {
+            // Answered while the leave is on its way: the description was stored.
+            h.answer_body(push, push_answer(codes::NONE));
+            assert_eq!(pushed_of(&h.take_events()), [(7, Ok(()))]);
+        }
+        h.hb_answer(&leave, ok(-1, None));
+        h.nothing("closed");
+        assert!(pushed_of(&h.take_events()).is_empty());
+        assert_eq!(h.m.state(), MemberState::Closed);
+        // Answers to anything after the close: nothing, no panic.
+        if let Some(push) = &push {
+            h.answer_body(push, push_answer(codes::NOT_COORDINATOR));
+            h.fail(push);
+        }
+        h.nothing("closed");
+    }
+}
+
+#[test]
+fn no_push_goes_before_the_member_has_an_epoch_or_while_it_leaves() {
+    // The join answer asks (epoch 1 from it on): the push follows it.
+    let mut h = Harness::describing();
+    h.m.join(h.now).unwrap();
+    h.find_coordinator();
+    let (join, _) = h.expect_hb();
+    h.hb_answer(&join, ok(1, None).with_topology_description_required(true));
+    let push = h.one();
+    push_of(&push);
+    // A heartbeat answer at a negative epoch (a leave's) is no ask.
+    let mut h = Harness::describing().joined_with(&StreamsTasks::default());
+    h.m.unsubscribe(h.now);
+    let (leave, _) = h.expect_hb();
+    h.hb_answer(
+        &leave,
+        ok(-1, None).with_topology_description_required(true),
+    );
+    h.nothing("left");
+    assert_eq!(h.m.state(), MemberState::Unsubscribed);
+}
+
+#[test]
+fn a_description_the_broker_would_refuse_is_a_config_error() {
+    let bad = TopologyDescription::default().with_global_store(
+        NodeDescription::processor("p", ["s"]),
+        NodeDescription::source("s", ["t"]),
+    );
+    let e = StreamsMember::with_member_id(
+        config(None),
+        streams_config().with_topology_description(bad),
+        process(),
+        MemberId::parse(ID).unwrap(),
+        crate::testutil::epoch(),
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "topology_description");
+    let dup = TopologyDescription::new(vec![
+        SubtopologyDescription::new("0", vec![]),
+        SubtopologyDescription::new("0", vec![]),
+    ]);
+    assert!(dup.validate().is_err());
+    let names = TopologyDescription::new(vec![SubtopologyDescription::new(
+        "0",
+        vec![
+            NodeDescription::sink("n", None),
+            NodeDescription::sink("n", None),
+        ],
+    )]);
+    assert!(names.validate().is_err());
+    assert!(description().validate().is_ok());
+}
+
+#[test]
+fn a_described_topology_reads_back_as_pushed() {
+    // The broker keeps what each node kind carries and serves it in StreamsGroupDescribe v1
+    // (StreamsGroupTopologyDescriptionConverter): the same fields under the describe schema.
+    let wire = description().to_wire();
+    let node = |n: &crate::messages::streams_group_topology_description_update_request::TopologyDescriptionNode| {
+        desc::TopologyDescriptionNode::default()
+            .with_name(n.name.clone())
+            .with_node_type(n.node_type)
+            .with_source_topics(n.source_topics.clone())
+            .with_sink_topic(n.sink_topic.clone())
+            .with_stores(n.stores.clone())
+            .with_successors(n.successors.clone())
+    };
+    let served = desc::TopologyDescription::default()
+        .with_subtopologies(
+            wire.subtopologies
+                .iter()
+                .map(|s| {
+                    desc::TopologyDescriptionSubtopology::default()
+                        .with_subtopology_id(s.subtopology_id.clone())
+                        .with_nodes(s.nodes.iter().map(node).collect())
+                })
+                .collect(),
+        )
+        .with_global_stores(
+            wire.global_stores
+                .iter()
+                .map(|g| {
+                    desc::TopologyDescriptionGlobalStore::default()
+                        .with_source(node(&g.source))
+                        .with_processor(node(&g.processor))
+                })
+                .collect(),
+        );
+    assert_eq!(
+        TopologyDescription::from_describe(&served),
+        Some(description())
+    );
+    let mut unknown = served.clone();
+    unknown.subtopologies[0].nodes[0].node_type = 9;
+    assert_eq!(TopologyDescription::from_describe(&unknown), None);
+    assert_eq!(
+        DescriptionStatus::from_code(3),
+        DescriptionStatus::Available
+    );
+    assert_eq!(
+        DescriptionStatus::from_code(1),
+        DescriptionStatus::NotStored
+    );
+    assert_eq!(
+        DescriptionStatus::from_code(7),
+        DescriptionStatus::Unknown(7)
     );
 }

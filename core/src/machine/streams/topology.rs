@@ -12,8 +12,10 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::error::ConfigError;
 use crate::machine::TopicPartition;
+use crate::messages::streams_group_describe_response as desc;
 use crate::messages::streams_group_heartbeat_request as req;
 use crate::messages::streams_group_heartbeat_response as resp;
+use crate::messages::streams_group_topology_description_update_request as upd;
 
 /// A task: one partition of one subtopology (Kafka Streams' `TaskId`, printed `0_2`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -661,4 +663,340 @@ pub(crate) fn endpoints_from_wire(
         slot.standby.extend(parts(&e.standby_partitions));
     }
     map
+}
+
+// ------------------------------------------------------------------ topology description
+
+/// A node of a [`TopologyDescription`], by kind: what Kafka Streams' `TopologyDescription`
+/// says of it (KIP-1331: `TopologyDescriptionNode.NodeType` 1, 2, 3). The broker keeps only
+/// these fields of each kind (StreamsGroupTopologyDescriptionConverter.convertNode).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NodeKind {
+    /// A source node (1): the topics it reads (empty when a pattern decides them).
+    Source {
+        /// The source topics.
+        topics: Vec<String>,
+    },
+    /// A processor node (2): the state stores it accesses.
+    Processor {
+        /// The state store names.
+        stores: Vec<String>,
+    },
+    /// A sink node (3): the topic it writes to (`None` when chosen per record).
+    Sink {
+        /// The sink topic.
+        topic: Option<String>,
+    },
+}
+
+/// The wire codes of the node kinds.
+const NODE_SOURCE: i8 = 1;
+const NODE_PROCESSOR: i8 = 2;
+const NODE_SINK: i8 = 3;
+
+/// A processing node of a [`TopologyDescription`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeDescription {
+    /// The node's name (`KSTREAM-SOURCE-0000000000`).
+    pub name: String,
+    /// Its kind, with what that kind carries.
+    pub kind: NodeKind,
+    /// The names of the nodes it forwards to (the predecessors follow from these).
+    pub successors: Vec<String>,
+}
+
+impl NodeDescription {
+    /// A source node `name` reading `topics`.
+    pub fn source<I, S>(name: impl Into<String>, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::of(
+            name,
+            NodeKind::Source {
+                topics: topics.into_iter().map(Into::into).collect(),
+            },
+        )
+    }
+
+    /// A processor node `name` accessing `stores`.
+    pub fn processor<I, S>(name: impl Into<String>, stores: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::of(
+            name,
+            NodeKind::Processor {
+                stores: stores.into_iter().map(Into::into).collect(),
+            },
+        )
+    }
+
+    /// A sink node `name` writing to `topic`.
+    pub fn sink(name: impl Into<String>, topic: Option<&str>) -> Self {
+        Self::of(
+            name,
+            NodeKind::Sink {
+                topic: topic.map(str::to_owned),
+            },
+        )
+    }
+
+    fn of(name: impl Into<String>, kind: NodeKind) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            successors: Vec::new(),
+        }
+    }
+
+    /// The same node forwarding to `successors`.
+    #[must_use]
+    pub fn with_successors<I, S>(mut self, successors: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.successors = successors.into_iter().map(Into::into).collect();
+        self
+    }
+
+    fn to_wire(&self) -> upd::TopologyDescriptionNode {
+        let strs = |v: &[String]| v.iter().map(|s| str_bytes(s)).collect::<Vec<_>>();
+        let topics = |v: &[String]| {
+            v.iter()
+                .map(|s| TopicName(str_bytes(s)))
+                .collect::<Vec<_>>()
+        };
+        let node = upd::TopologyDescriptionNode::default()
+            .with_name(str_bytes(&self.name))
+            .with_successors(strs(&self.successors));
+        match &self.kind {
+            NodeKind::Source { topics: t } => node
+                .with_node_type(NODE_SOURCE)
+                .with_source_topics(topics(t)),
+            NodeKind::Processor { stores } => node
+                .with_node_type(NODE_PROCESSOR)
+                .with_stores(strs(stores)),
+            NodeKind::Sink { topic } => node
+                .with_node_type(NODE_SINK)
+                .with_sink_topic(topic.as_deref().map(|t| TopicName(str_bytes(t)))),
+        }
+    }
+
+    fn from_describe(n: &desc::TopologyDescriptionNode) -> Option<Self> {
+        let strs = |v: &[StrBytes]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let kind = match n.node_type {
+            NODE_SOURCE => NodeKind::Source {
+                topics: n.source_topics.iter().map(|t| t.0.to_string()).collect(),
+            },
+            NODE_PROCESSOR => NodeKind::Processor {
+                stores: strs(&n.stores),
+            },
+            NODE_SINK => NodeKind::Sink {
+                topic: n.sink_topic.as_ref().map(|t| t.0.to_string()),
+            },
+            _ => return None,
+        };
+        Some(Self {
+            name: n.name.to_string(),
+            kind,
+            successors: strs(&n.successors),
+        })
+    }
+}
+
+/// A subtopology of a [`TopologyDescription`]: its id and its nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SubtopologyDescription {
+    /// The subtopology id (as [`Subtopology::id`]).
+    pub id: String,
+    /// Its processing nodes.
+    pub nodes: Vec<NodeDescription>,
+}
+
+impl SubtopologyDescription {
+    /// Subtopology `id` made of `nodes`.
+    pub fn new(id: impl Into<String>, nodes: Vec<NodeDescription>) -> Self {
+        Self {
+            id: id.into(),
+            nodes,
+        }
+    }
+}
+
+/// A global state store of a [`TopologyDescription`]: the source node that feeds it and the
+/// processor node that fills it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GlobalStoreDescription {
+    /// The source node ([`NodeKind::Source`]).
+    pub source: NodeDescription,
+    /// The processor node ([`NodeKind::Processor`]).
+    pub processor: NodeDescription,
+}
+
+/// The human-readable description of an application's processing topology that a streams
+/// member pushes to the group coordinator when the coordinator asks for it (KIP-1331,
+/// Kafka 4.4): what Kafka Streams' `Topology#describe()` returns, subtopologies with their
+/// source, processor and sink nodes, and global stores. A broker with a topology description
+/// plugin (`group.streams.topology.description.plugin.class`) stores it and serves it through
+/// StreamsGroupDescribe v1 (`includeTopologyDescription`); the coordinator does not check it
+/// against the topology the members declare.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct TopologyDescription {
+    /// The subtopologies.
+    pub subtopologies: Vec<SubtopologyDescription>,
+    /// The global stores.
+    pub global_stores: Vec<GlobalStoreDescription>,
+}
+
+impl TopologyDescription {
+    /// A description of `subtopologies` without global stores.
+    pub fn new(subtopologies: Vec<SubtopologyDescription>) -> Self {
+        Self {
+            subtopologies,
+            global_stores: Vec::new(),
+        }
+    }
+
+    /// The same description with a global store fed by `source` and filled by `processor`.
+    #[must_use]
+    pub fn with_global_store(
+        mut self,
+        source: NodeDescription,
+        processor: NodeDescription,
+    ) -> Self {
+        self.global_stores
+            .push(GlobalStoreDescription { source, processor });
+        self
+    }
+
+    /// Checks what the broker would refuse (INVALID_REQUEST from
+    /// StreamsGroupTopologyDescriptionConverter): a global store whose source is not a
+    /// [`NodeKind::Source`] or whose processor is not a [`NodeKind::Processor`]; and unique,
+    /// non-empty subtopology ids and node names within a subtopology.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |rule: String| {
+            Err(ConfigError {
+                key: "topology_description",
+                rule,
+            })
+        };
+        let mut ids = BTreeSet::new();
+        for s in &self.subtopologies {
+            if s.id.is_empty() || !ids.insert(s.id.as_str()) {
+                return bad(format!(
+                    "subtopology ids must be unique and non-empty: {:?}",
+                    s.id
+                ));
+            }
+            let mut names = BTreeSet::new();
+            for n in &s.nodes {
+                if n.name.is_empty() || !names.insert(n.name.as_str()) {
+                    return bad(format!(
+                        "node names must be unique and non-empty within subtopology {}: {:?}",
+                        s.id, n.name
+                    ));
+                }
+            }
+        }
+        for g in &self.global_stores {
+            let kinds = (&g.source.kind, &g.processor.kind);
+            if !matches!(kinds, (NodeKind::Source { .. }, NodeKind::Processor { .. })) {
+                return bad(format!(
+                    "a global store is a source and a processor node: {:?} / {:?}",
+                    g.source.name, g.processor.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The wire form of the push (StreamsGroupTopologyDescriptionUpdate), in the order given.
+    pub(crate) fn to_wire(&self) -> upd::TopologyDescription {
+        upd::TopologyDescription::default()
+            .with_subtopologies(
+                self.subtopologies
+                    .iter()
+                    .map(|s| {
+                        upd::TopologyDescriptionSubtopology::default()
+                            .with_subtopology_id(str_bytes(&s.id))
+                            .with_nodes(s.nodes.iter().map(NodeDescription::to_wire).collect())
+                    })
+                    .collect(),
+            )
+            .with_global_stores(
+                self.global_stores
+                    .iter()
+                    .map(|g| {
+                        upd::TopologyDescriptionGlobalStore::default()
+                            .with_source(g.source.to_wire())
+                            .with_processor(g.processor.to_wire())
+                    })
+                    .collect(),
+            )
+    }
+
+    /// The description a StreamsGroupDescribe v1 answer carries (status AVAILABLE); `None` when
+    /// a node has a kind this crate does not know.
+    pub fn from_describe(d: &desc::TopologyDescription) -> Option<Self> {
+        let subtopologies = d
+            .subtopologies
+            .iter()
+            .map(|s| {
+                Some(SubtopologyDescription {
+                    id: s.subtopology_id.to_string(),
+                    nodes: (s.nodes.iter().map(NodeDescription::from_describe))
+                        .collect::<Option<_>>()?,
+                })
+            })
+            .collect::<Option<_>>()?;
+        let global_stores = d
+            .global_stores
+            .iter()
+            .map(|g| {
+                Some(GlobalStoreDescription {
+                    source: NodeDescription::from_describe(&g.source)?,
+                    processor: NodeDescription::from_describe(&g.processor)?,
+                })
+            })
+            .collect::<Option<_>>()?;
+        Some(Self {
+            subtopologies,
+            global_stores,
+        })
+    }
+}
+
+/// What a StreamsGroupDescribe v1 answer says of a group's topology description
+/// (`TopologyDescriptionStatus`, KIP-1331).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DescriptionStatus {
+    /// 0: not asked for (`IncludeTopologyDescription` false, or a v0 answer).
+    NotRequested,
+    /// 1: none stored (no plugin on the broker, or no member pushed one yet).
+    NotStored,
+    /// 2: the broker failed to read it from its plugin.
+    Error,
+    /// 3: the answer carries it.
+    Available,
+    /// A code this crate does not know.
+    Unknown(i8),
+}
+
+impl DescriptionStatus {
+    /// The status of wire code `code`.
+    pub fn from_code(code: i8) -> Self {
+        match code {
+            0 => Self::NotRequested,
+            1 => Self::NotStored,
+            2 => Self::Error,
+            3 => Self::Available,
+            other => Self::Unknown(other),
+        }
+    }
 }

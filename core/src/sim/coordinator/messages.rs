@@ -15,7 +15,10 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::s;
 use crate::messages::streams_group_describe_response::DescribedGroup;
-use crate::messages::{StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse};
+use crate::messages::{
+    StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse,
+    StreamsGroupTopologyDescriptionUpdateResponse,
+};
 use crate::request::{RequestBody, ResponseBody, api_key_of};
 use crate::sim::codes::*;
 
@@ -55,6 +58,11 @@ pub fn error_body(request: &RequestBody, version: i16, code: i16) -> ResponseBod
                     .collect(),
             ),
         ),
+        RequestBody::StreamsGroupTopologyDescriptionUpdate(_) => {
+            ResponseBody::StreamsGroupTopologyDescriptionUpdate(
+                StreamsGroupTopologyDescriptionUpdateResponse::default().with_error_code(code),
+            )
+        }
     }
 }
 
@@ -141,6 +149,7 @@ pub fn response_error(body: &ResponseBody) -> i16 {
     let body = match body {
         ResponseBody::Kafka(body) => body,
         ResponseBody::StreamsGroupHeartbeat(r) => return r.error_code,
+        ResponseBody::StreamsGroupTopologyDescriptionUpdate(r) => return r.error_code,
         ResponseBody::StreamsGroupDescribe(r) => {
             return first(r.groups.iter().map(|g| g.error_code));
         }
@@ -182,6 +191,13 @@ pub fn describe_request(body: &RequestBody) -> String {
         }
         RequestBody::StreamsGroupDescribe(r) => {
             return format!("StreamsGroupDescribe groups={}", r.group_ids.len());
+        }
+        RequestBody::StreamsGroupTopologyDescriptionUpdate(r) => {
+            return format!(
+                "StreamsGroupTopologyDescriptionUpdate member={:?} topology_epoch={}",
+                r.member_id.as_str(),
+                r.topology_epoch
+            );
         }
     };
     match body {
@@ -240,6 +256,9 @@ pub fn describe_response(body: &ResponseBody) -> String {
             return format!("StreamsGroupHeartbeat {err} epoch={}", r.member_epoch);
         }
         ResponseBody::StreamsGroupDescribe(_) => return format!("StreamsGroupDescribe {err}"),
+        ResponseBody::StreamsGroupTopologyDescriptionUpdate(_) => {
+            return format!("StreamsGroupTopologyDescriptionUpdate {err}");
+        }
     };
     match body {
         ResponseKind::JoinGroup(r) if code == NONE => format!(

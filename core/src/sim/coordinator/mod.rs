@@ -626,7 +626,9 @@ impl SimCoordinator {
         // The dispatch point of the streams-group requests (KIP-1071).
         let request = match request {
             RequestBody::Kafka(request) => request,
-            RequestBody::StreamsGroupHeartbeat(_) | RequestBody::StreamsGroupDescribe(_) => {
+            RequestBody::StreamsGroupHeartbeat(_)
+            | RequestBody::StreamsGroupDescribe(_)
+            | RequestBody::StreamsGroupTopologyDescriptionUpdate(_) => {
                 return self.streams_request(p, request);
             }
         };
@@ -723,6 +725,12 @@ impl SimCoordinator {
             }
             RequestBody::StreamsGroupDescribe(r) => {
                 ResponseBody::StreamsGroupDescribe(self.streams.describe(r, p.version))
+            }
+            // A broker without a topology description plugin (KIP-1331; the simulated
+            // coordinator has none): GroupCoordinatorService
+            // .throwIfStreamsGroupTopologyDescriptionUpdateInvalid.
+            RequestBody::StreamsGroupTopologyDescriptionUpdate(_) => {
+                error_body(&request, p.version, UNSUPPORTED_VERSION)
             }
             RequestBody::Kafka(_) => return,
         };

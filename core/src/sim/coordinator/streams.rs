@@ -26,9 +26,17 @@
 //! (a failed request changes nothing), in the order the broker replays them; the topology is
 //! configured against the topics on every heartbeat (the metadata refresh interval is 0); the
 //! initial rebalance delay and the assignment interval are 0 and the assignor runs on the
-//! request path; warm-up tasks are off (`streams.num.warmup.replicas` 0: the refiner is the
-//! identity); task offsets are accepted and ignored; rack-aware assignment tags, the topology
-//! description plugin and active-task epochs are not modelled; client id and host are empty.
+//! request path; rack-aware assignment tags, the topology description plugin and active-task
+//! epochs are not modelled; client id and host are empty.
+//!
+//! Warm-up tasks: the reported task offsets are kept per member (`StreamsGroup.taskOffsets`,
+//! `MemberTaskOffsets.update`; dropped with the member, kept across coordinator moves, which
+//! Kafka's in-memory map is not) and rank the sticky assignor's standby candidates; the target
+//! assignment is refined into an intermediate assignment (`refiner`: `refineAssignment`,
+//! `refinedAssignmentForEpoch`, the per-epoch cache and its relabelling, the REFINED epoch bump
+//! of a STABLE group). Kafka 4.4's refiner is the identity, so Kafka 4.4 assigns no warm-up
+//! tasks ([`WarmupRefiner::Kafka44`], the default); [`WarmupRefiner::CurrentOwnerWarmup`]
+//! models a refiner that does, for the member's sake (not a 4.4 rule).
 //!
 //! Internal topics: an answer with MISSING_INTERNAL_TOPICS "creates" the topics it lists at once
 //! (the broker's `KafkaApis` creates `internalTopicsToBeCreated` after the heartbeat), so the
@@ -52,13 +60,15 @@ use crate::sim::codes::*;
 mod assignor;
 mod group;
 mod reconcile;
+mod refiner;
 pub mod scenario;
 #[cfg(test)]
 mod tests;
 mod topology;
 
-use group::{Group, Member, TaskId, Tasks};
+use group::{Group, GroupState, Member, TaskId, Tasks};
 use reconcile::Reconciler;
+pub use refiner::WarmupRefiner;
 use topology::{ConfiguredSub, Topology};
 
 /// `Errors.STREAMS_INVALID_TOPOLOGY`.
@@ -99,8 +109,14 @@ pub struct StreamsGroupSettings {
     pub num_standby_replicas: u32,
     /// `group.streams.task.offset.interval.ms` (60000).
     pub task_offset_interval_ms: i32,
-    /// `streams.acceptable.recovery.lag` (10000).
+    /// `group.streams.acceptable.recovery.lag` (10000; group config
+    /// `streams.acceptable.recovery.lag`): sent in every answer, and the refiner's bound.
     pub acceptable_recovery_lag: i64,
+    /// `group.streams.num.warmup.replicas` (2; group config `streams.num.warmup.replicas`):
+    /// 0 turns the refinement off (`GroupMetadataManager.refineAssignment`).
+    pub num_warmup_replicas: u32,
+    /// The refiner (`AssignmentRefiner.refine`): Kafka 4.4's returns the target assignment.
+    pub warmup_refiner: WarmupRefiner,
     /// `group.streams.max.size` (unbounded).
     pub max_size: usize,
     /// The ownership index the reconciliation consults.
@@ -115,6 +131,8 @@ impl Default for StreamsGroupSettings {
             num_standby_replicas: 0,
             task_offset_interval_ms: 60_000,
             acceptable_recovery_lag: 10_000,
+            num_warmup_replicas: 2,
+            warmup_refiner: WarmupRefiner::Kafka44,
             max_size: usize::MAX,
             ownership_index: OwnershipIndex::PerProcess,
         }
@@ -150,6 +168,13 @@ pub struct MemberView {
     pub target_active: BTreeSet<Task>,
     /// Target standby tasks.
     pub target_standby: BTreeSet<Task>,
+    /// Target warm-up tasks (the assignor assigns none).
+    pub target_warmup: BTreeSet<Task>,
+    /// The member's slice of the intermediate assignment cached for the group's assignment
+    /// epoch (`StreamsGroup.refinedAssignment`), if one is.
+    pub refined: Option<(BTreeSet<Task>, BTreeSet<Task>, BTreeSet<Task>)>,
+    /// The lags (end offset - offset) of the tasks the member last reported both for.
+    pub reported_lags: BTreeMap<Task, i64>,
 }
 
 /// An error answer: code and message (`ApiError.fromThrowable`).
@@ -196,6 +221,21 @@ pub struct StreamsGroups {
     session_expired: std::collections::BTreeSet<(String, String)>,
     /// Rebalance deadlines by (group, member), with the epoch the member must have left.
     rebalances: BTreeMap<(String, String), (Instant, i32)>,
+    /// See [`StreamsGroups::refiner_faults`].
+    refiner_faults: Vec<String>,
+    /// See [`StreamsGroups::warmup_stats`].
+    warmup_stats: WarmupStats,
+}
+
+/// What the refinement did so far ([`StreamsGroups::warmup_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WarmupStats {
+    /// Refinement steps: group epochs bumped by AssignmentUpdate.REFINED.
+    pub refinement_steps: u64,
+    /// Warm-up tasks granted to members by the reconciliation.
+    pub granted: u64,
+    /// Warm-up tasks promoted to active in place.
+    pub promoted: u64,
 }
 
 impl StreamsGroups {
@@ -208,6 +248,8 @@ impl StreamsGroups {
             sessions: BTreeMap::new(),
             session_expired: std::collections::BTreeSet::new(),
             rebalances: BTreeMap::new(),
+            refiner_faults: Vec::new(),
+            warmup_stats: WarmupStats::default(),
         }
     }
 
@@ -241,6 +283,10 @@ impl StreamsGroups {
             .values()
             .map(|m| {
                 let target = g.target.get(&m.member_id).cloned().unwrap_or_default();
+                let refined = g.refined_for(g.assignment_epoch).map(|a| {
+                    let t = a.get(&m.member_id).cloned().unwrap_or_default();
+                    (t.active, t.standby, t.warmup)
+                });
                 MemberView {
                     member_id: m.member_id.clone(),
                     instance_id: m.instance_id.clone(),
@@ -255,6 +301,18 @@ impl StreamsGroups {
                     pending_warmup: m.pending_revocation.warmup.clone(),
                     target_active: target.active,
                     target_standby: target.standby,
+                    target_warmup: target.warmup,
+                    refined,
+                    reported_lags: g
+                        .task_offsets
+                        .get(&m.member_id)
+                        .map(|o| {
+                            o.offsets
+                                .keys()
+                                .filter_map(|t| o.lag(t).map(|l| (t.clone(), l)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 }
             })
             .collect()
@@ -286,6 +344,18 @@ impl StreamsGroups {
         self.groups
             .get(group_id)
             .is_some_and(|g| g.members.contains_key(member_id))
+    }
+
+    /// Intermediate assignments the refiner derived with a warm-up task on a process where the
+    /// same assignment has the task active, described (`AssignmentRefiner`: "a process must not
+    /// hold a task twice"); checked against the members' processes the refiner was given.
+    pub fn refiner_faults(&self) -> &[String] {
+        &self.refiner_faults
+    }
+
+    /// What the refinement did so far.
+    pub fn warmup_stats(&self) -> WarmupStats {
+        self.warmup_stats
     }
 
     /// Standby / warm-up holdings missing from the broker's per-process index: (task, process)
@@ -513,6 +583,8 @@ impl StreamsGroups {
                     }
                     // The replacement copies the old member (assignment included) under the new
                     // member id, in epoch 0.
+                    // `relabelRefinedAssignment`: the cached intermediate assignment follows.
+                    g.relabel_refined(&old.member_id, member_id);
                     let mut copy = old.clone();
                     copy.member_id = member_id.to_owned();
                     copy.epoch = 0;
@@ -632,12 +704,42 @@ impl StreamsGroups {
                 check_tasks(subs, list)?;
             }
         }
+        // The task offsets the member reported (`StreamsGroup.updateTaskOffsets` with
+        // `MemberTaskOffsets.update`), after the task validation, kept even when the answer
+        // changes nothing else.
+        if request.task_offsets.is_some() || request.task_end_offsets.is_some() {
+            let next = g
+                .task_offsets
+                .get(member_id)
+                .cloned()
+                .unwrap_or_default()
+                .update(
+                    task_offsets(request.task_offsets.as_deref())?,
+                    task_offsets(request.task_end_offsets.as_deref())?,
+                );
+            g.task_offsets.insert(member_id.to_owned(), next);
+        }
         if validated_epoch != g.validated_topology_epoch {
             recompute = true;
         }
         if !recompute && g.last_num_standby_replicas != Some(self.config.num_standby_replicas) {
             // The assignment configurations changed.
             recompute = true;
+        }
+        // `streamsGroupHeartbeat`: with nothing to recompute in a STABLE group, the target
+        // assignment is refined (`refineAssignment`); a slice of this member that differs from
+        // its tasks (`sameTasks`) is a refinement step: AssignmentUpdate.REFINED bumps the group
+        // epoch without running the assignor.
+        let mut refined: Option<BTreeMap<String, Tasks>> = None;
+        let mut refine_only = false;
+        if !recompute && g.state() == GroupState::Stable {
+            let r = self.refine_assignment(&g, &g.members, &g.target, &configured);
+            self.check_refined(&g.members, &r, g.group_epoch + 1);
+            refine_only = r.get(member_id).cloned().unwrap_or_default() != updated.assigned;
+            refined = Some(r);
+        }
+        if refine_only {
+            g.group_epoch += 1;
         }
         if recompute {
             g.group_epoch += 1;
@@ -659,12 +761,42 @@ impl StreamsGroups {
         members.insert(member_id.to_owned(), updated.clone());
         let mut target_epoch = g.assignment_epoch;
         if g.assignment_epoch < g.group_epoch {
-            target = self.compute_target(&members, configured.ready_subtopologies());
+            if !refine_only {
+                target = self.compute_target(
+                    &members,
+                    &g.task_offsets,
+                    configured.ready_subtopologies(),
+                );
+            }
+            // `maybeUpdateStreamsTargetAssignment` with `refineOnly`: only the assignment epoch
+            // moves (the target-assignment metadata record); the target stays.
             target_epoch = g.group_epoch;
         }
 
-        // 5. `maybeReconcile`, against the ownership index as it was before this request.
-        let member_target = target.get(member_id).cloned().unwrap_or_default();
+        // 4b. The intermediate assignment of the epoch: the one refined above (then cached,
+        // `maybeCacheRefinedAssignment`), else the one cached for the epoch, else derived now
+        // (`refinedAssignmentForEpoch`). Kafka 4.4 hands the refiner the members as recorded
+        // before this request (`group.members()`), which its refiner (the identity) ignores;
+        // the modelled refiner gets the members as the assignor does (this member as updated,
+        // a replaced static member out), so that it knows a joining member's process.
+        let refined = match refined {
+            Some(r) => r,
+            None => match g.refined_for(target_epoch) {
+                Some(r) => r.clone(),
+                None => {
+                    let r = self.refine_assignment(&g, &members, &target, &configured);
+                    self.check_refined(&members, &r, target_epoch);
+                    r
+                }
+            },
+        };
+        if self.config.num_warmup_replicas > 0 {
+            g.refined = Some((target_epoch, refined.clone()));
+        }
+
+        // 5. `maybeReconcile` toward the member's slice of the intermediate assignment, against
+        // the ownership index as it was before this request.
+        let member_target = refined.get(member_id).cloned().unwrap_or_default();
         let reconciled = if updated.is_reconciled_to(target_epoch) {
             updated.clone()
         } else {
@@ -691,7 +823,16 @@ impl StreamsGroups {
         g.target = target;
         g.assignment_epoch = target_epoch;
         let key = (group_id.to_owned(), member_id.to_owned());
+        if refine_only {
+            self.warmup_stats.refinement_steps += 1;
+        }
         if reconciled != updated {
+            let w = &updated.assigned.warmup;
+            self.warmup_stats.granted += reconciled.assigned.warmup.difference(w).count() as u64;
+            self.warmup_stats.promoted += w
+                .iter()
+                .filter(|t| reconciled.assigned.active.contains(*t))
+                .count() as u64;
             g.put_member(reconciled.clone());
             if reconciled.state == group::MemberState::UnrevokedTasks {
                 let deadline = now
@@ -783,11 +924,76 @@ impl StreamsGroups {
         Ok(())
     }
 
+    /// `GroupMetadataManager.refineAssignment`: the target assignment when warm-ups are off
+    /// (`numWarmupReplicas == 0`), else `AssignmentRefiner.refine`'s intermediate assignment,
+    /// unless it does not hand out as many active tasks as the target
+    /// (`preservesActiveTaskCount`: then the target).
+    fn refine_assignment(
+        &self,
+        g: &Group,
+        members: &BTreeMap<String, Member>,
+        target: &BTreeMap<String, Tasks>,
+        configured: &topology::Configured,
+    ) -> BTreeMap<String, Tasks> {
+        if self.config.num_warmup_replicas == 0 {
+            return target.clone();
+        }
+        let stateful = configured
+            .ready_subtopologies()
+            .map(|subs| {
+                subs.iter()
+                    .filter(|(_, s)| s.stateful())
+                    .map(|(id, _)| id.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let input = refiner::RefineInput {
+            members,
+            target,
+            offsets: &g.task_offsets,
+            stateful,
+            num_warmup_replicas: self.config.num_warmup_replicas,
+            acceptable_recovery_lag: self.config.acceptable_recovery_lag,
+        };
+        let refined = refiner::refine(self.config.warmup_refiner, &input);
+        if refiner::preserves_active_task_count(target, &refined) {
+            refined
+        } else {
+            target.clone()
+        }
+    }
+
+    /// Records (in [`StreamsGroups::refiner_faults`]) a warm-up task `refined` puts on a
+    /// process where it has the task active, by the processes of `members`.
+    fn check_refined(
+        &mut self,
+        members: &BTreeMap<String, Member>,
+        refined: &BTreeMap<String, Tasks>,
+        epoch: i32,
+    ) {
+        let process = |id: &str| members.get(id).map(|m| m.process_id.as_str());
+        for (w, tasks) in refined {
+            for t in &tasks.warmup {
+                for (a, other) in refined {
+                    if other.active.contains(t) && process(a) == process(w) {
+                        self.refiner_faults.push(format!(
+                            "epoch {epoch}: warm-up task {}_{} of {w} on process {}, where {a} has it active",
+                            t.0,
+                            t.1,
+                            process(w).unwrap_or("?")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
     /// `TargetAssignmentBuilder.build` with the `sticky` assignor: every member empty while
     /// the topology is not ready.
     fn compute_target(
         &self,
         members: &BTreeMap<String, Member>,
+        offsets: &BTreeMap<String, group::MemberTaskOffsets>,
         subs: Option<&BTreeMap<String, ConfiguredSub>>,
     ) -> BTreeMap<String, Tasks> {
         let Some(subs) = subs else {
@@ -810,6 +1016,7 @@ impl StreamsGroups {
                 member_id: &m.member_id,
                 process_id: &m.process_id,
                 current: &m.assigned,
+                task_offsets: offsets.get(&m.member_id).map(|o| &o.offsets),
             })
             .collect();
         assignor::assign(&input, &described, self.config.num_standby_replicas)
@@ -975,6 +1182,27 @@ fn to_tasks(list: &[req::TaskIds]) -> BTreeSet<TaskId> {
 }
 
 /// `TasksTuple.fromHeartbeatRequest`, when the member reported its tasks.
+/// `MemberTaskOffsets.toNestedMap`: a sent list by task; a duplicate is refused.
+fn task_offsets(
+    list: Option<&[req::TaskOffset]>,
+) -> Result<Option<BTreeMap<TaskId, i64>>, HbError> {
+    let Some(list) = list else {
+        return Ok(None);
+    };
+    let mut out = BTreeMap::new();
+    for o in list {
+        let key = (o.subtopology_id.to_string(), o.partition);
+        if out.insert(key, o.offset).is_some() {
+            return Err(invalid(&format!(
+                "Task offsets contain a duplicate entry for subtopology {} and partition {}.",
+                o.subtopology_id.as_str(),
+                o.partition
+            )));
+        }
+    }
+    Ok(Some(out))
+}
+
 fn owned_tasks(r: &StreamsGroupHeartbeatRequest) -> Option<Tasks> {
     match (&r.active_tasks, &r.standby_tasks, &r.warmup_tasks) {
         (Some(a), Some(s), Some(w)) => Some(Tasks {

@@ -3,9 +3,9 @@
 //! queues leave ties to iteration order, members are taken in member-id order and processes of
 //! equal load in process-id order.
 //!
-//! Task offsets do not make members standby candidates here (the model ignores them), and
-//! warm-up tasks are not assigned (the assignor never does; the refiner that would add them is
-//! not modelled).
+//! Reported task offsets rank the standby candidates (`collectStandbyCandidates`,
+//! `rankStandbyCandidates`, KAFKA-20116). The assignor assigns no warm-up tasks: the refiner
+//! (`refiner`) is what would add them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +17,8 @@ pub(crate) struct AssignorMember<'a> {
     pub(crate) member_id: &'a str,
     pub(crate) process_id: &'a str,
     pub(crate) current: &'a Tasks,
+    /// The task offsets the member last reported (`MemberAssignmentState.taskOffsets`).
+    pub(crate) task_offsets: Option<&'a BTreeMap<TaskId, i64>>,
 }
 
 /// A subtopology as the assignor sees it (`TopologyDescriber`).
@@ -211,13 +213,8 @@ pub(crate) fn assign(
         for t in &m.current.active {
             st.active_prev.insert(t.clone(), who.clone());
         }
-        for t in &m.current.standby {
-            st.standby_prev
-                .entry(t.clone())
-                .or_default()
-                .push(who.clone());
-        }
     }
+    st.standby_prev = rank_standby_candidates(members);
     if members.is_empty() {
         return st.out;
     }
@@ -236,6 +233,46 @@ pub(crate) fn assign(
         assign_standby(&mut st, stateful);
     }
     st.out
+}
+
+/// `StickyTaskAssignor.collectStandbyCandidates` and `rankStandbyCandidates`: per task, the
+/// members that held it as a standby (with their reported offset, 0 if none:
+/// `reportedOffsetSum`), then the members that reported an offset for it without holding it as
+/// a standby (state on local disk: weaker candidates); ranked previous standbys first, then by
+/// offset, highest first (`STANDBY_CANDIDATE_ORDER`; the sort is stable, members in member-id
+/// order).
+fn rank_standby_candidates(
+    members: &[AssignorMember<'_>],
+) -> BTreeMap<TaskId, Vec<(String, String)>> {
+    // Per task: (a previous standby, offset, (member, process)).
+    type Candidate = (bool, i64, (String, String));
+    let mut candidates: BTreeMap<TaskId, Vec<Candidate>> = BTreeMap::new();
+    for m in members {
+        let who = (m.member_id.to_owned(), m.process_id.to_owned());
+        let offset = |t: &TaskId| m.task_offsets.and_then(|o| o.get(t)).copied().unwrap_or(0);
+        for t in &m.current.standby {
+            candidates
+                .entry(t.clone())
+                .or_default()
+                .push((true, offset(t), who.clone()));
+        }
+        for (t, o) in m.task_offsets.into_iter().flatten() {
+            if m.current.standby.contains(t) {
+                continue;
+            }
+            candidates
+                .entry(t.clone())
+                .or_default()
+                .push((false, *o, who.clone()));
+        }
+    }
+    candidates
+        .into_iter()
+        .map(|(t, mut c)| {
+            c.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+            (t, c.into_iter().map(|(_, _, who)| who).collect())
+        })
+        .collect()
 }
 
 /// `StickyTaskAssignor.assignActive`.

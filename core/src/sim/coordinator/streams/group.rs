@@ -41,6 +41,35 @@ impl Tasks {
     }
 }
 
+/// `streams/MemberTaskOffsets.java`: the cumulative changelog offsets and end offsets a member
+/// last reported, per task (transient: not persisted, `StreamsGroup.taskOffsets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct MemberTaskOffsets {
+    pub(crate) offsets: BTreeMap<TaskId, i64>,
+    pub(crate) end_offsets: BTreeMap<TaskId, i64>,
+}
+
+impl MemberTaskOffsets {
+    /// `MemberTaskOffsets.update`: a list not sent (`None`) leaves its map as it was; a sent
+    /// list replaces it (`toNestedMap`: a duplicate (subtopology, partition) is refused).
+    pub(crate) fn update(
+        &self,
+        offsets: Option<BTreeMap<TaskId, i64>>,
+        end_offsets: Option<BTreeMap<TaskId, i64>>,
+    ) -> Self {
+        Self {
+            offsets: offsets.unwrap_or_else(|| self.offsets.clone()),
+            end_offsets: end_offsets.unwrap_or_else(|| self.end_offsets.clone()),
+        }
+    }
+
+    /// The lag `end - offset` of `t` if both were reported.
+    pub(crate) fn lag(&self, t: &TaskId) -> Option<i64> {
+        let (o, e) = (self.offsets.get(t)?, self.end_offsets.get(t)?);
+        Some(e.saturating_sub(*o))
+    }
+}
+
 /// `streams/MemberState.java`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MemberState {
@@ -349,6 +378,11 @@ pub(crate) struct Group {
     pub(crate) endpoint_information_epoch: i32,
     pub(crate) shutdown_requester: Option<String>,
     pub(crate) index: Ownership,
+    /// `StreamsGroup.taskOffsets`: the last task offsets each member reported (not persisted).
+    pub(crate) task_offsets: BTreeMap<String, MemberTaskOffsets>,
+    /// `StreamsGroup.refinedAssignment`: the intermediate assignment derived for an assignment
+    /// epoch (`RefinedAssignment(assignmentEpoch, assignment)`), frozen for that epoch.
+    pub(crate) refined: Option<(i32, BTreeMap<String, Tasks>)>,
 }
 
 impl Group {
@@ -367,6 +401,8 @@ impl Group {
             endpoint_information_epoch: 0,
             shutdown_requester: None,
             index: Ownership::new(kind),
+            task_offsets: BTreeMap::new(),
+            refined: None,
         }
     }
 
@@ -407,10 +443,31 @@ impl Group {
             }
         }
         self.target.remove(member_id);
+        // `StreamsGroup.removeMember`: `taskOffsets.remove(memberId)`.
+        self.task_offsets.remove(member_id);
         if self.members.is_empty() {
             self.shutdown_requester = None;
         }
         Some(old)
+    }
+
+    /// `StreamsGroup.refinedAssignment(int)`: the cached intermediate assignment, only for the
+    /// epoch it was derived for.
+    pub(crate) fn refined_for(&self, assignment_epoch: i32) -> Option<&BTreeMap<String, Tasks>> {
+        self.refined
+            .as_ref()
+            .filter(|(e, _)| *e == assignment_epoch)
+            .map(|(_, a)| a)
+    }
+
+    /// `StreamsGroup.relabelRefinedAssignment`: a replacing static member takes over the
+    /// replaced member's slice of the cached intermediate assignment, epoch unchanged.
+    pub(crate) fn relabel_refined(&mut self, old: &str, new: &str) {
+        if let Some((_, a)) = self.refined.as_mut() {
+            if let Some(t) = a.remove(old) {
+                a.insert(new.to_owned(), t);
+            }
+        }
     }
 
     /// `StreamsGroup.maybeUpdateGroupState`.

@@ -175,6 +175,38 @@ impl Script {
         self.send(member_id, request)
     }
 
+    /// `member_id` heartbeats as [`Script::heartbeat`] does, reporting task offsets and end
+    /// offsets for `offsets` ((task, offset, end offset)).
+    pub fn heartbeat_with_offsets(
+        &mut self,
+        member_id: &str,
+        offsets: &[(Task, i64, i64)],
+    ) -> StreamsGroupHeartbeatResponse {
+        let m = self.members.get(member_id).cloned().unwrap_or_default();
+        let list = |end: bool| {
+            offsets
+                .iter()
+                .map(|(t, o, e)| {
+                    req::TaskOffset::default()
+                        .with_subtopology_id(s(&t.0))
+                        .with_partition(t.1)
+                        .with_offset(if end { *e } else { *o })
+                })
+                .collect::<Vec<_>>()
+        };
+        let request = StreamsGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s(&self.group_id)))
+            .with_member_id(s(member_id))
+            .with_member_epoch(m.epoch)
+            .with_instance_id(m.instance_id.as_deref().map(s))
+            .with_active_tasks(Some(task_ids(&m.active)))
+            .with_standby_tasks(Some(task_ids(&m.standby)))
+            .with_warmup_tasks(Some(task_ids(&m.warmup)))
+            .with_task_offsets(Some(list(false)))
+            .with_task_end_offsets(Some(list(true)));
+        self.send(member_id, request)
+    }
+
     /// `member_id` leaves with `epoch` (-1, or -2 for a static member's temporary leave).
     pub fn leave(&mut self, member_id: &str, epoch: i32) -> StreamsGroupHeartbeatResponse {
         let m = self.members.remove(member_id).unwrap_or_default();

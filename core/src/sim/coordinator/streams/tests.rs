@@ -228,6 +228,7 @@ mod assignor_tests {
                 member_id: m,
                 process_id: p,
                 current: c,
+                task_offsets: None,
             })
             .collect();
         let subs = [AssignorSubtopology {
@@ -618,4 +619,161 @@ fn rebalance_timeout_fences_a_member_that_does_not_revoke() {
     sc.groups.expire(deadline);
     let ids: Vec<String> = sc.view().into_iter().map(|m| m.member_id).collect();
     assert_eq!(ids, vec!["d2"]);
+}
+
+/// A group with warm-ups: `refiner`, two warm-up replicas, no standbys.
+fn warmup_script(refiner: WarmupRefiner) -> Script {
+    let config = StreamsGroupSettings {
+        warmup_refiner: refiner,
+        ..StreamsGroupSettings::default()
+    };
+    Script::new(
+        config,
+        topics3(),
+        one_stateful_subtopology(),
+        crate::testutil::epoch(),
+    )
+}
+
+/// a1 on P1 holds the three tasks; b1 joins on P2 and the target moves one of them to b1.
+fn second_process_joins(sc: &mut Script) -> BTreeSet<Task> {
+    sc.join("a1", None, "P1");
+    assert!(sc.settle(10));
+    sc.join("b1", None, "P2");
+    assert!(sc.settle(10));
+    let b1 = sc.view().into_iter().find(|m| m.member_id == "b1").unwrap();
+    assert_eq!(b1.target_active.len(), 1, "{b1:?}");
+    b1.target_active
+}
+
+#[test]
+fn kafka_4_4_assigns_no_warmups() {
+    // `AssignmentRefiner.refine` returns the target: the task moves at once.
+    let mut sc = warmup_script(WarmupRefiner::Kafka44);
+    let moved = second_process_joins(&mut sc);
+    let b1 = sc.view().into_iter().find(|m| m.member_id == "b1").unwrap();
+    assert_eq!(b1.active, moved);
+    assert!(sc.view().iter().all(|m| m.warmup.is_empty()));
+    // Offsets reported change nothing: no refinement step.
+    let epochs = sc.groups.epochs("app").unwrap();
+    let t = moved.iter().next().unwrap().clone();
+    sc.heartbeat_with_offsets("b1", &[(t, 0, 100_000)]);
+    assert!(sc.settle(10));
+    assert_eq!(sc.groups.epochs("app").unwrap(), epochs);
+    assert_eq!(sc.groups.warmup_stats(), WarmupStats::default());
+}
+
+#[test]
+fn a_moving_task_is_warmed_up_then_promoted_once_caught_up() {
+    let mut sc = warmup_script(WarmupRefiner::CurrentOwnerWarmup);
+    let moved = second_process_joins(&mut sc);
+    let t = moved.iter().next().unwrap().clone();
+    let view = sc.view();
+    let (a1, b1) = (&view[0], &view[1]);
+    // The task stays active with a1 while b1 warms it up.
+    assert_eq!(a1.active, set(&[0, 1, 2]));
+    assert_eq!((b1.active.len(), &b1.warmup), (0, &moved));
+    assert_eq!(sc.members["b1"].warmup, moved, "b1 was told");
+    // Not caught up yet (lag 50,000 > 10,000): nothing moves.
+    let epochs = sc.groups.epochs("app").unwrap();
+    sc.heartbeat_with_offsets("b1", &[(t.clone(), 50_000, 100_000)]);
+    assert!(sc.settle(10));
+    assert_eq!(sc.groups.epochs("app").unwrap(), epochs);
+    // Caught up: a refinement step (group epoch + 1, no assignor run) moves the task; b1's
+    // warm-up becomes its active task in place once a1 released it.
+    sc.heartbeat_with_offsets("b1", &[(t.clone(), 95_000, 100_000)]);
+    let after = sc.groups.epochs("app").unwrap();
+    assert_eq!((after.1, after.2), (epochs.1 + 1, epochs.2 + 1));
+    assert!(sc.settle(10));
+    let view = sc.view();
+    let (a1, b1) = (&view[0], &view[1]);
+    assert_eq!(b1.active, moved);
+    assert!(b1.warmup.is_empty() && a1.warmup.is_empty());
+    assert_eq!(a1.active, a1.target_active);
+    let stats = sc.groups.warmup_stats();
+    assert_eq!(
+        (stats.granted, stats.promoted, stats.refinement_steps),
+        (1, 1, 1)
+    );
+    assert!(sc.groups.refiner_faults().is_empty());
+}
+
+#[test]
+fn no_warmup_within_a_process_nor_past_the_budget() {
+    // A member of a1's own process takes the task at once (the state is the process's).
+    let mut sc = warmup_script(WarmupRefiner::CurrentOwnerWarmup);
+    sc.join("a1", None, "P1");
+    assert!(sc.settle(10));
+    sc.join("a2", None, "P1");
+    assert!(sc.settle(10));
+    assert!(
+        sc.view()
+            .iter()
+            .all(|m| m.warmup.is_empty() && m.active == m.target_active)
+    );
+    // Budget 0 turns the refinement off (`numWarmupReplicas == 0`).
+    let config = StreamsGroupSettings {
+        warmup_refiner: WarmupRefiner::CurrentOwnerWarmup,
+        num_warmup_replicas: 0,
+        ..StreamsGroupSettings::default()
+    };
+    let mut sc = Script::new(
+        config,
+        topics3(),
+        one_stateful_subtopology(),
+        crate::testutil::epoch(),
+    );
+    second_process_joins(&mut sc);
+    assert!(
+        sc.view()
+            .iter()
+            .all(|m| m.warmup.is_empty() && m.active == m.target_active)
+    );
+}
+
+#[test]
+fn task_offsets_rank_standby_candidates() {
+    use super::assignor::{AssignorMember, AssignorSubtopology, assign};
+    // Task 0_0 active on m1 (P1); one standby. m3 (P3) reported an offset for 0_0: state on
+    // local disk makes it a standby candidate (`collectStandbyCandidates`), ahead of the least
+    // loaded process P2.
+    let held = Tasks {
+        active: set(&[0]),
+        ..Tasks::default()
+    };
+    let none = Tasks::default();
+    let offsets = BTreeMap::from([(t(0), 40_i64)]);
+    let members = [
+        AssignorMember {
+            member_id: "m1",
+            process_id: "P1",
+            current: &held,
+            task_offsets: None,
+        },
+        AssignorMember {
+            member_id: "m2",
+            process_id: "P2",
+            current: &none,
+            task_offsets: None,
+        },
+        AssignorMember {
+            member_id: "m3",
+            process_id: "P3",
+            current: &none,
+            task_offsets: Some(&offsets),
+        },
+    ];
+    let subs = [AssignorSubtopology {
+        id: "0",
+        num_tasks: 1,
+        stateful: true,
+    }];
+    let out = assign(&members, &subs, 1);
+    assert_eq!(out["m1"].active, set(&[0]));
+    assert_eq!(out["m3"].standby, set(&[0]), "{out:?}");
+    // Without the report, the standby goes to the least loaded process in id order.
+    let mut plain = members;
+    plain[2].task_offsets = None;
+    let out = assign(&plain, &subs, 1);
+    assert_eq!(out["m2"].standby, set(&[0]), "{out:?}");
 }
