@@ -444,7 +444,7 @@ async fn lost_answer(java: bool) {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        Instant::now()
+        proxy.reset_fired_at().expect("the rule fired")
     };
     proxy.reset_on_answer(Api::STREAMS_GROUP_HEARTBEAT, move |b| {
         active_count(b).is_some_and(|n| n < n_all)

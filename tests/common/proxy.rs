@@ -182,6 +182,8 @@ struct State {
     policy: ConnPolicy,
     /// One answer to drop, then reset its client connection (see [`Proxy::reset_on_answer`]).
     reset_rule: Option<ResetRule>,
+    /// When the last reset rule fired (the answer dropped).
+    reset_fired_at: Option<Instant>,
     records: Vec<Record>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -306,6 +308,13 @@ impl Proxy {
     /// Whether a [`reset_on_answer`](Self::reset_on_answer) rule waits for its answer.
     pub fn reset_rule_pending(&self) -> bool {
         lock(&self.inner).reset_rule.is_some()
+    }
+
+    /// When the last [`reset_on_answer`](Self::reset_on_answer) rule fired, as the proxy saw
+    /// it (a caller polling for it may notice later, on a busy machine).
+    #[allow(dead_code)]
+    pub fn reset_fired_at(&self) -> Option<Instant> {
+        lock(&self.inner).reset_fired_at
     }
 
     pub fn drop_all_answers(&self, on: bool) {
@@ -961,6 +970,7 @@ async fn upstream_reader(
                             .is_some_and(|(a, m)| *a == api && m(&r.body))
                         {
                             s.reset_rule = None;
+                            s.reset_fired_at = Some(Instant::now());
                             reset = true;
                             detail = format!("{detail} (reset rule: dropped, connection reset)");
                         }

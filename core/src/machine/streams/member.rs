@@ -1164,19 +1164,25 @@ impl StreamsMember {
             r.warmup_tasks = Some(tasks_to_wire(&self.proto.owned.warmup));
             last.owned = Some(self.proto.owned.clone());
         }
+        // A caught-up warm-up repeats its offsets on every heartbeat until the coordinator
+        // promotes it: what the coordinator holds may not be what the member last sent (a
+        // heartbeat of an abandoned connection processed after a newer one is accepted at the
+        // previous epoch, `throwIfStreamsGroupMemberEpochIsInvalid`, and its offsets replace
+        // the newer ones; a rejoin drops them), and nothing else would send them again.
+        let hot = self.hot_warmup();
         let due = joining
             || list_owned
             || self.proto.offsets_sent_at.is_none_or(|at| {
                 now >= crate::machine::timer::after(at, self.proto.task_offset_interval)
             })
-            || self.hot_warmup();
+            || hot;
         if due {
-            if joining || last.offsets.as_ref() != Some(&self.proto.task_offsets) {
+            if joining || hot || last.offsets.as_ref() != Some(&self.proto.task_offsets) {
                 r.task_offsets = Some(offsets_to_wire(&self.proto.task_offsets));
                 last.offsets = Some(self.proto.task_offsets.clone());
                 self.proto.offsets_sent_at = Some(now);
             }
-            if joining || last.end_offsets.as_ref() != Some(&self.proto.task_end_offsets) {
+            if joining || hot || last.end_offsets.as_ref() != Some(&self.proto.task_end_offsets) {
                 r.task_end_offsets = Some(offsets_to_wire(&self.proto.task_end_offsets));
                 last.end_offsets = Some(self.proto.task_end_offsets.clone());
                 self.proto.offsets_sent_at = Some(now);

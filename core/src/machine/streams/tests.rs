@@ -763,10 +763,33 @@ fn a_caught_up_warmup_reports_offsets_before_the_interval() {
         BTreeMap::from([(task("0", 3), 1000)]),
     );
     h.advance(Duration::from_secs(1));
-    let (_, b) = h.expect_hb();
+    let (hb, b) = h.expect_hb();
     assert!(
         b.task_offsets.is_some() && b.task_end_offsets.is_some(),
         "{b:?}"
+    );
+    // Unchanged, and repeated on every heartbeat until the warm-up is promoted.
+    h.hb_answer(&hb, ok(1, None));
+    h.advance(Duration::from_secs(1));
+    let (hb, b) = h.expect_hb();
+    assert!(
+        b.task_offsets.is_some() && b.task_end_offsets.is_some(),
+        "{b:?}"
+    );
+    let promoted = tasks(&[("0", 3)], &[], &[]);
+    h.hb_answer(&hb, ok(2, Some(&promoted)));
+    let (ack, b) = h.expect_hb();
+    assert_eq!(
+        owned_of(&b),
+        Some(promoted),
+        "the promotion is acknowledged"
+    );
+    h.hb_answer(&ack, ok(2, None));
+    h.advance(Duration::from_secs(1));
+    let (_, b) = h.expect_hb();
+    assert!(
+        b.task_offsets.is_none() && b.task_end_offsets.is_none(),
+        "no warm-up left: unchanged offsets wait for the interval: {b:?}"
     );
 }
 

@@ -735,7 +735,12 @@ impl StreamsGroups {
         if !recompute && g.state() == GroupState::Stable {
             let r = self.refine_assignment(&g, &g.members, &g.target, &configured);
             self.check_refined(&g.members, &r, g.group_epoch + 1);
-            refine_only = r.get(member_id).cloned().unwrap_or_default() != updated.assigned;
+            refine_only = r.get(member_id).cloned().unwrap_or_default() != updated.assigned
+                // Not a Kafka 4.4 rule (its refiner is the identity, so this never holds
+                // there): a refined assignment that moves another member's tasks away from
+                // the one cached for this epoch is a refinement step too, or members already
+                // reconciled at this epoch would keep what the new slices hand to others.
+                || g.refined_for(g.assignment_epoch).is_some_and(|cached| *cached != r);
             refined = Some(r);
         }
         if refine_only {
