@@ -13,6 +13,8 @@
 
 #[path = "common/fetch.rs"]
 mod fetch;
+#[path = "common/shutdown.rs"]
+mod shutdown;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -86,6 +88,7 @@ impl From<Protocol> for GroupProtocol {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut shutdown = shutdown::Shutdown::register("consumer");
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
@@ -186,7 +189,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stop = async {
         match seconds {
             Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
-            None => drop(tokio::signal::ctrl_c().await),
+            None => shutdown.requested().await,
         }
     };
     tokio::pin!(stop);

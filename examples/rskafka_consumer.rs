@@ -28,6 +28,9 @@
 //! partition=.. offset=.. ts_ms=..` for each offset the coordinator accepted. A record line's
 //! `ts_ms` is the record's own timestamp.
 
+#[path = "common/shutdown.rs"]
+mod shutdown;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -397,13 +400,14 @@ async fn main() -> Result<(), BoxError> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
+    let mut shutdown = shutdown::Shutdown::register("rskafka_consumer");
     let args = Args::parse();
     let quiet = args.quiet;
-    let ctrl_c = async { drop(tokio::signal::ctrl_c().await) };
+    let stop = async move { shutdown.requested().await };
     // When the first and the last record were processed.
     let span = Arc::new(std::sync::Mutex::new(None::<(Instant, Instant)>));
     let seen = span.clone();
-    let report = run(&args, ctrl_c, move |r| {
+    let report = run(&args, stop, move |r| {
         let now = Instant::now();
         let mut span = seen.lock().unwrap_or_else(|e| e.into_inner());
         *span = Some(span.map_or((now, now), |(first, _)| (first, now)));

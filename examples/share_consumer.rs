@@ -17,6 +17,8 @@
 
 #[path = "common/fetch.rs"]
 mod fetch;
+#[path = "common/shutdown.rs"]
+mod shutdown;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,6 +116,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    let mut shutdown = shutdown::Shutdown::register("share_consumer");
     let args = Args::parse();
     let bootstrap = fetch::bootstrap_or_exit(args.connect.bootstrap.clone());
     let config = ClientConfig::new(&bootstrap)?;
@@ -171,7 +174,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stop = async {
         match args.seconds {
             Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
-            None => drop(tokio::signal::ctrl_c().await),
+            None => shutdown.requested().await,
         }
     };
     tokio::pin!(stop);

@@ -57,6 +57,8 @@
 
 #[path = "common/fetch.rs"]
 mod fetch;
+#[path = "common/shutdown.rs"]
+mod shutdown;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::ExitCode;
@@ -147,7 +149,7 @@ struct Shared {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let shutdown = shutdown_signal()?;
+    let mut shutdown = shutdown::Shutdown::register("streams_member");
     let bootstrap = fetch::bootstrap_or_exit(args.connect.bootstrap);
     let group = args.connect.group;
     let out = Out { json: args.json };
@@ -211,7 +213,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
 
     // Until a signal, or a member that stopped on its own (a fatal error).
     let first = tokio::select! {
-        _ = shutdown => None,
+        () = shutdown.requested() => None,
         done = members.join_next() => done,
     };
     stop.send_replace(true);
@@ -242,29 +244,6 @@ fn topology(group: &str, input: &str) -> StreamsTopology {
 fn internal_topics(group: &str) -> (String, String) {
     let repartition = format!("{group}-rekey-repartition");
     (repartition, format!("{group}-counts-changelog"))
-}
-
-/// Ctrl-C, or SIGTERM on Unix. The handlers are installed at once, not when the future is
-/// first polled: a signal that comes while the members start is not lost (nor fatal).
-fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut term = signal(SignalKind::terminate())?;
-        Ok(async move {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        Ok(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-    }
 }
 
 // ---------------------------------------------------------------------------------- members

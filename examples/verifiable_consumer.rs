@@ -80,6 +80,8 @@
 
 #[path = "common/fetch.rs"]
 mod fetch;
+#[path = "common/shutdown.rs"]
+mod shutdown;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -1197,45 +1199,7 @@ async fn maybe<F: Future + Unpin>(optional: Option<&mut F>) -> F::Output {
 
 // =============================================================================== signals
 
-/// SIGTERM or SIGINT (Ctrl-C), registered at once so that none is missed.
-struct Shutdown {
-    #[cfg(unix)]
-    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
-}
-
-impl Shutdown {
-    fn register() -> Self {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            let signals = match (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) {
-                (Ok(t), Ok(i)) => Some((t, i)),
-                (Err(e), _) | (_, Err(e)) => {
-                    eprintln!("verifiable_consumer: cannot handle signals ({e}); Ctrl-C only");
-                    None
-                }
-            };
-            Shutdown { signals }
-        }
-        #[cfg(not(unix))]
-        Shutdown {}
-    }
-
-    async fn requested(&mut self) {
-        #[cfg(unix)]
-        if let Some((term, int)) = &mut self.signals {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            return;
-        }
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
+use shutdown::Shutdown;
 
 // =============================================================================== main
 
@@ -1265,7 +1229,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut shutdown = Shutdown::register();
+    let mut shutdown = Shutdown::register("verifiable_consumer");
     let members = settings.args.members;
     if members == 1 {
         run(settings, Stop::Signal(shutdown)).await;

@@ -258,12 +258,11 @@ async fn java_share_consumer_max_records_releases_the_rest() {
 struct Ours {
     label: String,
     child: Option<std::process::Child>,
-    lines: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    lines: common::JsonLines,
 }
 
 impl Ours {
     fn spawn(label: &str, bootstrap: &str, topic: &str, group: &str, extra: &[&str]) -> Self {
-        use std::io::BufRead;
         let binary = common::build_example("share_consumer");
         let mut child = std::process::Command::new(binary)
             .args([
@@ -283,18 +282,7 @@ impl Ours {
             .spawn()
             .expect("spawn share_consumer");
         let stdout = child.stdout.take().expect("stdout");
-        let lines = std::sync::Arc::<std::sync::Mutex<Vec<serde_json::Value>>>::default();
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Ok(v) = serde_json::from_str(&line) {
-                    sink.lock().unwrap().push(v);
-                }
-            }
-        });
+        let lines = common::json_lines(stdout);
         Self {
             label: label.to_owned(),
             child: Some(child),
@@ -304,8 +292,8 @@ impl Ours {
 
     fn of(&self, event: &str) -> Vec<serde_json::Value> {
         (self.lines.lock().unwrap().iter())
-            .filter(|v| v["event"] == event)
-            .cloned()
+            .filter(|(_, v)| v["event"] == event)
+            .map(|(_, v)| v.clone())
             .collect()
     }
 

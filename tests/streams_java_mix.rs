@@ -25,7 +25,6 @@ mod common;
 mod fetch;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::BufRead;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -74,7 +73,7 @@ struct OursProcess {
     spawned: Instant,
     process_id: String,
     child: Option<std::process::Child>,
-    lines: Arc<Mutex<Vec<(Instant, Value)>>>,
+    lines: common::JsonLines,
 }
 
 impl OursProcess {
@@ -95,18 +94,7 @@ impl OursProcess {
             .expect("spawn streams_member");
         let spawned = Instant::now();
         let stdout = child.stdout.take().expect("stdout");
-        let lines = Arc::<Mutex<Vec<(Instant, Value)>>>::default();
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Ok(v) = serde_json::from_str(&line) {
-                    sink.lock().unwrap().push((Instant::now(), v));
-                }
-            }
-        });
+        let lines = common::json_lines(stdout);
         OursProcess {
             spawned,
             process_id: process_id.to_owned(),

@@ -12,23 +12,21 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::unique;
+use common::{Recorder, unique};
 use consumer_membership::kafka_protocol::messages::GroupId;
 use consumer_membership::kafka_protocol::protocol::StrBytes;
 use consumer_membership::messages::StreamsGroupDescribeRequest;
 use consumer_membership::messages::streams_group_describe_response::DescribedGroup;
-use consumer_membership::request::{Api, Request, Response, ResponseBody, Target};
+use consumer_membership::request::{Api, Request, ResponseBody, Target};
 use consumer_membership::streams::{
     DescriptionStatus, NodeDescription, StreamsConfig, StreamsEvent, StreamsGroupMember,
     StreamsProcess, StreamsTopology, Subtopology, SubtopologyDescription, TopologyDescription,
 };
 use consumer_membership::transport::Transport;
-use consumer_membership::{
-    ClientConfig, CloseOptions, GroupConfig, MemberState, TcpTransport, TransportError,
-};
+use consumer_membership::{ClientConfig, CloseOptions, GroupConfig, MemberState, TcpTransport};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -36,29 +34,8 @@ fn broker() -> Option<String> {
     common::bootstrap_since((4, 4), "the topology description push (KIP-1331)")
 }
 
-/// What went over the wire: each request's API, and the version each answer came at.
-type Seen = Arc<Mutex<Vec<(Api, Result<i16, String>)>>>;
-
-/// A TcpTransport that records every request it sends.
-struct Recording {
-    inner: TcpTransport,
-    seen: Seen,
-}
-
-impl Transport for Recording {
-    async fn send(
-        &self,
-        target: Target,
-        request: Request,
-        timeout: Duration,
-    ) -> Result<Response, TransportError> {
-        let api = request.api_key();
-        let r = self.inner.send(target, request, timeout).await;
-        let version = r.as_ref().map(|r| r.version).map_err(|e| e.to_string());
-        self.seen.lock().unwrap().push((api, version));
-        r
-    }
-}
+/// The recording transport the members run on (every request, every answer's version).
+type Seen = Arc<Recorder<TcpTransport>>;
 
 /// One subtopology reading `input`; the description of a word counter over it, with a global
 /// store.
@@ -88,14 +65,10 @@ fn application(input: &str) -> (StreamsTopology, TopologyDescription) {
 fn start(b: &str, group: &str, streams: StreamsConfig) -> (StreamsGroupMember, Seen) {
     let mut client = ClientConfig::new(b).unwrap();
     client.client_id = "streams-topology-description".into();
-    let seen: Seen = Arc::default();
-    let transport = Arc::new(Recording {
-        inner: TcpTransport::new(client),
-        seen: seen.clone(),
-    });
+    let seen = Recorder::new(TcpTransport::new(client));
     let process = StreamsProcess::new(uuid::Uuid::new_v4().to_string(), None);
     let member =
-        StreamsGroupMember::start(transport, GroupConfig::new(group), streams, process).unwrap();
+        StreamsGroupMember::start(seen.clone(), GroupConfig::new(group), streams, process).unwrap();
     (member, seen)
 }
 
@@ -149,17 +122,13 @@ async fn events_until(
 }
 
 fn count(seen: &Seen, api: Api) -> usize {
-    seen.lock()
-        .unwrap()
-        .iter()
-        .filter(|(a, _)| *a == api)
-        .count()
+    seen.answered_count(api)
 }
 
 /// The heartbeats were answered at v1, the version that carries `TopologyDescriptionRequired`.
 fn heartbeats_at_v1(seen: &Seen) {
-    let seen = seen.lock().unwrap();
-    let versions: Vec<&Result<i16, String>> = (seen.iter())
+    let answered = seen.answered.lock().unwrap();
+    let versions: Vec<&Result<i16, String>> = (answered.iter())
         .filter(|(a, _)| *a == Api::STREAMS_GROUP_HEARTBEAT)
         .map(|(_, v)| v)
         .collect();
@@ -206,7 +175,7 @@ async fn the_broker_asks_the_member_pushes_and_describe_serves_it() {
         count(&seen, Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE),
         1,
         "{:?}",
-        seen.lock().unwrap()
+        seen.answered.lock().unwrap()
     );
 
     let g = describe(&b, &group).await;

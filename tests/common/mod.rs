@@ -193,10 +193,13 @@ use consumer_membership::error::TransportError;
 use consumer_membership::machine::TopicPartition;
 use consumer_membership::machine::events::Event;
 
-/// A transport that records every request it sends.
+/// A transport that records every request it sends, and how each was answered.
 pub struct Recorder<T> {
     inner: T,
     pub sent: Mutex<Vec<(Target, Request)>>,
+    /// Each request's API and the version its answer came at (or why none came), in the order
+    /// the answers arrived.
+    pub answered: Mutex<Vec<(consumer_membership::request::Api, Result<i16, String>)>>,
 }
 
 impl<T: Transport> Recorder<T> {
@@ -204,7 +207,15 @@ impl<T: Transport> Recorder<T> {
         Arc::new(Self {
             inner,
             sent: Mutex::new(Vec::new()),
+            answered: Mutex::new(Vec::new()),
         })
+    }
+
+    /// How many answers (or failures) of `api` came back so far.
+    pub fn answered_count(&self, api: consumer_membership::request::Api) -> usize {
+        (self.answered.lock().unwrap().iter())
+            .filter(|(a, _)| *a == api)
+            .count()
     }
 
     /// The JoinGroup bodies sent so far.
@@ -235,7 +246,11 @@ impl<T: Transport> Transport for Recorder<T> {
             .lock()
             .unwrap()
             .push((target.clone(), request.clone()));
-        self.inner.send(target, request, timeout).await
+        let api = request.api_key();
+        let r = self.inner.send(target, request, timeout).await;
+        let version = r.as_ref().map(|r| r.version).map_err(|e| e.to_string());
+        self.answered.lock().unwrap().push((api, version));
+        r
     }
 }
 
@@ -564,6 +579,27 @@ const CARGO_SET: &[&str] = &[
     "CARGO_SBOM_PATH",
     "OUT_DIR",
 ];
+
+/// The lines a child writes to `stdout` that parse as JSON, each with the instant it was read,
+/// gathered by a thread until the pipe closes.
+pub type JsonLines = Arc<Mutex<Vec<(std::time::Instant, serde_json::Value)>>>;
+
+pub fn json_lines(stdout: std::process::ChildStdout) -> JsonLines {
+    use std::io::BufRead;
+    let lines = JsonLines::default();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Ok(v) = serde_json::from_str(&line) {
+                sink.lock().unwrap().push((std::time::Instant::now(), v));
+            }
+        }
+    });
+    lines
+}
 
 /// Builds `examples/<name>.rs` with cargo and returns its executable.
 pub fn build_example(name: &str) -> PathBuf {
