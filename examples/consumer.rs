@@ -88,7 +88,7 @@ impl From<Protocol> for GroupProtocol {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut shutdown = shutdown::Shutdown::register("consumer");
+    let mut shutdown = shutdown::Shutdown::register();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();

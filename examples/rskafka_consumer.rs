@@ -400,7 +400,7 @@ async fn main() -> Result<(), BoxError> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
-    let mut shutdown = shutdown::Shutdown::register("rskafka_consumer");
+    let mut shutdown = shutdown::Shutdown::register();
     let args = Args::parse();
     let quiet = args.quiet;
     let stop = async move { shutdown.requested().await };

@@ -116,7 +116,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let mut shutdown = shutdown::Shutdown::register("share_consumer");
+    let mut shutdown = shutdown::Shutdown::register();
     let args = Args::parse();
     let bootstrap = fetch::bootstrap_or_exit(args.connect.bootstrap.clone());
     let config = ClientConfig::new(&bootstrap)?;

@@ -149,7 +149,7 @@ struct Shared {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let mut shutdown = shutdown::Shutdown::register("streams_member");
+    let mut shutdown = shutdown::Shutdown::register();
     let bootstrap = fetch::bootstrap_or_exit(args.connect.bootstrap);
     let group = args.connect.group;
     let out = Out { json: args.json };

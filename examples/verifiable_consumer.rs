@@ -1229,7 +1229,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut shutdown = Shutdown::register("verifiable_consumer");
+    let mut shutdown = Shutdown::register();
     let members = settings.args.members;
     if members == 1 {
         run(settings, Stop::Signal(shutdown)).await;

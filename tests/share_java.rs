@@ -291,10 +291,7 @@ impl Ours {
     }
 
     fn of(&self, event: &str) -> Vec<serde_json::Value> {
-        (self.lines.lock().unwrap().iter())
-            .filter(|(_, v)| v["event"] == event)
-            .map(|(_, v)| v.clone())
-            .collect()
+        common::json_events(&self.lines, event)
     }
 
     /// (partition, offset, value, delivery count, ack kind) of every record processed.

@@ -104,10 +104,7 @@ impl OursProcess {
     }
 
     fn of(&self, event: &str) -> Vec<Value> {
-        (self.lines.lock().unwrap().iter())
-            .filter(|(_, v)| v["event"] == event)
-            .map(|(_, v)| v.clone())
-            .collect()
+        common::json_events(&self.lines, event)
     }
 
     /// Each member's latest tasks line (nothing once the process is gone).

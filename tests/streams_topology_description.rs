@@ -121,10 +121,6 @@ async fn events_until(
     events
 }
 
-fn count(seen: &Seen, api: Api) -> usize {
-    seen.answered_count(api)
-}
-
 /// The heartbeats were answered at v1, the version that carries `TopologyDescriptionRequired`.
 fn heartbeats_at_v1(seen: &Seen) {
     let answered = seen.answered.lock().unwrap();
@@ -172,7 +168,7 @@ async fn the_broker_asks_the_member_pushes_and_describe_serves_it() {
     assert_eq!(pushed, [(0, Ok(()))], "events: {events:#?}");
     heartbeats_at_v1(&seen);
     assert_eq!(
-        count(&seen, Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE),
+        seen.answered_count(Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE),
         1,
         "{:?}",
         seen.answered.lock().unwrap()
@@ -193,7 +189,7 @@ async fn the_broker_asks_the_member_pushes_and_describe_serves_it() {
     // Stored: the broker asks no more, the member pushes no more.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
-        count(&seen, Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE),
+        seen.answered_count(Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE),
         1
     );
     let s = member.handle().snapshot().await.expect("member running");
@@ -229,9 +225,9 @@ async fn a_member_without_a_description_pushes_nothing_and_runs_as_usual() {
     // Several heartbeats (500 ms interval), the first ones asking for the description.
     tokio::time::sleep(Duration::from_secs(3)).await;
     heartbeats_at_v1(&seen);
-    assert!(count(&seen, Api::STREAMS_GROUP_HEARTBEAT) >= 3);
+    assert!(seen.answered_count(Api::STREAMS_GROUP_HEARTBEAT) >= 3);
     assert_eq!(
-        count(&seen, Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE),
+        seen.answered_count(Api::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE),
         0
     );
     let s = member.handle().snapshot().await.expect("member running");

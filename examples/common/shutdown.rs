@@ -9,9 +9,9 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    /// Installs the handlers; `program` names the example in the warning printed when they
-    /// cannot be (then only Ctrl-C stops it, once awaited).
-    pub fn register(program: &str) -> Self {
+    /// Installs the handlers; when they cannot be, says so on stderr (then only Ctrl-C stops the
+    /// example, once awaited).
+    pub fn register() -> Self {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -21,6 +21,7 @@ impl Shutdown {
             ) {
                 (Ok(t), Ok(i)) => Some((t, i)),
                 (Err(e), _) | (_, Err(e)) => {
+                    let program = env!("CARGO_CRATE_NAME");
                     eprintln!("{program}: cannot handle signals ({e}); Ctrl-C only");
                     None
                 }
@@ -28,10 +29,7 @@ impl Shutdown {
             Shutdown { signals }
         }
         #[cfg(not(unix))]
-        {
-            let _ = program;
-            Shutdown {}
-        }
+        Shutdown {}
     }
 
     /// Until a signal comes (one after the last that was awaited).

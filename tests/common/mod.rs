@@ -601,6 +601,14 @@ pub fn json_lines(stdout: std::process::ChildStdout) -> JsonLines {
     lines
 }
 
+/// The JSON lines whose `event` field is `event`, in the order they were read.
+pub fn json_events(lines: &JsonLines, event: &str) -> Vec<serde_json::Value> {
+    (lines.lock().unwrap().iter())
+        .filter(|(_, v)| v["event"] == event)
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
 /// Builds `examples/<name>.rs` with cargo and returns its executable.
 pub fn build_example(name: &str) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
